@@ -1,0 +1,103 @@
+"""Model weights on disk: safetensors files that carry their own ModelConfig.
+
+A weights file is self-describing: its metadata holds the model config (JSON) and the training
+step, so `load_model(path)` needs nothing else. Every write is atomic (temp file, fsync, rename):
+a crash leaves either the old file or the new one, never half of one. Nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_model as _st_load_model
+from safetensors.torch import save_model as _st_save_model
+
+from aiayn.config import ModelConfig
+from aiayn.model import Transformer
+
+WEIGHTS_SUFFIX = ".safetensors"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, truncated or not one of ours."""
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """Call `write(tmp_path)`, fsync it, then rename onto `path` (and fsync the directory)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def save_weights(model: Transformer, path: str | os.PathLike, step: int | None = None,
+                 extra: dict[str, str] | None = None) -> Path:
+    """Write the model's weights (tied tensors stored once) with its config in the metadata."""
+    meta = {"format": "aiayn", "model_config": json.dumps(model.config.to_dict())}
+    if step is not None:
+        meta["step"] = str(step)
+    meta.update(extra or {})
+    return atomic_write(path, lambda tmp: _st_save_model(model, tmp, metadata=meta))
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"corrupted or truncated checkpoint {path}: {e}") from None
+    if "model_config" not in meta:
+        raise CheckpointError(f"{path} is a safetensors file but not an aiayn checkpoint (no model_config)")
+    return meta
+
+
+def resolve_weights(path: str | os.PathLike) -> Path:
+    """A weights file, or a run directory -> its best.safetensors, else its newest checkpoint."""
+    path = Path(path)
+    if path.is_dir():
+        best = path / "best.safetensors"
+        if best.is_file():
+            return best
+        found = sorted((path / "checkpoints").glob(f"step_*{WEIGHTS_SUFFIX}"))
+        if not found:
+            raise CheckpointError(f"no checkpoint in run directory {path} (looked for best.safetensors "
+                                  f"and checkpoints/step_*.safetensors)")
+        return found[-1]
+    if not path.exists():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return path
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> Transformer:
+    """Build the model described by a checkpoint (or run directory) and load its weights, in eval mode."""
+    file = resolve_weights(path)
+    config = ModelConfig.from_dict(json.loads(read_metadata(file)["model_config"]))
+    model = Transformer(config)
+    try:
+        _st_load_model(model, str(file), strict=True, device=str(device))
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(f"cannot load weights from {file}: {e}") from None
+    return model.to(device).eval()

@@ -1,0 +1,1 @@
+"""Data: corpora, joint BPE, encoded arrays on disk, token-budget batching."""

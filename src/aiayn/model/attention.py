@@ -1,0 +1,103 @@
+"""Multi-head attention on `torch.nn.functional.scaled_dot_product_attention` (paper §3.2).
+
+Self-attention projects Q, K, V with one fused matrix; cross-attention projects Q from the
+decoder and K, V (fused) from the encoder output, once per source sentence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
+
+
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
+    weights: list[Tensor] | None = None,
+) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k/v (B, h, S, d_k), mask bool True = attend.
+
+    With `weights` (a list) the probabilities (B, h, T, S) are computed explicitly and appended:
+    the slower path, for plots. Otherwise the fused SDPA kernel does the work.
+    """
+    if weights is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.softmax(dim=-1)
+    weights.append(probs.detach())
+    return F.dropout(probs, dropout) @ v
+
+
+class _Heads(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float) -> None:
+        super().__init__()
+        self.h, self.d_k, self.dropout = n_heads, d_head, dropout
+        self.out = nn.Linear(n_heads * d_head, d_model)  # W^O
+
+    def split(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+
+    def merge(self, x: Tensor) -> Tensor:
+        B, _, T, _ = x.shape
+        return self.out(x.transpose(1, 2).reshape(B, T, self.h * self.d_k))  # (B, T, d_model)
+
+    @property
+    def p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+
+class SelfAttention(_Heads):
+    """Encoder or decoder self-attention. `past` holds cached keys/values of earlier positions."""
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, d_head, dropout)
+        self.qkv = nn.Linear(d_model, 3 * n_heads * d_head)  # [W^Q | W^K | W^V] for all heads
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None, past: KV | None = None,
+        weights: list[Tensor] | None = None,
+    ) -> tuple[Tensor, KV]:
+        q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, h, T, d_k) each
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, h, t+T, d_k)
+        return self.merge(attention(q, k, v, mask, self.p, weights)), (k, v)
+
+
+class CrossAttention(_Heads):
+    """Encoder-decoder attention (§3.2.3): queries from the decoder, keys/values from the encoder.
+
+    The decoder batch may hold G rows per source (beam search): those queries are folded onto
+    their source's keys/values, so the per-source K/V are never copied per beam.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, d_head, dropout)
+        self.q = nn.Linear(d_model, n_heads * d_head)
+        self.kv = nn.Linear(d_model, 2 * n_heads * d_head)
+
+    def project(self, memory: Tensor) -> KV:
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return self.split(k), self.split(v)  # (B, h, S, d_k) each
+
+    def forward(
+        self, x: Tensor, kv: KV, mask: Tensor | None, weights: list[Tensor] | None = None,
+    ) -> Tensor:
+        k, v = kv
+        q = self.split(self.q(x))  # (B*G, h, T, d_k)
+        B, G = k.size(0), q.size(0) // k.size(0)
+        if G == 1:
+            return self.merge(attention(q, k, v, mask, self.p, weights))
+        if mask is not None and mask.size(2) != 1:
+            raise ValueError("grouped cross-attention takes a (B, 1, 1, S) key-padding mask")
+        T = q.size(2)
+        q = q.view(B, G, self.h, T, self.d_k).transpose(1, 2).reshape(B, self.h, G * T, self.d_k)
+        o = attention(q, k, v, mask, self.p, weights)  # (B, h, G*T, d_k)
+        o = o.view(B, self.h, G, T, self.d_k).transpose(1, 2).reshape(B * G, self.h, T, self.d_k)
+        return self.merge(o)

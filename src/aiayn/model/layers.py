@@ -1,0 +1,75 @@
+"""Feed-forward network, encoder layer and decoder layer (paper §3.1, §3.3, §5.4).
+
+Every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) ("post", the paper) or
+x + Dropout(Sublayer(LayerNorm(x))) ("pre", the common stable variant).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from aiayn.model.attention import KV, CrossAttention, SelfAttention
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike (§3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.w1(x).relu())  # (B, T, d_model) -> (B, T, d_ff) -> (B, T, d_model)
+
+
+class Residual(nn.Module):
+    """Residual connection + LayerNorm around one sub-layer, post-LN or pre-LN."""
+
+    def __init__(self, d_model: int, dropout: float, norm: str) -> None:
+        super().__init__()
+        self.norm, self.dropout, self.pre = nn.LayerNorm(d_model), nn.Dropout(dropout), norm == "pre"
+
+    def inp(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre else x
+
+    def out(self, x: Tensor, y: Tensor) -> Tensor:
+        return x + self.dropout(y) if self.pre else self.norm(x + self.dropout(y))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then FFN (§3.1)."""
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
+                 attention_dropout: float, norm: str) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
+
+    def forward(self, x: Tensor, mask: Tensor, weights: list[Tensor] | None = None) -> Tensor:
+        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, weights=weights)[0])
+        return self.r2.out(x, self.ffn(self.r2.inp(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then FFN (§3.1)."""
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
+                 attention_dropout: float, norm: str) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout)
+        self.cross_attn = CrossAttention(d_model, n_heads, d_head, attention_dropout)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.r1, self.r2, self.r3 = (Residual(d_model, dropout, norm) for _ in range(3))
+
+    def forward(
+        self, x: Tensor, self_mask: Tensor | None, cross_kv: KV, cross_mask: Tensor,
+        past: KV | None = None, weights: dict[str, list[Tensor]] | None = None,
+    ) -> tuple[Tensor, KV]:
+        w_self = w_cross = None
+        if weights is not None:
+            w_self, w_cross = weights["decoder"], weights["cross"]
+        y, kv = self.self_attn(self.r1.inp(x), self_mask, past, w_self)
+        x = self.r1.out(x, y)
+        x = self.r2.out(x, self.cross_attn(self.r2.inp(x), cross_kv, cross_mask, w_cross))
+        return self.r3.out(x, self.ffn(self.r3.inp(x))), kv

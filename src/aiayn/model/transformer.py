@@ -1,0 +1,130 @@
+"""The encoder-decoder Transformer (paper §3, Figure 1).
+
+    memory = model.encode(src)                                   # (B, S, d_model)
+    logits = model.decode(tgt_in, memory, padding_mask(src))     # (B, T, V), teacher forcing
+    cache = model.init_cache(memory, src_mask)                   # incremental decoding:
+    logits, cache = model.decode(step_ids, cache=cache)          # (B, 1, V) per step
+"""
+
+from __future__ import annotations
+
+from typing import overload
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.config import ModelConfig
+from aiayn.model.cache import DecoderCache
+from aiayn.model.embedding import Embedding, Positions
+from aiayn.model.layers import DecoderLayer, EncoderLayer
+from aiayn.model.masks import causal_mask, decoder_mask, padding_mask
+
+AttentionWeights = dict[str, list[Tensor]]  # "encoder" | "decoder" | "cross" -> per layer (B, h, T_q, T_k)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        d_head = c.head_dim
+
+        # §3.4: one embedding matrix shared by source, target and the pre-softmax projection.
+        src_tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        tgt_tokens = src_tokens if c.tie_embeddings else nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.src_embed = Embedding(src_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
+        self.tgt_embed = Embedding(tgt_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
+
+        args = (c.d_model, c.n_heads, d_head, c.d_ff, c.dropout, c.attention_dropout, c.norm)
+        self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(c.n_decoder_layers))
+        # Pre-LN stacks end with a LayerNorm; post-LN outputs are normalised already.
+        pre = c.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+
+        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)  # pre-softmax projection
+        self.reset_parameters()
+        if c.tie_embeddings:
+            self.generator.weight = src_tokens.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections, zero biases, embeddings N(0, d_model^-0.5) (fairseq, tensor2tensor)."""
+        for name, p in self.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                if name.endswith("qkv.weight") or name.endswith("kv.weight"):
+                    for block in p.data.chunk(3 if name.endswith("qkv.weight") else 2, dim=0):
+                        nn.init.xavier_uniform_(block)  # each of W^Q, W^K, W^V as its own matrix
+                else:
+                    nn.init.xavier_uniform_(p)
+            elif p.dim() == 1 and name.endswith("bias"):
+                nn.init.zeros_(p)
+        for emb in {id(m): m for m in self.modules() if isinstance(m, nn.Embedding)}.values():
+            nn.init.normal_(emb.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if emb.padding_idx is not None:
+                with torch.no_grad():
+                    emb.weight[emb.padding_idx].zero_()
+
+    # -- encoder -------------------------------------------------------------------------------
+
+    def encode(self, src: Tensor, attention: AttentionWeights | None = None) -> Tensor:
+        """(B, S) source ids -> memory (B, S, d_model)."""
+        mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+        x = self.src_embed(src)
+        for layer in self.encoder:
+            x = layer(x, mask, None if attention is None else attention["encoder"])
+        return self.encoder_norm(x)
+
+    # -- decoder -------------------------------------------------------------------------------
+
+    def init_cache(self, memory: Tensor, src_mask: Tensor) -> DecoderCache:
+        """Cross-attention keys/values of every decoder layer, computed once per source."""
+        cross = [layer.cross_attn.project(memory) for layer in self.decoder]
+        return DecoderCache([None] * len(self.decoder), cross, src_mask)
+
+    @overload
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: None = None,
+               attention: AttentionWeights | None = None) -> Tensor: ...
+
+    @overload
+    def decode(self, tgt_in: Tensor, memory: Tensor | None = None, src_mask: Tensor | None = None, *,
+               cache: DecoderCache, attention: AttentionWeights | None = None) -> tuple[Tensor, DecoderCache]: ...
+
+    def decode(self, tgt_in, memory=None, src_mask=None, cache=None, attention=None):
+        """Target ids (B, T) -> logits (B, T, V).
+
+        Without a cache: the full teacher-forced pass with the causal + padding mask (B, 1, T, T).
+        With a cache (from `init_cache`): `tgt_in` holds the next positions only; memory and
+        src_mask come from the cache; returns (logits, updated cache).
+        """
+        c = self.config
+        if cache is None:
+            cross_kv = [layer.cross_attn.project(memory) for layer in self.decoder]
+            self_mask, offset, past = decoder_mask(tgt_in, c.pad_id), 0, [None] * len(self.decoder)
+        else:
+            cross_kv, src_mask, offset, past = cache.cross_kv, cache.src_mask, cache.length, cache.self_kv
+            # One new position sees every cached key; several need the causal triangle offset.
+            self_mask = None if tgt_in.size(1) == 1 else causal_mask(tgt_in.size(1), tgt_in.device, offset)
+        x = self.tgt_embed(tgt_in, offset)  # (B, T, d_model)
+        new_kv = []
+        for layer, kv, p in zip(self.decoder, cross_kv, past):
+            x, self_kv = layer(x, self_mask, kv, src_mask, p, attention)
+            new_kv.append(self_kv)
+        logits = self.generator(self.decoder_norm(x))  # (B, T, V)
+        if cache is None:
+            return logits
+        return logits, DecoderCache(new_kv, cache.cross_kv, cache.src_mask)
+
+    def forward(self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None) -> Tensor:
+        """Teacher forcing: (B, S) source, (B, T) target input (BOS + y) -> logits (B, T, V)."""
+        memory = self.encode(src, attention)
+        return self.decode(tgt_in, memory, padding_mask(src, self.config.pad_id), attention=attention)
+
+    def attention_weights(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
+        """Per-layer attention probabilities for plotting (explicit softmax path, slower)."""
+        weights: AttentionWeights = {"encoder": [], "decoder": [], "cross": []}
+        with torch.no_grad():
+            self.forward(src, tgt_in, attention=weights)
+        return weights
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # shared tensors count once

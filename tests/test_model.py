@@ -1,0 +1,307 @@
+"""Model properties that must fail loudly if they break (issue 2)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiayn.config import ModelConfig
+from aiayn.model import Transformer, causal_mask, cross_mask, decoder_mask, padding_mask
+from aiayn.model.attention import attention
+from aiayn.model.embedding import sinusoidal_table
+
+PAD = 0
+
+
+def tiny(**kw) -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset("tiny", vocab_size=kw.pop("vocab_size", 50), **kw)
+    return Transformer(cfg).eval()
+
+
+def analytic_params(c: ModelConfig) -> int:
+    d, f, hd = c.d_model, c.d_ff, c.n_heads * c.head_dim
+    attn = 3 * (d * hd + hd) + hd * d + d  # W^Q, W^K, W^V with biases; W^O with bias
+    ffn = d * f + f + f * d + d
+    ln = 2 * d
+    emb = c.vocab_size * d * (1 if c.tie_embeddings else 3)
+    pos = 2 * c.max_positions * d if c.positional == "learned" else 0
+    final = 2 * ln if c.norm == "pre" else 0
+    return emb + pos + c.n_encoder_layers * (attn + ffn + 2 * ln) + c.n_decoder_layers * (2 * attn + ffn + 3 * ln) + final
+
+
+@pytest.mark.parametrize("name, paper", [("base", 65e6), ("big", 213e6)])
+def test_parameter_count_matches_paper_table3(name, paper):
+    cfg = ModelConfig.preset(name, vocab_size=37000)
+    n = analytic_params(cfg)
+    assert abs(n - paper) / paper < 0.05, f"{name}: {n:,} vs paper {paper:,.0f}"
+    if name == "base":  # building big costs ~1 GB; the formula is checked against a real model on base
+        assert Transformer(cfg).num_parameters() == n
+
+
+@pytest.mark.parametrize("kw", [dict(tie_embeddings=False), dict(positional="learned", max_positions=64),
+                                dict(norm="pre"), dict(d_head=8)])
+def test_parameter_count_formula_variants(kw):
+    model = tiny(**kw)
+    assert model.num_parameters() == analytic_params(model.config)
+
+
+def test_tying_shares_one_tensor_and_scales_by_sqrt_d():
+    model = tiny()
+    w = model.generator.weight
+    assert model.src_embed.tokens.weight is w and model.tgt_embed.tokens.weight is w
+    assert model.src_embed.scale == pytest.approx(math.sqrt(model.config.d_model))
+    untied = tiny(tie_embeddings=False)
+    assert untied.generator.weight is not untied.src_embed.tokens.weight
+    assert untied.src_embed.tokens.weight is not untied.tgt_embed.tokens.weight
+
+
+def test_sinusoidal_encoding_equals_formula():
+    d, P = 16, 50
+    pe = sinusoidal_table(P, d)
+    for pos in (0, 1, 7, 49):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_embedding_adds_scaled_tokens_and_positions():
+    model = tiny()
+    ids = torch.tensor([[5, 6, 7]])
+    expected = model.src_embed.tokens(ids) * math.sqrt(64) + sinusoidal_table(3, 64)
+    torch.testing.assert_close(model.src_embed(ids), expected)
+
+
+def test_learned_positions_reject_overlong_input():
+    model = tiny(positional="learned", max_positions=8)
+    with pytest.raises(ValueError, match="max_positions"):
+        model.encode(torch.full((1, 9), 5))
+    assert model.encode(torch.full((1, 8), 5)).shape == (1, 8, 64)
+
+
+def test_sinusoidal_positions_extrapolate_past_table():
+    model = tiny(max_positions=8)
+    assert torch.isfinite(model.encode(torch.full((1, 20), 5))).all()
+
+
+def test_initialisation():
+    model = Transformer(ModelConfig.preset("small", vocab_size=1000))
+    emb = model.src_embed.tokens.weight
+    assert emb[PAD].abs().sum() == 0
+    assert emb[4:].std().item() == pytest.approx(256**-0.5, rel=0.05)
+    w = model.encoder[0].self_attn.qkv.weight  # (3d, d): each block Xavier(d, d): U(+-sqrt(6/(2d)))
+    bound = math.sqrt(6 / (2 * 256))
+    assert w.abs().max() <= bound and w.abs().max() > 0.95 * bound
+    assert model.encoder[0].ffn.w1.bias.abs().sum() == 0
+
+
+# -- masks --------------------------------------------------------------------------------------
+
+
+def test_mask_shapes_and_values():
+    src = torch.tensor([[5, 6, 0], [7, 0, 0]])
+    tgt = torch.tensor([[2, 5, 6, 0], [2, 7, 0, 0]])
+    pm = padding_mask(src, PAD)
+    assert pm.shape == (2, 1, 1, 3) and pm.dtype == torch.bool
+    assert pm[1, 0, 0].tolist() == [True, False, False]
+    dm = decoder_mask(tgt, PAD)
+    assert dm.shape == (2, 1, 4, 4)
+    assert dm[0, 0].tolist() == [[True, False, False, False], [True, True, False, False],
+                                 [True, True, True, False], [True, True, True, False]]
+    cm = cross_mask(src, 4, PAD)
+    assert cm.shape == (2, 1, 4, 3) and cm[1, 0, 3].tolist() == [True, False, False]
+    assert causal_mask(2, offset=3)[0, 0].tolist() == [[True, True, True, True, False], [True] * 5]
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 9), min_size=1, max_size=5))
+def test_decoder_mask_property(lengths):
+    T = max(lengths)
+    tgt = torch.tensor([[7] * n + [PAD] * (T - n) for n in lengths])
+    m = decoder_mask(tgt, PAD)
+    for b, n in enumerate(lengths):
+        for q in range(T):
+            for k in range(T):
+                assert m[b, 0, q, k].item() == (k <= q and k < n)
+        assert m[b, 0].any(dim=-1).all()  # no all-masked row (no NaN softmax)
+
+
+# -- attention equals the explicit formula ------------------------------------------------------
+
+
+def reference_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("kind", ["padding", "decoder", "cross"])
+def test_attention_matches_reference(kind):
+    torch.manual_seed(1)
+    B, h, d = 3, 2, 8
+    src = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0], [5, 0, 0, 0]])
+    tgt = torch.tensor([[2, 5, 6], [2, 5, 0], [2, 0, 0]])
+    if kind == "padding":
+        mask, T, S = padding_mask(src, PAD), 4, 4
+    elif kind == "decoder":
+        mask, T, S = decoder_mask(tgt, PAD), 3, 3
+    else:
+        mask, T, S = cross_mask(src, 3, PAD), 3, 4
+    q, k, v = torch.randn(B, h, T, d), torch.randn(B, h, S, d), torch.randn(B, h, S, d)
+    want = reference_attention(q, k, v, mask.expand(B, h, T, S))
+    torch.testing.assert_close(attention(q, k, v, mask), want)
+    weights = []
+    torch.testing.assert_close(attention(q, k, v, mask, weights=weights), want)
+    assert weights[0].shape == (B, h, T, S)
+    torch.testing.assert_close(weights[0].sum(-1), torch.ones(B, h, T))
+    assert (weights[0][~mask.expand(B, h, T, S)] == 0).all()
+
+
+def test_grouped_cross_attention_equals_copied_memory():
+    model = tiny()
+    layer = model.decoder[0].cross_attn
+    memory = torch.randn(2, 5, 64)
+    src = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])
+    x = torch.randn(2 * 3, 1, 64)  # 3 rows per source
+    grouped = layer(x, layer.project(memory), padding_mask(src, PAD))
+    rep = memory.repeat_interleave(3, 0)
+    copied = layer(x, layer.project(rep), padding_mask(src.repeat_interleave(3, 0), PAD))
+    torch.testing.assert_close(grouped, copied)
+
+
+# -- no leaks -------------------------------------------------------------------------------------
+
+
+def test_future_target_tokens_do_not_leak():
+    model = tiny()
+    src = torch.randint(4, 50, (2, 7))
+    tgt = torch.randint(4, 50, (2, 9))
+    base = model(src, tgt)
+    for t in range(8):
+        changed = tgt.clone()
+        changed[:, t + 1:] = torch.randint(4, 50, changed[:, t + 1:].shape)
+        out = model(src, changed)
+        torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+
+
+def test_tokens_under_source_padding_change_nothing():
+    model = tiny()
+    src = torch.tensor([[5, 6, 7, 3, PAD, PAD]])
+    tgt = torch.tensor([[2, 9, 10, 11]])
+    base = model(src, tgt)
+    assert base.shape == (1, 4, 50)
+    # Whatever stands under source padding (here: huge noise in the encoder output) is never read.
+    memory = model.encode(src)
+    noisy = memory.clone()
+    noisy[:, 4:] = torch.randn_like(noisy[:, 4:]) * 100
+    out = model.decode(tgt, noisy, padding_mask(src, PAD))
+    torch.testing.assert_close(out, base, atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_sentence_alone_equals_sentence_padded_in_batch(data):
+    model = tiny(norm=data.draw(st.sampled_from(["post", "pre"])))
+    n_src = data.draw(st.integers(1, 8))
+    n_tgt = data.draw(st.integers(1, 8))
+    ids = st.integers(4, 49)
+    src = data.draw(st.lists(ids, min_size=n_src, max_size=n_src))
+    tgt = [2] + data.draw(st.lists(ids, min_size=n_tgt - 1, max_size=n_tgt - 1))
+    other_s, other_t = data.draw(st.integers(n_src, 12)), data.draw(st.integers(n_tgt, 12))
+    alone = model(torch.tensor([src]), torch.tensor([tgt]))
+    batch_src = torch.tensor([src + [PAD] * (other_s - n_src), [7] * other_s])
+    batch_tgt = torch.tensor([tgt + [PAD] * (other_t - n_tgt), [2] + [8] * (other_t - 1)])
+    padded = model(batch_src, batch_tgt)[:1, :n_tgt]
+    torch.testing.assert_close(padded, alone, atol=1e-4, rtol=1e-4)
+
+
+# -- incremental decoding -------------------------------------------------------------------------
+
+
+@settings(max_examples=10, deadline=None)
+@given(T=st.integers(1, 10), positional=st.sampled_from(["sinusoidal", "learned"]),
+       norm=st.sampled_from(["post", "pre"]))
+def test_cached_step_by_step_equals_full_decoder(T, positional, norm):
+    model = tiny(positional=positional, norm=norm, max_positions=32)
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, PAD, PAD]])
+    tgt = torch.randint(4, 50, (2, T))
+    tgt[:, 0] = 2
+    memory = model.encode(src)
+    mask = padding_mask(src, PAD)
+    full = model.decode(tgt, memory, mask)
+    cache = model.init_cache(memory, mask)
+    steps = []
+    for t in range(T):
+        logits, cache = model.decode(tgt[:, t: t + 1], cache=cache)
+        steps.append(logits)
+    assert cache.length == T
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    # A multi-token chunk after a cached prefix also matches (causal triangle with offset).
+    if T >= 3:
+        cache = model.init_cache(memory, mask)
+        a, cache = model.decode(tgt[:, :1], cache=cache)
+        b, cache = model.decode(tgt[:, 1:], cache=cache)
+        torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_reorder_and_keep_follow_the_rows():
+    model = tiny()
+    src = torch.tensor([[5, 6, 3], [7, 3, PAD]])
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    G = 2  # two rows per source, as a beam of 2
+    rows_tgt = torch.tensor([[2, 11, 12], [2, 13, 14], [2, 15, 16], [2, 17, 18]])
+    cache = model.init_cache(memory, mask)
+    for t in range(2):
+        _, cache = model.decode(rows_tgt[:, t: t + 1], cache=cache)
+    # Swap the rows inside source 0's group, keep source 1's rows, then drop source 0.
+    cache = cache.reorder(torch.tensor([1, 0, 2, 3]))
+    swapped = rows_tgt[[1, 0, 2, 3]]
+    last, _ = model.decode(swapped[:, 2:3], cache=cache)
+    want = model.decode(swapped, memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 2:3]
+    torch.testing.assert_close(last, want, atol=1e-5, rtol=1e-5)
+    kept = cache.keep(torch.tensor([1]))
+    assert kept.sources == 1 and kept.self_kv[0][0].size(0) == G
+    last1, _ = model.decode(swapped[2:, 2:3], cache=kept)
+    torch.testing.assert_close(last1, want[2:], atol=1e-5, rtol=1e-5)
+
+
+# -- attention weights for plots --------------------------------------------------------------------
+
+
+def test_attention_weights_shapes_and_logits_unchanged():
+    model = tiny()
+    src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 8, 9]])
+    w = model.attention_weights(src, tgt)
+    assert [x.shape for x in w["encoder"]] == [(1, 4, 4, 4)] * 2
+    assert [x.shape for x in w["decoder"]] == [(1, 4, 3, 3)] * 2
+    assert [x.shape for x in w["cross"]] == [(1, 4, 3, 4)] * 2
+    assert torch.triu(w["decoder"][0][0, 0], diagonal=1).abs().sum() == 0
+
+
+# -- it learns ------------------------------------------------------------------------------------
+
+
+def test_tiny_model_learns_to_reverse():
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset("tiny", vocab_size=20, dropout=0.0)
+    model = Transformer(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    src = torch.randint(4, 20, (32, 8))
+    tgt = src.flip(1)
+    tgt_in = torch.cat([torch.full((32, 1), 2), tgt], 1)
+    tgt_out = torch.cat([tgt, torch.full((32, 1), 3)], 1)
+    for step in range(300):
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.05:
+            break
+    assert loss.item() < 0.05, f"loss {loss.item():.3f} after {step + 1} steps"
