@@ -77,3 +77,36 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, dropout=0.1),
     "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, dropout=0.1),
 }
+
+
+@dataclass
+class DataConfig:
+    """Where parallel text comes from and how it becomes batches (paper §5.1)."""
+
+    corpus: Literal["multi30k", "files", "embedded"] = "multi30k"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    data_dir: str | None = None  # offline mirror laid out like Multi30k; else $AIAYN_DATA_DIR, cache, download
+    # corpus == "files": plain or gzipped line-aligned text
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    vocab_size: int = 8000  # joint sentencepiece BPE; the paper's WMT EN-DE uses 37000
+    max_len: int = 256  # training pairs longer than this (subwords, either side) are dropped
+    max_len_ratio: float = 9.0  # ... and pairs whose length ratio exceeds this
+    max_tokens: int = 4096  # per batch, counted on padded source and padded target separately
+    embedded_size: int = 20000  # pairs in the generated offline corpus
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings (paper §6.1: beam 4, length penalty 0.6, max length = input + 50)."""
+
+    beam: int = 4
+    length_penalty: float = 0.6  # GNMT lp(Y) = ((5 + |Y|) / 6)^alpha; 0 disables
+    max_len_a: float = 1.0  # max output length = a * source length + b
+    max_len_b: int = 50
+    max_tokens: int = 8192  # translation batches, counted on source tokens x beam
