@@ -11,6 +11,7 @@ import sys
 from typing import Callable, Sequence
 
 from aiayn import __version__
+from aiayn.data import commands as data_commands
 
 
 def _add_model(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +46,7 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_model]
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_model, data_commands.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,1 +1,35 @@
-"""Data: corpora, joint BPE, encoded arrays on disk, token-budget batching."""
+"""Data: corpora, joint BPE, encoded arrays on disk, token-budget batching (paper §5.1).
+
+    prep = prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en"), run_dir)
+    it = BatchIterator(prep.splits["train"], max_tokens=4096, seed=0, rank=0, world_size=1)
+    for batch in it: ...   # Batch(src (B,S), tgt_in (B,T), tgt_out (B,T), ids, src_tokens, tgt_tokens)
+
+Names are imported lazily (PEP 562) so `aiayn.data.commands` loads without torch for a fast `aiayn --help`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Batch": "batching", "BatchIterator": "batching", "collate": "batching",
+    "EncodedSplit": "encoded", "DataError": "errors", "read_lines": "io", "read_parallel": "io",
+    "Prepared": "prepare", "prepare": "prepare", "Tokenizer": "tokenizer",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"aiayn.data.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'aiayn.data' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from aiayn.data.batching import Batch, BatchIterator, collate
+    from aiayn.data.encoded import EncodedSplit
+    from aiayn.data.errors import DataError
+    from aiayn.data.io import read_lines, read_parallel
+    from aiayn.data.prepare import Prepared, prepare
+    from aiayn.data.tokenizer import Tokenizer

@@ -1,0 +1,183 @@
+"""Token-budget, length-bucketed, rank-sharded, resumable batches (paper §5.1).
+
+"Sentence pairs were batched together by approximate sequence length. Each training batch contained a
+set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
+Here `max_tokens` bounds the *padded* source (B x S) and the *padded* target (B x T, T = pieces + 1)
+separately, so no batch ever exceeds the budget on either side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.data.encoded import EncodedSplit
+
+
+@dataclass
+class Batch:
+    """One padded batch. tgt_in = BOS + target, tgt_out = target + EOS; pad = 0 everywhere."""
+
+    src: torch.Tensor  # (B, S) int64, source pieces + EOS
+    tgt_in: torch.Tensor  # (B, T) int64
+    tgt_out: torch.Tensor  # (B, T) int64
+    ids: torch.Tensor  # (B,) int64, example indices into the EncodedSplit
+    src_tokens: int  # non-pad source tokens
+    tgt_tokens: int  # non-pad target tokens (= non-pad entries of tgt_out)
+
+    def __len__(self) -> int:
+        return self.src.size(0)
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> "Batch":
+        return Batch(self.src.to(device, non_blocking=non_blocking),
+                     self.tgt_in.to(device, non_blocking=non_blocking),
+                     self.tgt_out.to(device, non_blocking=non_blocking),
+                     self.ids, self.src_tokens, self.tgt_tokens)
+
+
+def collate(split: EncodedSplit, ids: np.ndarray) -> Batch:
+    """Gather examples `ids` into padded tensors, vectorised (no per-row Python loop)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    b = len(ids)
+    rows = np.arange(b)
+    sl, tl = split.src_lengths[ids], split.tgt_lengths[ids]  # (B,)
+    s_len, t_len = int(sl.max()), int(tl.max()) + 1
+
+    src = np.zeros((b, s_len), dtype=np.int64)  # (B, S); PAD_ID == 0
+    r, c, v = _gather(split.src, split.src_offsets[ids], sl)
+    src[r, c] = v
+
+    tgt_in = np.zeros((b, t_len), dtype=np.int64)  # (B, T)
+    tgt_out = np.zeros((b, t_len), dtype=np.int64)  # (B, T)
+    r, c, v = _gather(split.tgt, split.tgt_offsets[ids], tl)
+    tgt_in[:, 0] = BOS_ID
+    tgt_in[r, c + 1] = v
+    tgt_out[r, c] = v
+    tgt_out[rows, tl] = EOS_ID
+    assert PAD_ID == 0
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out),
+                 torch.from_numpy(ids), int(sl.sum()), int(tl.sum()) + b)
+
+
+def _gather(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Row, column and value of every token of the selected sentences."""
+    total = int(lengths.sum())
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    cols = np.arange(total) - first
+    vals = flat[np.repeat(starts, lengths) + cols]
+    return rows, cols, vals
+
+
+class BatchIterator:
+    """Iterate token-budget batches of one split; stateful so training can resume mid-epoch.
+
+    Per epoch: shuffle examples with a generator seeded by (seed, epoch), stable-sort them by
+    (source length, target length) so ties are broken randomly, cut greedily into batches under the
+    budget, split the largest batches until the count divides `world_size`, shuffle the batch order
+    with the same generator, and give rank r the batches r, r + W, r + 2W, ... Every rank computes the
+    same global plan, so shards are disjoint, cover the split, and have equal batch counts.
+
+    Iterating yields the current epoch's batches from the current position; when the epoch is
+    exhausted the iterator moves to the next epoch (position 0). `set_epoch(e)` with a different
+    epoch starts e from position 0; with the current epoch it is a no-op (so resume + set_epoch works).
+    """
+
+    def __init__(self, split: EncodedSplit, max_tokens: int, seed: int = 0, shuffle: bool = True,
+                 rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world_size {world_size}")
+        if len(split) == 0:
+            raise ValueError("cannot batch an empty split")
+        longest = max(int(split.src_lengths.max()), int(split.tgt_lengths.max()) + 1)
+        if longest > max_tokens:
+            raise ValueError(f"max_tokens={max_tokens} is smaller than the longest example ({longest} tokens); "
+                             f"raise max_tokens or lower data.max_len")
+        if len(split) < world_size:
+            raise ValueError(f"{len(split)} examples cannot be sharded over {world_size} ranks")
+        self.split, self.max_tokens, self.seed, self.shuffle = split, int(max_tokens), int(seed), bool(shuffle)
+        self.rank, self.world_size = rank, world_size
+        self.epoch, self.position = 0, 0
+        self._plan_epoch: int | None = None
+        self._plan: list[np.ndarray] = []
+
+    # -- plan -------------------------------------------------------------------------------------
+    def _global_batches(self, epoch: int) -> list[np.ndarray]:
+        n = len(self.split)
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        sl, tl = self.split.src_lengths[order], self.split.tgt_lengths[order] + 1  # padded target = pieces + 1
+        key = np.lexsort((tl, sl))  # stable: equal lengths keep the shuffled order
+        order, sl, tl = order[key], sl[key].tolist(), tl[key].tolist()
+
+        batches: list[np.ndarray] = []
+        start, max_s, max_t, cap = 0, 0, 0, self.max_tokens
+        for i in range(n):  # greedy cut; ~0.3 us per example
+            s, t = sl[i], tl[i]
+            ms, mt = max(max_s, s), max(max_t, t)
+            if (i - start + 1) * ms > cap or (i - start + 1) * mt > cap:
+                batches.append(order[start:i])
+                start, ms, mt = i, s, t
+            max_s, max_t = ms, mt
+        batches.append(order[start:n])
+
+        while len(batches) % self.world_size:  # equal batch counts per rank: split the largest batch
+            j = max(range(len(batches)), key=lambda k: len(batches[k]))
+            big = batches[j]
+            if len(big) < 2:
+                raise ValueError(f"cannot make {self.world_size} equal shards of {n} examples")
+            batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
+
+        if self.shuffle:
+            batches = [batches[k] for k in rng.permutation(len(batches))]
+        return batches
+
+    def _batches(self) -> list[np.ndarray]:
+        if self._plan_epoch != self.epoch:
+            self._plan = self._global_batches(self.epoch)[self.rank::self.world_size]
+            self._plan_epoch = self.epoch
+        return self._plan
+
+    # -- public -----------------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.position = int(epoch), 0
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (for the current epoch; ties make it vary slightly)."""
+        return len(self._batches())
+
+    def __iter__(self) -> Iterator[Batch]:
+        plan = self._batches()
+        while self.position < len(plan):
+            ids = plan[self.position]
+            self.position += 1  # counted before yield: a state_dict taken now resumes after this batch
+            yield collate(self.split, ids)
+        self.epoch, self.position = self.epoch + 1, 0
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of pad positions in this rank's batches of the current epoch (source and target)."""
+        padded = real = 0
+        for ids in self._batches():
+            sl, tl = self.split.src_lengths[ids], self.split.tgt_lengths[ids] + 1
+            padded += len(ids) * (int(sl.max()) + int(tl.max()))
+            real += int(sl.sum()) + int(tl.sum())
+        return 1.0 - real / padded
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "shuffle": self.shuffle,
+                "max_tokens": self.max_tokens, "world_size": self.world_size, "rank": self.rank,
+                "num_examples": len(self.split)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore epoch and position; the settings that shape the plan must match."""
+        for key in ("seed", "shuffle", "max_tokens", "world_size", "num_examples"):
+            mine = self.state_dict()[key]
+            if key in state and state[key] != mine:
+                raise ValueError(f"cannot resume batches: {key} was {state[key]}, now {mine}")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
