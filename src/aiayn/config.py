@@ -110,3 +110,210 @@ class DecodeConfig:
     max_len_a: float = 1.0  # max output length = a * source length + b
     max_len_b: int = 50
     max_tokens: int = 8192  # translation batches, counted on source tokens x beam
+
+
+# --- training (owned by the training layer) ---------------------------------------------------
+
+
+@dataclass
+class OptimConfig:
+    """Paper §5.3: Adam(0.9, 0.98, 1e-9) with lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    `lr_scale` multiplies that schedule; `update_freq` accumulates gradients over that many
+    micro-batches per update (the paper's ~25k target tokens per step on small hardware).
+    """
+
+    lr_scale: float = 1.0
+    warmup: int = 4000
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0 disables; the paper does not clip
+    label_smoothing: float = 0.1  # §5.4
+    update_freq: int = 1
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
+        if len(self.betas) != 2:
+            raise ValueError(f"optim.betas needs two values, got {self.betas}")
+        if self.warmup < 1 or self.update_freq < 1:
+            raise ValueError("optim.warmup and optim.update_freq must be >= 1")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError("optim.label_smoothing must lie in [0, 1)")
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 100_000  # optimizer updates (the paper: 100k base, 300k big)
+    max_epochs: int | None = None  # stop after this many passes over the data, whichever comes first
+    seed: int = 1
+    device: str = "auto"  # auto = cuda if available else cpu
+    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on CUDA, none on CPU
+    compile: bool = False  # torch.compile the training forward
+    log_every: int = 100
+    eval_every: int = 1000  # validation loss + greedy BLEU; 0 = only at the end
+    save_every: int = 1000
+    keep_last: int = 5  # step checkpoints kept (plus best.safetensors); >= 5 lets `average --last 5` work
+    eval_max_sentences: int = 500  # greedy-BLEU subset of the validation set (0 = all)
+    eval_bleu: bool = True
+    nan_limit: int = 5  # consecutive non-finite updates before training stops
+    progress: bool = True  # tqdm bar (on stderr)
+    threads: int | None = None  # torch CPU threads (None = torch default)
+
+    def __post_init__(self) -> None:
+        if self.amp not in ("auto", "none", "bf16", "fp16"):
+            raise ValueError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
+        if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
+            raise ValueError("train.max_steps, log_every, save_every and keep_last must be >= 1")
+
+
+_SECTIONS = ("model", "data", "optim", "train", "decode")
+
+
+@dataclass
+class Config:
+    """Everything a run needs. `model` is a preset name plus ModelConfig overrides; the vocabulary
+    size always comes from the prepared tokenizer, so it is not part of the file.
+
+        cfg = Config.load("configs/multi30k_de_en.yaml", ["--optim.lr_scale", "2"])
+    """
+
+    model: dict[str, Any] = dataclasses.field(default_factory=lambda: {"preset": "small"})
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        self.model = dict(self.model)
+        self.model.setdefault("preset", "small")
+        if self.model["preset"] not in PRESETS:
+            raise ValueError(f"unknown model preset {self.model['preset']!r}; choose one of {sorted(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(ModelConfig)} | {"preset"}
+        unknown = set(self.model) - known
+        if unknown:
+            raise ValueError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size")}
+        return ModelConfig.preset(self.model["preset"], vocab_size=vocab_size, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: dataclasses.asdict(getattr(self, k)) for k in _SECTIONS if k != "model"}
+        d["optim"]["betas"] = list(d["optim"]["betas"])
+        return {"model": dict(self.model), **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Config":
+        unknown = set(d) - set(_SECTIONS)
+        if unknown:
+            raise ValueError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
+        kinds = {"data": DataConfig, "optim": OptimConfig, "train": TrainConfig, "decode": DecodeConfig}
+        mfields = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
+        parts: dict[str, Any] = {"model": {k: _coerce(v, mfields[k], f"model.{k}") if k in mfields else v
+                                           for k, v in (d.get("model") or {}).items()}}
+        for name, kind in kinds.items():
+            parts[name] = _build(kind, dict(d.get(name) or {}), name)
+        return cls(**parts)
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: list[str] | dict[str, Any] | None = None) -> "Config":
+        """Read a YAML/TOML file (or start from defaults) and apply dotted overrides."""
+        d = read_config_file(path) if path else {}
+        if overrides:
+            pairs = overrides.items() if isinstance(overrides, dict) else parse_overrides(overrides).items()
+            for key, value in pairs:
+                section, _, name = key.partition(".")
+                if section not in _SECTIONS or not name or "." in name:
+                    raise ValueError(f"override {key!r} must look like SECTION.FIELD with SECTION one of "
+                                     f"{list(_SECTIONS)}")
+                d.setdefault(section, {})
+                d[section] = {**(d[section] or {}), name: value}
+        return cls.from_dict(d)
+
+    def save(self, path: str | Any) -> None:
+        import yaml
+
+        from aiayn.checkpoint import atomic_write
+
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        atomic_write(path, lambda tmp: open(tmp, "w").write(text))
+
+
+def read_config_file(path: str | Any) -> dict[str, Any]:
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file not found: {p}")
+    if p.suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        d = tomllib.loads(p.read_text())
+    elif p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        d = yaml.safe_load(p.read_text()) or {}
+    else:
+        raise ValueError(f"config file must end in .yaml, .yml or .toml: {p}")
+    if not isinstance(d, dict):
+        raise ValueError(f"{p}: top level must be a mapping of sections")
+    return d
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """`["--optim.lr_scale", "2", "--train.amp=bf16"]` -> {"optim.lr_scale": 2, "train.amp": "bf16"}.
+    Values are parsed as YAML scalars/lists (so 2 -> int, true -> bool, [1, 2] -> list)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or "." not in arg:
+            raise ValueError(f"unexpected argument {arg!r}; overrides look like --section.field VALUE")
+        if "=" in arg:
+            key, value = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ValueError(f"override {arg} needs a value")
+            key, value = arg[2:], args[i + 1]
+            i += 2
+        out[key] = yaml.safe_load(value) if value != "" else ""
+    return out
+
+
+def _coerce(value: Any, hint: str, where: str) -> Any:
+    """Make file/CLI values fit the annotated field type (YAML reads 1e-9 as a string, ints as floats)."""
+    if value is None:
+        return None
+    h = hint.replace(" ", "")
+    try:
+        if h.startswith("float"):
+            return float(value)
+        if h.startswith("int") and not isinstance(value, bool):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if h.startswith("bool"):
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                return value.lower() in ("true", "1", "yes")
+            return bool(value)
+        if h.startswith("tuple[float"):
+            return tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: cannot use {value!r} as {hint}") from None
+    return value
+
+
+def _build(kind: type, d: dict[str, Any], section: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = set(d) - set(fields)
+    if unknown:
+        raise ValueError(f"unknown {section} fields {sorted(unknown)}; known: {sorted(fields)}")
+    return kind(**{k: _coerce(v, str(fields[k].type), f"{section}.{k}") for k, v in d.items()})

@@ -1,0 +1,72 @@
+"""`aiayn train` and `aiayn average` (registered in aiayn.cli)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train", help="train a model (paper §5); resumable",
+        description="Train from a YAML/TOML config; any field can be overridden as --section.field VALUE "
+                    "(e.g. --optim.lr_scale 2 --model.d_model 256 --train.max_steps 1000). Under torchrun "
+                    "(`torchrun --nproc_per_node=N -m aiayn train ...`) it trains with DDP.",
+        epilog="resume after a crash or Ctrl-C: aiayn train --resume RUN_DIR [overrides]")
+    p.add_argument("--config", help="YAML or TOML config (see configs/)")
+    p.add_argument("--run-dir", "-o", help="run directory (config, tokenizer, checkpoints, metrics)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest usable checkpoint, "
+                   "with its config.yaml (plus any overrides)")
+
+    def run(a: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from aiayn.config import Config
+        from aiayn.train import train
+
+        overrides = a.overrides
+        if a.resume:
+            run_dir = Path(a.resume)
+            saved = run_dir / "config.yaml"
+            if not saved.is_file():
+                raise FileNotFoundError(f"cannot resume: {saved} not found (is {run_dir} a run directory?)")
+            cfg = Config.load(a.config or str(saved), overrides)
+        else:
+            if not a.run_dir:
+                raise ValueError("give a run directory with --run-dir (or --resume RUN_DIR)")
+            run_dir = Path(a.run_dir)
+            cfg = Config.load(a.config, overrides)
+        summary = train(cfg, run_dir, resume=bool(a.resume))
+        return 130 if summary["interrupted"] else 0
+
+    p.set_defaults(run=run)
+    _collect_overrides(p)
+
+    p = sub.add_parser("average", help="average the last N checkpoints of a run (paper §6.1)")
+    p.add_argument("run_dir")
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("-o", "--output", help="output weights file (default: RUN_DIR/average_lastN.safetensors)")
+
+    def run_average(a: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from aiayn.train.average import average_run
+
+        out = Path(a.output or Path(a.run_dir) / f"average_last{a.last}.safetensors")
+        path = average_run(a.run_dir, a.last, out)
+        print(f"wrote {path}")
+        return 0
+
+    p.set_defaults(run=run_average)
+
+
+def _collect_overrides(parser: argparse.ArgumentParser) -> None:
+    """Let `--section.field VALUE` pairs through: unknown arguments become `args.overrides`
+    (validated by Config.load, which names the known fields), instead of an argparse error."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
+        ns, extra = parse(args, namespace)
+        ns.overrides = list(getattr(ns, "overrides", None) or []) + extra
+        return ns, []
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]

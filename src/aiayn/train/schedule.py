@@ -1,0 +1,36 @@
+"""The learning-rate schedule of paper §5.3 (eq. 3), the "Noam" schedule:
+
+    lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)
+
+linear warm-up for `warmup` steps, then decay with the inverse square root of the step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def noam_lr(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> float:
+    """The rate used by update number `step` (1-based)."""
+    step = max(step, 1)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+class NoamFactor:
+    """LambdaLR multiplier; an object (not a lambda) so its state, one int, lands in state_dict."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+
+    def __call__(self, i: int) -> float:
+        # LambdaLR calls with 0 before the first update: update i+1 uses the paper's step i+1.
+        return noam_lr(i + 1, 1, self.warmup)  # d_model^-0.5 and scale live in the base lr
+
+
+def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int = 4000,
+                   scale: float = 1.0) -> LambdaLR:
+    """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] = scale * d_model**-0.5
+    return LambdaLR(optimizer, NoamFactor(warmup), last_epoch=-1)

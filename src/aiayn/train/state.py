@@ -1,0 +1,106 @@
+"""Training checkpoints: weights (safetensors) + training state (torch.save of tensors and plain
+containers only, loaded with `weights_only=True`, so nothing arbitrary is ever unpickled).
+
+    RUN/checkpoints/step_XXXXXXXX.safetensors   model weights (aiayn.checkpoint.save_weights)
+    RUN/checkpoints/step_XXXXXXXX.state.pt      optimizer, scheduler, RNG, data position, counters
+
+The weights are written first and the state last, each atomically; a step counts as checkpointed
+only when both files exist and load, so a kill at any moment leaves the previous one intact.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from aiayn.checkpoint import CheckpointError, atomic_write
+
+_STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
+
+
+def checkpoint_paths(run_dir: str | Path, step: int) -> tuple[Path, Path]:
+    d = Path(run_dir) / "checkpoints"
+    return d / f"step_{step:08d}.safetensors", d / f"step_{step:08d}.state.pt"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path, Path]]:
+    """Complete-looking checkpoints (both files present), oldest first."""
+    found = []
+    for p in (Path(run_dir) / "checkpoints").glob("step_*.safetensors"):
+        m = _STEP_RE.match(p.name)
+        if m:
+            weights, state = checkpoint_paths(run_dir, int(m.group(1)))
+            if state.is_file():
+                found.append((int(m.group(1)), weights, state))
+    return sorted(found)
+
+
+def prune(run_dir: str | Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` step checkpoints (best.safetensors is separate)."""
+    ckpts = list_checkpoints(run_dir)
+    for _, weights, state in ckpts[: max(len(ckpts) - keep_last, 0)]:
+        state.unlink(missing_ok=True)  # state first: a half-deleted pair is then never "complete"
+        weights.unlink(missing_ok=True)
+
+
+# -- RNG --------------------------------------------------------------------------------------------
+
+def capture_rng() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "python": _plain(random.getstate()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _plain(obj: Any) -> Any:
+    """Tuples -> lists recursively (weights_only unpickling accepts both; lists keep it obvious)."""
+    if isinstance(obj, (tuple, list)):
+        return [_plain(o) for o in obj]
+    return obj
+
+
+# -- state files ------------------------------------------------------------------------------------
+
+def save_state(path: str | Path, state: dict[str, Any]) -> Path:
+    return atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"training state not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, bad pickle, disallowed global: all mean "unusable file"
+        raise CheckpointError(f"corrupted or truncated training state {path}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise CheckpointError(f"{path} is not an aiayn training state")
+    return state
+
+
+def warn(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr, flush=True)

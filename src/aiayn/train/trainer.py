@@ -1,0 +1,537 @@
+"""The training loop (paper §5): token-budget batches, Adam + the §5.3 schedule, label smoothing,
+gradient accumulation, AMP, DDP, evaluation, checkpoints and exact resume.
+
+    from aiayn.config import Config
+    from aiayn.train import train
+    summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
+
+One update = `optim.update_freq` micro-batches on each of `world_size` ranks; the loss is
+normalised by the number of target tokens of that whole global batch, so N ranks with 1/N of
+the batch each compute the same update as one process (up to float rounding).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from safetensors.torch import load_model as _st_load_model
+
+from aiayn import distributed
+from aiayn.checkpoint import CheckpointError, atomic_write, read_metadata, save_weights
+from aiayn.config import Config
+from aiayn.model import Transformer
+from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.schedule import noam_lr, noam_scheduler
+from aiayn.train.state import (capture_rng, checkpoint_paths, list_checkpoints, load_state, prune,
+                               restore_rng, save_state, warn)
+
+STATE_VERSION = 1
+
+
+class TrainingError(RuntimeError):
+    """Training cannot start or continue; the message says why and what to do."""
+
+
+class _EpochLimit(Exception):
+    pass
+
+
+# -- small pieces -----------------------------------------------------------------------------------
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TrainingError(f"train.device={name!r} but CUDA is not available")
+    return device
+
+
+def resolve_amp(amp: str, device: torch.device) -> str:
+    if amp == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
+    if amp == "fp16" and device.type != "cuda":
+        raise TrainingError("train.amp=fp16 needs CUDA (use bf16 or none on CPU)")
+    return amp
+
+
+def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
+    """Fail before training, not at the first checkpoint, if the run directory is unusable."""
+    try:
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        probe = atomic_write(run_dir / ".write_test", lambda tmp: Path(tmp).write_bytes(b"ok"))
+        probe.unlink()
+    except OSError as e:
+        raise TrainingError(f"run directory {run_dir} is not writable: {e.strerror or e}") from None
+    free = shutil.disk_usage(run_dir).free
+    if free < need_bytes:
+        raise TrainingError(f"run directory {run_dir} has {free / 2**20:.0f} MiB free; checkpoints need about "
+                            f"{need_bytes / 2**20:.0f} MiB")
+
+
+class Metrics:
+    """RUN/metrics.jsonl, one JSON object per line; only rank 0 writes."""
+
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self.path, self.enabled = path, enabled
+
+    def truncate(self, step: int) -> None:
+        """Drop records after `step` (written before a crash, replayed by the resumed run)."""
+        if not self.enabled:
+            return
+        keep = []
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by kill -9
+                    continue
+                if rec.get("step", 0) <= step:
+                    keep.append(line)
+        text = "".join(line + "\n" for line in keep)
+        atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.enabled:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+class Batches:
+    """Endless batches across epochs; the BatchIterator itself holds the resumable position."""
+
+    def __init__(self, iterator: Any, max_epochs: int | None) -> None:
+        self.it, self.max_epochs = iterator, max_epochs
+        self._gen: Iterator | None = None
+
+    def next(self) -> Any:
+        for _ in range(2):
+            if self.max_epochs and self.it.epoch >= self.max_epochs:
+                raise _EpochLimit
+            if self._gen is None:
+                self._gen = iter(self.it)  # starts at the iterator's current (possibly restored) position
+            try:
+                return next(self._gen)
+            except StopIteration:  # the iterator has moved itself to the next epoch
+                self._gen = None
+        raise TrainingError("the training split produced an empty epoch")
+
+
+def _sum_stats(values: list[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    return distributed.all_reduce_sum(t).tolist()
+
+
+# -- the trainer ------------------------------------------------------------------------------------
+
+class Trainer:
+    def __init__(self, config: Config, run_dir: str | Path, resume: bool = False) -> None:
+        self.cfg, self.run_dir, self.resume = config, Path(run_dir), resume
+        c = config.train
+        device = resolve_device(c.device)
+        self.dist = distributed.init(device)
+        self.device = distributed.local_device(device, self.dist)
+        self.main = self.dist.is_main
+        self.amp = resolve_amp(c.amp, self.device)
+        if c.threads:
+            torch.set_num_threads(c.threads)
+        self.metrics = Metrics(self.run_dir / "metrics.jsonl", self.main)
+        self.step, self.nan_total, self.nan_consecutive, self.elapsed = 0, 0, 0, 0.0
+        self.best: float | None = None
+        self.last_saved: Path | None = None
+        self.last_saved_step = -1
+        self.last_valid: dict[str, Any] | None = None
+        self.last_train: dict[str, Any] | None = None
+        self._stop_requested = False
+        self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
+
+    # -- setup ------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from aiayn.data.batching import BatchIterator
+        from aiayn.data.prepare import prepare
+
+        cfg, run_dir = self.cfg, self.run_dir
+        if self.main:
+            check_run_dir(run_dir)
+            if not self.resume and list_checkpoints(run_dir):
+                raise TrainingError(f"{run_dir} already holds checkpoints; continue it with "
+                                    f"`aiayn train --resume {run_dir}` or choose a new run directory")
+        distributed.barrier()
+
+        # Rank 0 prepares first (trains the tokenizer, encodes); the others then reuse its cache.
+        if self.main:
+            self.prepared = prepare(cfg.data, run_dir)
+        distributed.barrier()
+        if not self.main:
+            self.prepared = prepare(cfg.data, None)
+        self.tokenizer = self.prepared.tokenizer
+        vocab = self.tokenizer.vocab_size
+        if "vocab_size" in cfg.model and int(cfg.model["vocab_size"]) != vocab:
+            raise TrainingError(f"config model.vocab_size={cfg.model['vocab_size']} but the tokenizer has {vocab} "
+                                f"pieces; the data settings changed since this run started")
+
+        seed = cfg.train.seed
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        self.model_config = cfg.model_config(vocab)
+        self.model = Transformer(self.model_config).to(self.device)  # identical init on every rank
+        torch.manual_seed(seed + self.dist.rank)  # dropout differs across ranks, as it should
+
+        n_params = self.model.num_parameters()
+        if self.main:
+            check_run_dir(run_dir, need_bytes=2 * 16 * n_params)  # weights + Adam moments, twice over
+            resolved = cfg.to_dict()
+            resolved["model"] = {"preset": cfg.model["preset"], **self.model_config.to_dict()}
+            Config.from_dict(resolved).save(run_dir / "config.yaml")
+
+        o = cfg.optim
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=o.betas, eps=o.eps,
+                                          weight_decay=o.weight_decay)
+        self.scheduler = noam_scheduler(self.optimizer, self.model_config.d_model, o.warmup, o.lr_scale)
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp == "fp16" else None
+
+        self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=seed, shuffle=True,
+                                      rank=self.dist.rank, world_size=self.dist.world_size)
+        self.batches = Batches(self.iterator, cfg.train.max_epochs)
+
+        if self.resume:
+            self._load_latest()
+        else:
+            self.metrics.truncate(0)
+
+        self.train_model: torch.nn.Module = self.model
+        if cfg.train.compile:
+            self.train_model = torch.compile(self.model)  # checkpoints always save self.model (no _orig_mod.)
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DDP(self.train_model, device_ids=ids)
+
+        if self.main:
+            eff = cfg.data.max_tokens * o.update_freq * self.dist.world_size
+            print(f"aiayn train: {run_dir} | {n_params:,} parameters | {len(self.prepared.splits['train']):,} "
+                  f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {o.update_freq} x "
+                  f"{self.dist.world_size} x {cfg.data.max_tokens} tokens (<= {eff:,}) | device {self.device}, "
+                  f"amp {self.amp}" + (f" | resumed at step {self.step}" if self.step else ""), flush=True)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        rngs = capture_rng()
+        if self.dist.enabled:  # every rank's RNG, so dropout streams continue per rank
+            gathered: list[Any] = [None] * self.dist.world_size
+            torch.distributed.all_gather_object(gathered, rngs)
+            rngs = gathered
+        else:
+            rngs = [rngs]
+        return {
+            "version": STATE_VERSION,
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else {},
+            "rng": rngs,
+            "data": self.iterator.state_dict(),
+            "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive,
+                         "elapsed": self.elapsed + (time.perf_counter() - self._t0)},
+            "window": dict(self._window),
+            "best": self.best,
+        }
+
+    def save(self) -> None:
+        if self.step == self.last_saved_step:
+            return
+        state = self._state()  # collective under DDP: every rank takes part
+        if self.main:
+            weights, state_path = checkpoint_paths(self.run_dir, self.step)
+            save_weights(self.model, weights, step=self.step)
+            save_state(state_path, state)
+            prune(self.run_dir, self.cfg.train.keep_last)
+            self.last_saved = weights
+        self.last_saved_step = self.step
+
+    def _load_latest(self) -> None:
+        """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones."""
+        ckpts = list_checkpoints(self.run_dir)
+        if not ckpts:
+            warn(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 0")
+            self.metrics.truncate(0)
+            return
+        errors = []
+        for step, weights, state_path in reversed(ckpts):
+            try:
+                read_metadata(weights)
+                state = load_state(state_path)
+                try:
+                    _st_load_model(self.model, str(weights), strict=True, device=str(self.device))
+                except Exception as e:
+                    raise CheckpointError(f"cannot load weights from {weights}: {e}") from None
+                self._restore(state)
+            except CheckpointError as e:
+                warn(f"{e}; trying an older checkpoint")
+                errors.append(str(e))
+                continue
+            if errors and self.main:
+                warn(f"resuming from the older checkpoint {weights}")
+            self.last_saved, self.last_saved_step = weights, step
+            self.metrics.truncate(step)
+            return
+        raise TrainingError("no usable checkpoint to resume from:\n  " + "\n  ".join(errors))
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        # The schedule's scale, betas and eps come from the current config (allows changing lr on resume).
+        o, base = self.cfg.optim, self.cfg.optim.lr_scale * self.model_config.d_model**-0.5
+        self.scheduler.base_lrs = [base for _ in self.optimizer.param_groups]
+        for g in self.optimizer.param_groups:
+            g["initial_lr"], g["betas"], g["eps"] = base, o.betas, o.eps
+            g["lr"] = base * self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
+        if self.scaler and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.iterator.load_state_dict(state["data"])
+        rngs = state["rng"]
+        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0])
+        self.step = int(state["step"])
+        c = state["counters"]
+        self.nan_total, self.nan_consecutive, self.elapsed = int(c["nan_total"]), int(c["nan_consecutive"]), float(c["elapsed"])
+        self._window = dict(state["window"])
+        self.best = state["best"]
+
+    # -- evaluation -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict[str, Any]:
+        from aiayn.data.batching import BatchIterator
+
+        cfg, model = self.cfg, self.model
+        rng = torch.get_rng_state()  # evaluation must not shift the training RNG stream
+        model.eval()
+        loss = nll = tokens = 0.0
+        for b in BatchIterator(self.prepared.splits["valid"], cfg.data.max_tokens, shuffle=False):
+            b = b.to(self.device)
+            with self._autocast():
+                logits = model(b.src, b.tgt_in)
+            l, n, k = label_smoothed_nll(logits, b.tgt_out, cfg.optim.label_smoothing, self.model_config.pad_id)
+            loss, nll, tokens = loss + l.item(), nll + n.item(), tokens + k.item()
+        rec: dict[str, Any] = {"kind": "valid", "step": self.step, "loss": loss / tokens, "nll": nll / tokens,
+                               "ppl": math.exp(min(nll / tokens, 50.0)), "bleu": None}
+        if cfg.train.eval_bleu:
+            rec["bleu"] = self._greedy_bleu()
+        model.train()
+        torch.set_rng_state(rng)
+        return rec
+
+    def _greedy_bleu(self) -> float | None:
+        try:
+            from aiayn.decode import Translator
+            from aiayn.evaluate import score
+        except ImportError as e:  # decoding layer not installed yet: loss-only validation
+            warn(f"validation BLEU skipped ({e})")
+            return None
+        src, ref = self.prepared.raw("valid")
+        n = self.cfg.train.eval_max_sentences or len(src)
+        with self._autocast():
+            hyps = Translator(self.model, self.tokenizer, device=self.device).translate(list(src[:n]), beam=1)
+        return float(score(hyps, list(ref[:n]))["bleu"])
+
+    def evaluate(self) -> None:
+        """Rank 0 evaluates the unwrapped model; the others wait."""
+        if self.main:
+            t = time.perf_counter()
+            rec = self.validate()
+            self.metrics.write(rec)
+            self.last_valid = rec
+            bleu = "" if rec["bleu"] is None else f" | bleu {rec['bleu']:.2f}"
+            self._print(f"valid step {self.step} | loss {rec['loss']:.3f} | nll {rec['nll']:.3f} | "
+                        f"ppl {rec['ppl']:.2f}{bleu} ({time.perf_counter() - t:.1f}s)")
+            merit = rec["bleu"] if rec["bleu"] is not None else -rec["nll"]
+            if self.best is None or merit > self.best:
+                self.best = merit
+                save_weights(self.model, self.run_dir / "best.safetensors", step=self.step,
+                             extra={"valid": json.dumps(rec)})
+        distributed.barrier()
+        self._t_window = time.perf_counter()  # keep evaluation time out of tokens/s
+
+    # -- one update -------------------------------------------------------------------------------
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp == "none":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16 if self.amp == "bf16" else torch.float16)
+
+    def update(self, micro: list[Any]) -> tuple[bool, float, float, float, float]:
+        """Forward/backward over the micro-batches, then one optimizer step unless non-finite.
+        Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
+        o, pad = self.cfg.optim, self.model_config.pad_id
+        local_tokens = float(sum(b.tgt_tokens for b in micro))
+        global_tokens = _sum_stats([local_tokens])[0]
+        scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
+        loss_sum = nll_sum = 0.0
+        for i, b in enumerate(micro):
+            b = b.to(self.device, non_blocking=True)
+            sync = i == len(micro) - 1 or not self.dist.enabled
+            ctx = contextlib.nullcontext() if sync else self.train_model.no_sync()
+            with ctx:
+                with self._autocast():
+                    logits = self.train_model(b.src, b.tgt_in)  # (B, T, V)
+                loss, nll, _ = label_smoothed_nll(logits, b.tgt_out, o.label_smoothing, pad)
+                obj = loss * scale
+                (self.scaler.scale(obj) if self.scaler else obj).backward()
+            loss_sum += loss.item()
+            nll_sum += nll.item()
+        loss_sum, nll_sum, stop = _sum_stats([loss_sum, nll_sum, float(self._stop_requested)])
+        if stop:
+            self._stop_requested = True
+
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm if o.clip_norm > 0 else math.inf)
+        finite_loss = math.isfinite(loss_sum)
+        if self.scaler and finite_loss:  # fp16: overflowing gradients are the scaler's business
+            before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            ok = self.scaler.get_scale() >= before
+        elif finite_loss and math.isfinite(gnorm.item()):
+            self.optimizer.step()
+            ok = True
+        else:
+            ok = False
+            if self.scaler:
+                self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if ok:
+            self.scheduler.step()
+        elif finite_loss and self.scaler:
+            self._print(f"step {self.step + 1}: fp16 gradient overflow, update skipped (scale "
+                        f"{self.scaler.get_scale():g})")
+            return False, loss_sum, nll_sum, global_tokens, lr
+        elif not ok:
+            self._non_finite(loss_sum, gnorm.item())
+        return ok, loss_sum, nll_sum, global_tokens, lr
+
+    def _non_finite(self, loss_sum: float, gnorm: float) -> None:
+        self.nan_total += 1
+        self.nan_consecutive += 1
+        what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
+        self.metrics.write({"kind": "skip", "step": self.step + 1, "reason": f"non-finite {what}",
+                            "consecutive": self.nan_consecutive, "total": self.nan_total})
+        self._print(f"step {self.step + 1}: non-finite {what}, update skipped "
+                    f"({self.nan_consecutive} in a row, {self.nan_total} in total)", err=True)
+        limit = self.cfg.train.nan_limit
+        if self.nan_consecutive >= limit:
+            last = self.last_saved or "none (no checkpoint was written yet)"
+            raise TrainingError(f"{what} was NaN/inf for {limit} consecutive updates (after step {self.step}); "
+                                f"training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
+                                f"optim.clip_norm, or train.amp=bf16 instead of fp16")
+
+    # -- loop -------------------------------------------------------------------------------------
+    def _print(self, msg: str, err: bool = False) -> None:
+        if self.main:
+            from tqdm import tqdm
+
+            tqdm.write(msg, file=sys.stderr if err else sys.stdout)
+
+    def _log(self, lr: float) -> None:
+        w = self._window
+        now = time.perf_counter()
+        loss, nll = w["loss"] / max(w["tokens"], 1), w["nll"] / max(w["tokens"], 1)
+        rec = {"kind": "train", "step": self.step, "loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50.0)),
+               "lr": lr, "tokens_per_s": w["tokens"] / max(now - self._t_window, 1e-9),
+               "elapsed": self.elapsed + now - self._t0, "epoch": self.iterator.epoch}
+        self.metrics.write(rec)
+        self.last_train = rec
+        self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
+        self._t_window = now
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}",
+                                 refresh=False)
+        elif self.main:
+            print(f"step {self.step} | loss {loss:.3f} | nll {nll:.3f} | lr {lr:.2e} | "
+                  f"{rec['tokens_per_s']:.0f} tok/s", flush=True)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop_requested = True
+        signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+        self._print("stopping after this update (press Ctrl-C again to abort without saving)", err=True)
+
+    def run(self) -> dict[str, Any]:
+        from tqdm import tqdm
+
+        self.setup()
+        c = self.cfg.train
+        self._t0 = self._t_window = time.perf_counter()
+        self.bar = (tqdm(total=c.max_steps, initial=self.step, unit="step", file=sys.stderr, dynamic_ncols=True,
+                         mininterval=1.0, desc="train") if self.main and c.progress else None)
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                handlers[s] = signal.signal(s, self._on_signal)
+        lr = self.optimizer.param_groups[0]["lr"]
+        try:
+            while self.step < c.max_steps and not self._stop_requested:
+                micro = []
+                try:
+                    for _ in range(self.cfg.optim.update_freq):
+                        micro.append(self.batches.next())
+                except _EpochLimit:
+                    if not micro:
+                        break
+                ok, loss, nll, tokens, lr = self.update(micro)
+                if not ok:
+                    continue
+                self.step += 1
+                self.nan_consecutive = 0
+                w = self._window
+                w["loss"], w["nll"], w["tokens"], w["steps"] = w["loss"] + loss, w["nll"] + nll, w["tokens"] + tokens, w["steps"] + 1
+                if self.bar is not None:
+                    self.bar.update(1)
+                if self.step % c.log_every == 0:
+                    self._log(lr)
+                if c.eval_every and self.step % c.eval_every == 0:
+                    self.evaluate()
+                if self.step % c.save_every == 0:
+                    self.save()
+            interrupted = self._stop_requested and self.step < c.max_steps
+            if not interrupted:
+                if self._window["steps"]:
+                    self._log(lr)
+                if self.last_valid is None or self.last_valid["step"] != self.step:
+                    self.evaluate()
+            self.save()
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+            if self.bar is not None:
+                self.bar.close()
+        if interrupted and self.main:
+            print(f"interrupted at step {self.step}; checkpoint saved to {self.last_saved}\n"
+                  f"resume with: aiayn train --resume {self.run_dir}", file=sys.stderr, flush=True)
+        return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": interrupted,
+                "train": self.last_train, "valid": self.last_valid, "best": self.best,
+                "checkpoint": str(self.last_saved) if self.last_saved else None, "nan_skipped": self.nan_total}
+
+
+def train(config: Config, run_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+    """Train (or with `resume=True` continue) a run; returns a summary of the last metrics."""
+    trainer = Trainer(config, run_dir, resume)
+    try:
+        return trainer.run()
+    finally:
+        distributed.teardown()
+
+
+__all__ = ["train", "Trainer", "TrainingError", "noam_lr"]
