@@ -10,8 +10,11 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from aiayn import __version__
+from aiayn import __version__, ablation, viz
+from aiayn import export as export_commands
 from aiayn.data import commands as data_commands
+from aiayn.decode import commands as decode_commands
+from aiayn.train import commands as train_commands
 
 
 def _add_model(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +49,9 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_model, data_commands.register]
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_model, data_commands.register,
+                                                               export_commands.register, decode_commands.register,
+                                                               viz.register, ablation.register, train_commands.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

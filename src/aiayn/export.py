@@ -1,0 +1,187 @@
+"""Export a trained model to CTranslate2 (through CTranslate2's own spec and converter API).
+
+    aiayn export --ctranslate2 OUT_DIR -c RUN_DIR [--quantization int8]
+
+The spec is filled the way CTranslate2's fairseq / OpenNMT-py converters fill theirs, with our
+conventions made explicit rather than left to CTranslate2's defaults:
+
+- post-LN (the paper, §3.1) or pre-LN, from `ModelConfig.norm`; LayerNorm epsilon 1e-5 (torch's);
+- token embeddings scaled by sqrt(d_model) (§3.4); one matrix for both embeddings and the
+  pre-softmax projection (tied; CTranslate2 stores the duplicate once as an alias);
+- positions: our own table (interleaved sin/cos from position 0, §3.5, or the learned one) is
+  written into the spec, so CTranslate2 adds exactly the vectors our model adds;
+- vocabulary = the sentencepiece pieces in id order (pad 0, unk 1, bos 2 = "<s>", eos 3 = "</s>");
+  sources get EOS appended by CTranslate2 (`add_source_eos`), the decoder starts from BOS.
+
+The sentencepiece model is copied beside the CTranslate2 files as `spm.model`, so a user does
+
+    sp = sentencepiece.SentencePieceProcessor(model_file="OUT_DIR/spm.model")
+    tr = ctranslate2.Translator("OUT_DIR")
+    out = tr.translate_batch([sp.encode(line, out_type=str)], beam_size=4, length_penalty=...)
+    sp.decode(out[0].hypotheses[0])
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, used by every norm in aiayn.model
+
+
+def _np(t: Any) -> Any:
+    return t.detach().cpu().float().contiguous().numpy()
+
+
+def _linear(spec: Any, linear: Any) -> None:
+    spec.weight = _np(linear.weight)  # (out, in): CTranslate2 uses torch's layout
+    if linear.bias is not None:
+        spec.bias = _np(linear.bias)
+
+
+def _norm(spec: Any, norm: Any) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _inputs(spec: Any, embed: Any, n_positions: int) -> None:
+    """Token embeddings x sqrt(d_model) + our position table (rows 0..n_positions-1)."""
+    emb_spec = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    emb_spec.weight = _np(embed.tokens.weight)
+    spec.scale_embeddings = True  # multiply by sqrt(d_model), as aiayn.model.embedding does
+    pos = embed.positions
+    table = pos.table.weight if pos.kind == "learned" else pos.table  # (P, d_model)
+    spec.position_encodings.encodings = _np(table[:n_positions])
+
+
+def build_spec(model: Any, vocabulary: list[str]) -> Any:
+    """A validated-ready `ctranslate2.specs.TransformerSpec` holding `model`'s weights."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.config
+    if len(vocabulary) != c.vocab_size:
+        raise ValueError(f"vocabulary has {len(vocabulary)} pieces but the model has vocab_size={c.vocab_size}")
+    pre = c.norm == "pre"
+    head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
+    common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=head_dim)
+    encoder = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, **common)
+    decoder = transformer_spec.TransformerDecoderSpec(c.n_decoder_layers, c.n_heads, **common)
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+
+    n_pos = c.max_positions
+    _inputs(encoder, model.src_embed, n_pos)
+    for ls, layer in zip(encoder.layer, model.encoder):
+        _linear(ls.self_attention.linear[0], layer.self_attn.qkv)  # fused [W^Q | W^K | W^V]
+        _linear(ls.self_attention.linear[1], layer.self_attn.out)
+        _norm(ls.self_attention.layer_norm, layer.r1.norm)
+        _linear(ls.ffn.linear_0, layer.ffn.w1)
+        _linear(ls.ffn.linear_1, layer.ffn.w2)
+        _norm(ls.ffn.layer_norm, layer.r2.norm)
+    if pre:
+        _norm(encoder.layer_norm, model.encoder_norm)
+
+    _inputs(decoder, model.tgt_embed, n_pos)
+    _linear(decoder.projection, model.generator)  # tied: same array as the embeddings -> alias
+    for ls, layer in zip(decoder.layer, model.decoder):
+        _linear(ls.self_attention.linear[0], layer.self_attn.qkv)
+        _linear(ls.self_attention.linear[1], layer.self_attn.out)
+        _norm(ls.self_attention.layer_norm, layer.r1.norm)
+        _linear(ls.attention.linear[0], layer.cross_attn.q)
+        _linear(ls.attention.linear[1], layer.cross_attn.kv)  # fused [W^K | W^V]
+        _linear(ls.attention.linear[2], layer.cross_attn.out)
+        _norm(ls.attention.layer_norm, layer.r2.norm)
+        _linear(ls.ffn.linear_0, layer.ffn.w1)
+        _linear(ls.ffn.linear_1, layer.ffn.w2)
+        _norm(ls.ffn.layer_norm, layer.r3.norm)
+    if pre:
+        _norm(decoder.layer_norm, model.decoder_norm)
+
+    spec.register_source_vocabulary(vocabulary)
+    spec.register_target_vocabulary(vocabulary)
+    cfg = spec.config
+    cfg.unk_token, cfg.bos_token, cfg.eos_token = (vocabulary[i] for i in (1, c.bos_id, c.eos_id))
+    cfg.decoder_start_token = vocabulary[c.bos_id]
+    cfg.add_source_bos, cfg.add_source_eos = False, True  # source = pieces + EOS
+    cfg.layer_norm_epsilon = LAYER_NORM_EPS
+    return spec
+
+
+def spm_vocabulary(spm_file: str | Path) -> list[str]:
+    """The sentencepiece pieces in id order (the ids the model was trained on)."""
+    import sentencepiece as spm
+
+    from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_file))
+    got = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+    if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise ValueError(f"{spm_file}: special ids (pad, unk, bos, eos) are {got}, "
+                         f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def find_spm(path: Path) -> Path:
+    """spm.model in the run directory, or beside / above a weights file."""
+    start = path if path.is_dir() else path.parent
+    for d in (start, *start.parents)[:3]:
+        if (d / "spm.model").is_file():
+            return d / "spm.model"
+    raise FileNotFoundError(f"no spm.model found in {start} or its parent directories; pass --spm")
+
+
+def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | Path | None = None,
+                       quantization: str | None = None, force: bool = False) -> Path:
+    """Write a CTranslate2 model directory (model.bin, config.json, shared_vocabulary, spm.model).
+
+    `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
+    `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
+    """
+    from ctranslate2.converters.converter import Converter
+
+    from aiayn.checkpoint import load_model
+
+    if isinstance(model_or_path, (str, Path)):
+        path = Path(model_or_path)
+        model = load_model(path, "cpu")
+        spm_file = Path(spm_file) if spm_file else find_spm(path)
+    else:
+        model = model_or_path
+        if spm_file is None:
+            raise ValueError("exporting an in-memory model needs spm_file")
+        spm_file = Path(spm_file)
+    vocabulary = spm_vocabulary(spm_file)
+    model = model.float().eval()
+
+    class _AiaynConverter(Converter):
+        def _load(self) -> Any:
+            return build_spec(model, vocabulary)
+
+    out = Path(out_dir)
+    _AiaynConverter().convert(str(out), quantization=quantization, force=force)
+    shutil.copyfile(spm_file, out / "spm.model")
+    return out
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a trained model for serving (CTranslate2)")
+    p.add_argument("--ctranslate2", metavar="OUT_DIR", required=True,
+                   help="write a CTranslate2 model directory here (spm.model copied beside it)")
+    p.add_argument("-c", "--checkpoint", required=True, metavar="RUN_DIR",
+                   help="run directory (best.safetensors, else newest checkpoint) or a weights file")
+    p.add_argument("--spm", default=None, help="sentencepiece model (default: spm.model of the run directory)")
+    p.add_argument("--quantization", default=None,
+                   help="CTranslate2 weight type: int8, int8_float32, int16, float16, bfloat16 (default float32)")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+
+    def run(a: argparse.Namespace) -> int:
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError:
+            raise SystemExit("aiayn export --ctranslate2 needs ctranslate2: pip install 'aiayn[bench]'") from None
+        out = export_ctranslate2(a.checkpoint, a.ctranslate2, spm_file=a.spm, quantization=a.quantization,
+                                 force=a.force)
+        print(f"wrote CTranslate2 model to {out}")
+        return 0
+
+    p.set_defaults(run=run)
