@@ -4,7 +4,9 @@
     it = BatchIterator(prep.splits["train"], max_tokens=4096, seed=0, rank=0, world_size=1)
     for batch in it: ...   # Batch(src (B,S), tgt_in (B,T), tgt_out (B,T), ids, src_tokens, tgt_tokens)
 
-Names are imported lazily (PEP 562) so `aiayn.data.commands` loads without torch for a fast `aiayn --help`.
+The torch-dependent batching names load lazily (PEP 562) so `aiayn --help` does not import torch.
+`prepare` is imported eagerly on purpose: it shares its name with its module, and an eager import keeps
+`aiayn.data.prepare` the function while `from aiayn.data.prepare import prepare` still works.
 """
 
 from __future__ import annotations
@@ -12,24 +14,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_EXPORTS = {
-    "Batch": "batching", "BatchIterator": "batching", "collate": "batching",
-    "EncodedSplit": "encoded", "DataError": "errors", "read_lines": "io", "read_parallel": "io",
-    "Prepared": "prepare", "prepare": "prepare", "Tokenizer": "tokenizer",
-}
-__all__ = sorted(_EXPORTS)
+from aiayn.data.encoded import EncodedSplit
+from aiayn.data.errors import DataError
+from aiayn.data.io import read_lines, read_parallel
+from aiayn.data.prepare import Prepared, prepare
+from aiayn.data.tokenizer import Tokenizer
+
+_LAZY = {"Batch": "batching", "BatchIterator": "batching", "collate": "batching"}
+__all__ = ["Batch", "BatchIterator", "DataError", "EncodedSplit", "Prepared", "Tokenizer", "collate",
+           "prepare", "read_lines", "read_parallel"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"aiayn.data.{_EXPORTS[name]}"), name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"aiayn.data.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'aiayn.data' has no attribute {name!r}")
 
 
 if TYPE_CHECKING:
     from aiayn.data.batching import Batch, BatchIterator, collate
-    from aiayn.data.encoded import EncodedSplit
-    from aiayn.data.errors import DataError
-    from aiayn.data.io import read_lines, read_parallel
-    from aiayn.data.prepare import Prepared, prepare
-    from aiayn.data.tokenizer import Tokenizer

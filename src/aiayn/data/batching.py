@@ -125,11 +125,13 @@ class BatchIterator:
             max_s, max_t = ms, mt
         batches.append(order[start:n])
 
+        n_cut = len(batches)
         while len(batches) % self.world_size:  # equal batch counts per rank: split the largest batch
             j = max(range(len(batches)), key=lambda k: len(batches[k]))
             big = batches[j]
             if len(big) < 2:
-                raise ValueError(f"cannot make {self.world_size} equal shards of {n} examples")
+                raise ValueError(f"cannot give {self.world_size} ranks equal batch counts: {n} examples make "
+                                 f"{n_cut} batches under max_tokens={self.max_tokens}")
             batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
 
         if self.shuffle:
