@@ -1,7 +1,27 @@
-"""Training (paper §5): label-smoothed loss, the warm-up schedule, the loop, checkpoints, averaging."""
+"""Training (paper §5): label-smoothed loss, the warm-up schedule, the loop, checkpoints, averaging.
 
-from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.schedule import noam_lr, noam_scheduler
-from aiayn.train.trainer import Trainer, TrainingError, train
+Names are imported lazily (PEP 562) so `aiayn.train.commands` loads without torch (fast `aiayn --help`).
+"""
 
-__all__ = ["train", "Trainer", "TrainingError", "label_smoothed_nll", "noam_lr", "noam_scheduler"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {"train": "trainer", "Trainer": "trainer", "TrainingError": "trainer",
+            "label_smoothed_nll": "loss", "noam_lr": "schedule", "noam_scheduler": "schedule",
+            "average_checkpoints": "average", "average_last": "average"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"aiayn.train.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'aiayn.train' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from aiayn.train.average import average_checkpoints, average_last
+    from aiayn.train.loss import label_smoothed_nll
+    from aiayn.train.schedule import noam_lr, noam_scheduler
+    from aiayn.train.trainer import Trainer, TrainingError, train

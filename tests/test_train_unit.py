@@ -1,0 +1,213 @@
+"""Training parts in isolation: label-smoothed loss, the §5.3 schedule, configs, state files, averaging."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiayn.checkpoint import CheckpointError, load_model, save_weights
+from aiayn.config import Config, ModelConfig
+from aiayn.model import Transformer
+from aiayn.train.average import average_checkpoints, average_run
+from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.schedule import noam_lr, noam_scheduler
+from aiayn.train.state import capture_rng, checkpoint_paths, list_checkpoints, load_state, restore_rng, save_state
+
+# -- loss -------------------------------------------------------------------------------------------
+
+
+def dense_reference(logits, target, eps, pad):
+    """The textbook version: build the (N, V) smoothed target q and take -sum q log p."""
+    v = logits.size(-1)
+    lp = torch.log_softmax(logits.double(), -1).view(-1, v)
+    t = target.reshape(-1)
+    q = torch.full_like(lp, eps / (v - 2))
+    q[:, pad] = 0.0
+    q.scatter_(1, t.unsqueeze(1), 1.0 - eps)
+    keep = t != pad
+    loss = -(q * lp).sum(-1)[keep].sum()
+    nll = -lp.gather(1, t.unsqueeze(1)).squeeze(1)[keep].sum()
+    return loss, nll, keep.sum()
+
+
+@settings(max_examples=30, deadline=None)
+@given(b=st.integers(1, 4), t=st.integers(1, 6), v=st.integers(5, 40), eps=st.sampled_from([0.0, 0.1, 0.3]),
+       seed=st.integers(0, 10_000))
+def test_label_smoothing_equals_dense_reference(b, t, v, eps, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(b, t, v, generator=g, dtype=torch.float64) * 3
+    target = torch.randint(0, v, (b, t), generator=g)  # includes pad (0) positions
+    target[0, 0] = 5 % v if 5 % v else 1  # at least one real token
+    logits.requires_grad_(True)
+    loss, nll, n = label_smoothed_nll(logits, target, eps, pad_id=0)
+    ref_loss, ref_nll, ref_n = dense_reference(logits, target, eps, 0)
+    assert int(n) == int(ref_n)
+    torch.testing.assert_close(loss.double(), ref_loss, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nll.double(), ref_nll, rtol=1e-5, atol=1e-5)
+    g1, = torch.autograd.grad(loss, logits)
+    g2, = torch.autograd.grad(ref_loss, logits)
+    torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
+    assert (g1[target == 0] == 0).all()  # padded positions contribute nothing
+
+
+def test_loss_without_smoothing_is_cross_entropy_and_pad_gets_no_mass():
+    torch.manual_seed(0)
+    logits, target = torch.randn(3, 5, 11), torch.randint(1, 11, (3, 5))
+    target[:, -2:] = 0
+    loss, nll, n = label_smoothed_nll(logits, target, 0.0, 0)
+    ce = torch.nn.functional.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum")
+    torch.testing.assert_close(loss, ce)
+    torch.testing.assert_close(nll, ce)
+    assert n == 9
+    # Raising the pad logit hurts the true NLL but is invisible to the smoothing term (q_pad = 0):
+    bumped = logits.clone()
+    bumped[..., 0] += 5.0
+    l2, n2, _ = label_smoothed_nll(bumped, target, 0.1, 0)
+    lp, lp2 = torch.log_softmax(logits, -1), torch.log_softmax(bumped, -1)
+    keep = target != 0
+    expected = 0.9 * n2 + 0.1 / 9 * -(lp2.sum(-1) - lp2.gather(-1, target[..., None]).squeeze(-1)
+                                      - lp2[..., 0])[keep].sum()
+    torch.testing.assert_close(l2, expected)
+    assert n2 > nll and lp2[..., 0].mean() > lp[..., 0].mean()
+
+
+# -- schedule ---------------------------------------------------------------------------------------
+
+
+def test_schedule_matches_the_paper_formula():
+    d, w = 512, 4000
+    formula = lambda s: d**-0.5 * min(s**-0.5, s * w**-1.5)  # noqa: E731  §5.3 eq. 3
+    for s in (1, w, 4 * w):
+        assert noam_lr(s, d, w) == pytest.approx(formula(s), rel=1e-12)
+    assert noam_lr(w, d, w) == pytest.approx(6.98771e-4, rel=1e-5)  # the peak, by hand
+    assert noam_lr(4 * w, d, w) == pytest.approx(noam_lr(w, d, w) / 2)  # inverse square root decay
+    assert noam_lr(1, d, w) == pytest.approx(d**-0.5 * w**-1.5)
+    assert noam_lr(10, d, w, scale=2.0) == pytest.approx(2 * formula(10))
+
+
+def test_scheduler_drives_the_optimizer_and_resumes():
+    d, w = 64, 10
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    opt = torch.optim.Adam(p, lr=1.0)
+    sched = noam_scheduler(opt, d, w, scale=3.0)
+    seen = []
+    for _ in range(25):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([noam_lr(s, d, w, 3.0) for s in range(1, 26)], rel=1e-12)
+    # A fresh scheduler loaded from the state continues the same sequence.
+    opt2 = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+    sched2 = noam_scheduler(opt2, d, w, scale=3.0)
+    opt2.load_state_dict(opt.state_dict())
+    sched2.load_state_dict(sched.state_dict())
+    assert opt2.param_groups[0]["lr"] == pytest.approx(noam_lr(26, d, w, 3.0))
+
+
+# -- config -----------------------------------------------------------------------------------------
+
+
+def test_config_yaml_toml_and_dotted_overrides(tmp_path):
+    (tmp_path / "c.yaml").write_text("model:\n  preset: tiny\n  dropout: 0.2\noptim:\n  eps: 1e-9\n  warmup: 100\n"
+                                     "train:\n  max_steps: 7\n")
+    (tmp_path / "c.toml").write_text('[model]\npreset = "tiny"\ndropout = 0.2\n[optim]\neps = 1e-9\nwarmup = 100\n'
+                                     "[train]\nmax_steps = 7\n")
+    a, b = Config.load(tmp_path / "c.yaml"), Config.load(tmp_path / "c.toml")
+    assert a == b and a.optim.eps == 1e-9 and isinstance(a.optim.eps, float)
+    c = Config.load(tmp_path / "c.yaml", ["--optim.lr_scale", "2", "--model.d_model=128", "--train.amp", "bf16",
+                                          "--optim.betas", "[0.9, 0.997]"])
+    assert (c.optim.lr_scale, c.train.amp, c.optim.betas, c.optim.warmup) == (2.0, "bf16", (0.9, 0.997), 100)
+    mc = c.model_config(vocab_size=99)
+    assert (mc.d_model, mc.n_encoder_layers, mc.dropout, mc.vocab_size) == (128, 2, 0.2, 99)
+    c.save(tmp_path / "run" / "config.yaml")
+    assert Config.load(tmp_path / "run" / "config.yaml") == c
+    with pytest.raises(ValueError, match="unknown optim fields.*lr_scal"):
+        Config.load(None, ["--optim.lr_scal", "2"])
+    with pytest.raises(ValueError, match="unknown model fields"):
+        Config.load(None, ["--model.dmodel", "2"])
+    with pytest.raises(ValueError, match="train.max_steps: cannot use 'many'"):
+        Config.load(None, ["--train.max_steps", "many"])
+    with pytest.raises(ValueError, match="amp"):
+        Config.load(None, {"train.amp": "fp8"})
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    base = Config.load(root / "wmt14_en_de_base.yaml")
+    big = Config.load(root / "wmt14_en_de_big.yaml")
+    assert (base.optim.warmup, base.optim.betas, base.optim.eps, base.optim.label_smoothing) == (4000, (0.9, 0.98), 1e-9, 0.1)
+    assert base.model_config(37000).d_model == 512 and big.model_config(37000).d_model == 1024
+    assert big.model_config(37000).dropout == 0.3 and base.train.max_steps == 100_000 and big.train.max_steps == 300_000
+    for name in ("multi30k_de_en", "multi30k_en_de"):
+        c = Config.load(root / f"{name}.yaml")
+        assert c.data.corpus == "multi30k" and c.model["preset"] == "small"
+
+
+# -- state files ------------------------------------------------------------------------------------
+
+
+def test_state_round_trip_is_weights_only_and_restores_rng(tmp_path):
+    import random
+
+    import numpy as np
+
+    rng = capture_rng()
+    a = (torch.rand(3), np.random.rand(), random.random())
+    save_state(tmp_path / "s.pt", {"step": 3, "rng": [rng], "data": {"epoch": 1, "position": 2}})
+    restore_rng(load_state(tmp_path / "s.pt")["rng"][0])
+    b = (torch.rand(3), np.random.rand(), random.random())
+    assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    torch.save({"step": 1, "x": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="evil.pt"):
+        load_state(tmp_path / "evil.pt")
+    data = (tmp_path / "s.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"corrupted or truncated training state .*cut\.pt"):
+        load_state(tmp_path / "cut.pt")
+
+
+# -- averaging --------------------------------------------------------------------------------------
+
+
+def test_average_is_the_parameter_mean(tmp_path):
+    cfg = ModelConfig.preset("tiny", vocab_size=50)
+    models = []
+    for i, step in enumerate((10, 20, 30)):
+        torch.manual_seed(i)
+        m = Transformer(cfg)
+        w, s = checkpoint_paths(tmp_path, step)
+        save_weights(m, w, step=step)
+        save_state(s, {"step": step})
+        models.append(m)
+    assert [c[0] for c in list_checkpoints(tmp_path)] == [10, 20, 30]
+
+    out = average_run(tmp_path, 2, tmp_path / "avg.safetensors")
+    avg = load_model(out)
+    for name, p in avg.named_parameters():
+        a, b = dict(models[1].named_parameters())[name], dict(models[2].named_parameters())[name]
+        assert torch.equal(p, ((a.double() + b.double()) / 2).float()), name
+    assert avg.generator.weight is avg.src_embed.tokens.weight  # still tied
+
+    three = average_checkpoints([checkpoint_paths(tmp_path, s)[0] for s in (10, 20, 30)])
+    ref = torch.stack([m.encoder[0].ffn.w1.weight.double() for m in models]).mean(0).float()
+    assert torch.equal(three.encoder[0].ffn.w1.weight, ref)
+
+    # The command line: `aiayn average RUN --last 3 -o FILE`
+    r = subprocess.run([sys.executable, "-m", "aiayn", "average", str(tmp_path), "--last", "3", "-o",
+                        str(tmp_path / "avg3.safetensors")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    via_cli = load_model(tmp_path / "avg3.safetensors")
+    for (n1, p1), (_, p2) in zip(via_cli.named_parameters(), three.named_parameters()):
+        assert torch.equal(p1, p2), n1
