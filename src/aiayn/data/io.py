@@ -36,6 +36,8 @@ def read_bytes_lines(path: str | os.PathLike) -> list[bytes]:
 
 def decode_lines(path: str | os.PathLike, lines: list[bytes]) -> list[str]:
     """Strict UTF-8 decode; an invalid byte sequence names the file and the 1-based line number."""
+    if not lines:
+        return []
     try:  # fast path: the whole file at once
         return b"\n".join(lines).decode("utf-8").split("\n")
     except UnicodeDecodeError:

@@ -144,8 +144,13 @@ def _decode_all(raw: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
             out[s] = ([], [])
             continue
         (sp, tp), sb, tb = d
-        out[s] = ([x.strip() for x in decode_lines(sp, sb)], [x.strip() for x in decode_lines(tp, tb)])
+        out[s] = ([_clean(x) for x in decode_lines(sp, sb)], [_clean(x) for x in decode_lines(tp, tb)])
     return out
+
+
+def _clean(line: str) -> str:
+    """Collapse whitespace runs (sentencepiece does too), so decode(encode(x)) == x for raw text."""
+    return " ".join(line.split())
 
 
 def _key(cfg: DataConfig, raw: dict[str, Any]) -> str:
@@ -177,7 +182,11 @@ def _build(cfg: DataConfig, raw: dict[str, Any], out: Path, key: str, t0: float)
 
     t1 = time.perf_counter()
     spm_text = [train_src[i] for i in nonempty] + [train_tgt[i] for i in nonempty]
-    tok = Tokenizer.train(spm_text, out / "spm.model", vocab_size=cfg.vocab_size)
+    try:
+        tok = Tokenizer.train(spm_text, out / "spm.model", vocab_size=cfg.vocab_size)
+    except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
+        raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
+                        f"{str(e).splitlines()[0]}") from None
     t2 = time.perf_counter()
 
     report: dict[str, Any] = {"corpus": cfg.corpus, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
