@@ -1,0 +1,327 @@
+"""Pictures: attention heat maps (paper §3.2, Figures 3-5) and training curves (§5).
+
+matplotlib is optional (`pip install 'aiayn[plot]'`) and imported only when a picture is drawn.
+Figures are built on `matplotlib.figure.Figure` with the Agg canvas, never through pyplot, so
+drawing touches no global backend state (safe inside notebooks, servers and tests).
+
+Sizes are exact: a figure is `width_in x height_in` inches at `dpi`, saved without tight
+cropping, so the PNG is `round(width_in * dpi) x round(height_in * dpi)` pixels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
+    from matplotlib.figure import Figure
+
+    from aiayn.data.tokenizer import Tokenizer
+    from aiayn.model import Transformer
+
+PLOT_HINT = "plotting needs matplotlib: pip install 'aiayn[plot]'"
+KINDS = ("encoder", "decoder", "cross")
+KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
+               "cross": "encoder-decoder attention"}
+
+
+def _figure(width_in: float, height_in: float, dpi: int) -> "Figure":
+    """A Figure on the Agg canvas; a one-line install hint when matplotlib is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(PLOT_HINT) from None
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _text(s: str) -> str:
+    """Label-safe text: control characters (byte pieces decoded raw) shown as escapes, and `$`
+    escaped so matplotlib does not read mathtext."""
+    s = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in s)
+    return s.replace("$", r"\$")
+
+
+def _save(fig: "Figure", out: str | os.PathLike) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")  # no bbox_inches="tight": the pixel size stays as documented
+    return out
+
+
+# -- attention heat maps ---------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionMap:
+    """Attention probabilities of one sentence pair, with subword pieces for the axes.
+
+    Rows of every matrix are queries, columns keys. Encoder rows/columns: source pieces + </s>.
+    Decoder self-attention rows/columns: the decoder input, <s> + translation pieces. Encoder-decoder
+    rows are labelled with the piece each decoder position *produces* (translation pieces + </s>),
+    the reading of the paper's alignment-like figures; its columns are the source pieces.
+    """
+
+    source: str
+    translation: str
+    src_labels: list[str]
+    tgt_labels: list[str]  # decoder input: <s> y_1 .. y_n
+    out_labels: list[str]  # decoder output: y_1 .. y_n </s>
+    weights: dict[str, list[Any]] = field(repr=False)  # kind -> per layer numpy (h, T_q, T_k)
+
+    def axes(self, kind: str) -> tuple[list[str], list[str]]:
+        """(query labels, key labels) of `kind`."""
+        return {"encoder": (self.src_labels, self.src_labels), "decoder": (self.tgt_labels, self.tgt_labels),
+                "cross": (self.out_labels, self.src_labels)}[kind]
+
+
+def attention_map(model: "Transformer", tokenizer: "Tokenizer", sentence: str,
+                  target_ids: Sequence[int] | None = None, max_len_a: float = 1.0,
+                  max_len_b: int = 50) -> AttentionMap:
+    """Encode `sentence`, translate it greedily (or take `target_ids`, pieces without BOS/EOS) and
+    record every layer's attention while the model reads the pair by teacher forcing."""
+    import torch
+
+    c = model.config
+    ids = tokenizer.encode(sentence) + [c.eos_id]
+    device = next(model.parameters()).device
+    src = torch.tensor([ids], device=device)  # (1, S)
+    was_training = model.training
+    model.eval()  # dropout off: the picture shows the model as it translates
+    try:
+        if target_ids is None:
+            from aiayn.decode import greedy_search
+
+            target_ids = greedy_search(model, src, max_len_a=max_len_a, max_len_b=max_len_b)[0]
+        target_ids = [int(i) for i in target_ids]
+        tgt_in = torch.tensor([[c.bos_id] + target_ids], device=device)  # (1, T)
+        raw = model.attention_weights(src, tgt_in)
+    finally:
+        model.train(was_training)
+    weights = {k: [w[0].float().cpu().numpy() for w in raw[k]] for k in KINDS}  # per layer (h, T_q, T_k)
+
+    piece = tokenizer.sp.id_to_piece
+    src_labels = tokenizer.pieces(sentence) + [piece(c.eos_id)]
+    if len(src_labels) != len(ids):  # pieces() and encode() segment identically; be safe anyway
+        src_labels = [piece(i) for i in ids]
+    return AttentionMap(
+        source=sentence, translation=tokenizer.decode(target_ids), src_labels=src_labels,
+        tgt_labels=[piece(i) for i in [c.bos_id] + target_ids],
+        out_labels=[piece(i) for i in target_ids + [c.eos_id]], weights=weights)
+
+
+def _select(amap: AttentionMap, kind: str, layer: int | None, head: int | None
+            ) -> tuple[list[str], list[int], list[int]]:
+    """Validate the 1-based layer/head selection -> (kinds, layer indices, head indices), 0-based."""
+    kinds = list(KINDS) if kind == "all" else [kind]
+    if kind != "all" and kind not in KINDS:
+        raise ValueError(f"--kind must be one of encoder, decoder, cross, all; not {kind!r}")
+    n_heads = amap.weights[kinds[0]][0].shape[0]
+    n_layers = min(len(amap.weights[k]) for k in kinds)
+    if layer is not None and not 1 <= layer <= n_layers:
+        raise ValueError(f"layer {layer} does not exist: the model has {n_layers} layers (counted from 1)")
+    if head is not None and not 1 <= head <= n_heads:
+        raise ValueError(f"head {head} does not exist: the model has {n_heads} heads (counted from 1)")
+    layers = [layer - 1] if layer is not None else list(range(n_layers))
+    heads = [head - 1] if head is not None else list(range(n_heads))
+    return kinds, layers, heads
+
+
+def attention_grid_size(n_rows: int, n_cols: int, n_tokens: int) -> tuple[float, float, float]:
+    """(width_in, height_in, cell_in) of a grid of `n_rows` x `n_cols` heat maps over at most
+    `n_tokens` pieces per axis: cells grow with the sentence so piece labels stay legible."""
+    single = n_rows == n_cols == 1
+    cell = min(max(0.16 * n_tokens + 0.6, 4.0 if single else 1.8), 8.0)
+    gap = 1.0  # room for each panel's piece labels
+    left, right, top, bottom = 1.6, 0.9, 0.9, 0.4
+    return (left + n_cols * cell + (n_cols - 1) * gap + right,
+            top + n_rows * cell + (n_rows - 1) * gap + bottom + gap, cell)
+
+
+def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all", layer: int | None = None,
+                   head: int | None = None, dpi: int = 100) -> Path:
+    """Write a PNG grid of heat maps: one row per (kind, layer), one column per head.
+
+    `layer` and `head` count from 1 like the paper's figures ("layer 5 of 6"); None means all.
+    """
+    kinds, layers, heads = _select(amap, kind, layer, head)
+    panels = [(k, li) for k in kinds for li in layers]
+    n_tok = max(len(lab) for k in kinds for lab in amap.axes(k))
+    width, height, cell = attention_grid_size(len(panels), len(heads), n_tok)
+    fig = _figure(width, height, dpi)
+    gap = 1.0
+    fig.subplots_adjust(left=1.6 / width, right=1 - 0.9 / width, top=1 - 0.9 / height,
+                        bottom=(0.4 + gap) / height, wspace=gap / cell, hspace=gap / cell)
+    axes = fig.subplots(len(panels), len(heads), squeeze=False)
+    fontsize = max(4.0, min(8.0, 72 * 0.8 * cell / max(n_tok, 1)))  # a label fits its cell row
+    image = None
+    for r, (k, li) in enumerate(panels):
+        q_labels, k_labels = amap.axes(k)
+        n_layers = len(amap.weights[k])
+        for c, hi in enumerate(heads):
+            ax = axes[r][c]
+            image = ax.imshow(amap.weights[k][li][hi], vmin=0.0, vmax=1.0, cmap="viridis",
+                              aspect="auto", interpolation="nearest")
+            ax.set_xticks(range(len(k_labels)), [_text(t) for t in k_labels], rotation=90, fontsize=fontsize)
+            ax.set_yticks(range(len(q_labels)), [_text(t) for t in q_labels], fontsize=fontsize)
+            ax.tick_params(length=0, pad=1)
+            if r == 0 or len(panels) == 1:
+                ax.set_title(f"head {hi + 1}", fontsize=9)
+            if c == 0:
+                ax.set_ylabel(f"{KIND_TITLES[k]}\nlayer {li + 1} of {n_layers}", fontsize=9)
+    cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width,
+                        min(cell, height - 2.3) / height))
+    fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
+    title = _text(f"{amap.source}  →  {amap.translation}")
+    fig.suptitle(title if len(title) < 160 else title[:157] + "...", fontsize=10, y=1 - 0.25 / height)
+    return _save(fig, out)
+
+
+# -- training curves -------------------------------------------------------------------------------
+
+
+def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
+    """RUN/metrics.jsonl (or the run directory) -> {"train": [...], "valid": [...]} sorted by step.
+
+    A resumed run logs some steps twice (from its last checkpoint on): the later record wins. A cut
+    final line (a crash mid-write) is ignored; a broken line elsewhere is an error.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics file at {path} (expected RUN_DIR/metrics.jsonl)")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    by_kind: dict[str, dict[int, dict]] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}:{n}: not a JSON object: {line[:80]!r}") from None
+        if not isinstance(rec, dict) or "kind" not in rec or "step" not in rec:
+            raise ValueError(f"{path}:{n}: a metrics record needs 'kind' and 'step': {line[:80]!r}")
+        by_kind.setdefault(rec["kind"], {})[int(rec["step"])] = rec
+    out = {k: [recs[s] for s in sorted(recs)] for k, recs in by_kind.items()}
+    out.setdefault("train", [])
+    out.setdefault("valid", [])
+    return out
+
+
+def _run_labels(paths: Sequence[Path]) -> list[str]:
+    """Directory names, or longer path tails where names collide."""
+    for depth in range(1, 6):
+        labels = [str(Path(*p.parts[-depth:])) for p in paths]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(p) for p in paths]
+
+
+def plot_runs(runs: Sequence[str | os.PathLike], out: str | os.PathLike, labels: Sequence[str] | None = None,
+              dpi: int = 100) -> Path:
+    """Training loss, validation loss (per-token NLL), validation BLEU and learning rate over steps,
+    every run overlaid; writes an 11 x 8 inch PNG. Validation loss plots `nll` when logged, so runs
+    with different label smoothing (Table 3 row D) compare on the same scale."""
+    if not runs:
+        raise ValueError("plot needs at least one run directory")
+    paths = [Path(r) for r in runs]
+    metrics = [read_metrics(p) for p in paths]
+    names = list(labels) if labels is not None else _run_labels(
+        [p.parent if p.is_file() else p for p in paths])
+    fig = _figure(11.0, 8.0, dpi)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.08, wspace=0.22, hspace=0.3)
+    axes = fig.subplots(2, 2)
+    panels = [(axes[0][0], "train", ("loss",), "training loss"),
+              (axes[0][1], "valid", ("nll", "loss"), "validation loss (NLL per token)"),
+              (axes[1][0], "valid", ("bleu",), "validation BLEU"),
+              (axes[1][1], "train", ("lr",), "learning rate")]
+    for ax, kind, keys, title in panels:
+        drawn = 0
+        for m, name, color in zip(metrics, names, _colors(len(names))):
+            recs = m[kind]
+            key = next((k for k in keys if any(k in r for r in recs)), None)
+            pts = [(r["step"], r[key]) for r in recs if key and r.get(key) is not None
+                   and math.isfinite(float(r[key]))]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, color=color, label=_text(name), lw=1.4, marker="o" if len(pts) < 20 else None, ms=3)
+                drawn += 1
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+        if kind == "train" and "lr" in keys:
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        if not drawn:
+            ax.text(0.5, 0.5, "no records", ha="center", va="center", transform=ax.transAxes, color="gray")
+    handles, legend = axes[0][0].get_legend_handles_labels()
+    if not handles:
+        handles, legend = axes[1][1].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, legend, loc="upper center", ncol=min(len(legend), 5), fontsize=8, frameon=False)
+    return _save(fig, out)
+
+
+def _colors(n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def _load_for_attention(path: str) -> tuple["Transformer", "Tokenizer"]:
+    from aiayn.decode import Translator
+
+    translator = Translator.load(path, device="cpu")
+    return translator.model, translator.tokenizer
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attention", help="draw attention heat maps of one sentence and its greedy translation")
+    p.add_argument("sentence", help="source sentence, e.g. 'Ein Hund rennt über die Wiese.'")
+    p.add_argument("-c", "--checkpoint", required=True, help="run directory or weights file")
+    p.add_argument("--kind", default="all", choices=[*KINDS, "all"],
+                   help="encoder / decoder self-attention, cross (encoder-decoder), or all (default)")
+    p.add_argument("--layer", type=int, help="one layer, counted from 1 (default: all)")
+    p.add_argument("--head", type=int, help="one head, counted from 1 (default: all)")
+    p.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/plots/attention.png)")
+    p.add_argument("--dpi", type=int, default=100)
+
+    def run_attention(a: argparse.Namespace) -> int:
+        model, tokenizer = _load_for_attention(a.checkpoint)
+        amap = attention_map(model, tokenizer, a.sentence)
+        ckpt = Path(a.checkpoint)
+        out = a.output or (ckpt if ckpt.is_dir() else ckpt.parent) / "plots" / "attention.png"
+        print(plot_attention(amap, out, kind=a.kind, layer=a.layer, head=a.head, dpi=a.dpi))
+        return 0
+
+    p.set_defaults(run=run_attention)
+
+    p = sub.add_parser("plot", help="draw training curves of one or more runs, overlaid")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or metrics.jsonl files)")
+    p.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/plots/curves.png for one run, "
+                                          "curves.png for several)")
+    p.add_argument("--dpi", type=int, default=100)
+
+    def run_plot(a: argparse.Namespace) -> int:
+        out = a.output
+        if out is None:
+            one = Path(a.runs[0])
+            out = (one if one.is_dir() else one.parent) / "plots" / "curves.png" if len(a.runs) == 1 else "curves.png"
+        print(plot_runs(a.runs, out, dpi=a.dpi))
+        return 0
+
+    p.set_defaults(run=run_plot)
