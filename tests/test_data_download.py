@@ -1,0 +1,147 @@
+"""Multi30k downloader against a real HTTP server on 127.0.0.1: checksum ok, mismatch, interrupted."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from aiayn.data import DataError, multi30k
+
+MIRROR = os.environ.get("AIAYN_DATA_DIR")
+needs_mirror = pytest.mark.skipif(not (MIRROR and Path(MIRROR, "train.de.gz").is_file()),
+                                  reason="Multi30k mirror not available (set AIAYN_DATA_DIR)")
+
+
+class Server:
+    """Serves `files` (url path -> bytes); paths in `truncate` send half the body, then hang up."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.truncate: set[str] = set()
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.requests.append(self.path)
+                body = outer.files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2] if self.path in outer.truncate else body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("AIAYN_DATA_DIR", raising=False)
+    monkeypatch.delenv("AIAYN_MULTI30K_URL", raising=False)
+    return tmp_path / "home"
+
+
+PAYLOAD = b"Ein Mann.\n" * 5000
+
+
+def test_download_checksum_ok(server, tmp_path):
+    server.files["/f.gz"] = PAYLOAD
+    dest = multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", hashlib.sha256(PAYLOAD).hexdigest())
+    assert dest.read_bytes() == PAYLOAD
+    assert os.listdir(tmp_path / "d") == ["f.gz"]  # no temp file left behind
+
+
+def test_download_checksum_mismatch_removes_partial(server, tmp_path):
+    server.files["/f.gz"] = PAYLOAD
+    with pytest.raises(DataError, match=r"checksum mismatch for http://127\.0\.0\.1:\d+/f\.gz: sha256 \w+, expected 0+ "):
+        multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", "0" * 64)
+    assert os.listdir(tmp_path / "d") == []
+
+
+def test_download_interrupted_removes_partial(server, tmp_path):
+    server.files["/f.gz"] = PAYLOAD
+    server.truncate.add("/f.gz")
+    with pytest.raises(DataError, match="interrupted"):
+        multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", hashlib.sha256(PAYLOAD).hexdigest())
+    assert os.listdir(tmp_path / "d") == []
+    with pytest.raises(DataError, match="failed: HTTP Error 404"):
+        multi30k.download(server.url + "missing.gz", tmp_path / "d" / "m.gz", "0" * 64)
+    assert os.listdir(tmp_path / "d") == []
+
+
+def serve_mirror(server: Server, langs: tuple[str, ...]) -> None:
+    """Lay the mirror out like the dataset repository: raw/*.gz as is, tok/* uncompressed."""
+    for name in multi30k.raw_files(langs):
+        server.files[f"/raw/{name}"] = Path(MIRROR, name).read_bytes()
+    for name in multi30k.tok_files(langs):
+        server.files[f"/tok/{name}"] = gzip.decompress(Path(MIRROR, "tok", name + ".gz").read_bytes())
+
+
+@needs_mirror
+def test_fetch_fills_the_cache_and_skips_verified_files(server, home):
+    serve_mirror(server, ("de", "en"))
+    d = multi30k.fetch(("de", "en"), base_url=server.url)
+    assert d == home / "multi30k"
+    multi30k.verify(d, ("de", "en"))
+    assert multi30k.locate("de", "en") == d  # no mirror set: the cache is used
+    ref = multi30k.tokenized_reference_path("valid", "en")
+    assert gzip.decompress(ref.read_bytes()) == server.files["/tok/val.lc.norm.tok.en"]
+    n = len(server.requests)
+    assert n == 6 + 4
+    multi30k.fetch(("de", "en"), base_url=server.url)
+    assert len(server.requests) == n  # everything verified in place, nothing fetched again
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+@needs_mirror
+def test_cli_data_get(server, home):
+    serve_mirror(server, ("de", "en"))
+    env = {"AIAYN_HOME": str(home)}
+    server.files["/raw/train.en.gz"] = b"not the real file"
+    r = cli("data", "get", "multi30k", "--langs", "de,en", "--base-url", server.url, env=env)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: checksum mismatch for {server.url}raw/train.en.gz")
+    assert not (home / "multi30k" / "train.en.gz").exists()
+    assert [p.name for p in (home / "multi30k").iterdir() if p.name.startswith(".")] == []
+
+    serve_mirror(server, ("de", "en"))
+    r = cli("data", "get", "multi30k", "--langs", "de,en", "--base-url", server.url, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"multi30k in {home / 'multi30k'}: 6 files, checksums ok" in r.stdout
+
+    r = cli("data", "get", "multi30k", "--data-dir", MIRROR, env=env)
+    assert r.returncode == 0 and "12 files, checksums ok" in r.stdout
+    r = cli("data", "get", "multi30k", "--data-dir", str(home / "multi30k"), env=env)  # lacks cs/fr
+    assert r.returncode == 2 and "multi30k file missing" in r.stderr and "train.cs.gz" in r.stderr
