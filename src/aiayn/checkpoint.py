@@ -19,12 +19,13 @@ from safetensors.torch import load_model as _st_load_model
 from safetensors.torch import save_model as _st_save_model
 
 from aiayn.config import ModelConfig
+from aiayn.errors import AiaynError
 from aiayn.model import Transformer
 
 WEIGHTS_SUFFIX = ".safetensors"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(AiaynError, RuntimeError):
     """A checkpoint file is missing, truncated or not one of ours."""
 
 

@@ -7,6 +7,7 @@ runs; library imports stay inside the runners so `aiayn --help` starts fast.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -70,8 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
+    from aiayn.errors import AiaynError
+
     try:
         return int(args.run(args) or 0)
+    except AiaynError as e:  # something the user can fix: one line, no traceback
+        if os.environ.get("AIAYN_DEBUG"):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

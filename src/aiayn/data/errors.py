@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from aiayn.errors import AiaynError
 
-class DataError(ValueError):
+
+class DataError(AiaynError, ValueError):
     """Bad or missing input data (line-count mismatch, invalid UTF-8, missing file, checksum ...)."""
