@@ -182,3 +182,35 @@ def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
     assert len(calls) == 5  # finished runs are read, not retrained
     assert [r.bleu for r in again] == [r.bleu for r in results]
     assert sum("finished earlier" in m for m in logs) == 5
+
+
+def test_ablate_cli_with_the_real_trainer(tmp_path):
+    """End to end: `aiayn ablate` trains base + row E through aiayn.train on the embedded corpus."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("matplotlib")
+    from aiayn.checkpoint import load_model
+
+    out = tmp_path / "abl"
+    args = [sys.executable, "-m", "aiayn", "ablate", "--rows", "E", "--preset", "tiny", "--data", "embedded",
+            "--steps", "6", "-o", str(out)]
+    for kv in ("data.embedded_size=300", "data.vocab_size=300", "train.eval_every=0", "train.threads=1",
+               "train.progress=false", "train.eval_max_sentences=20", "optim.warmup=5"):
+        args += ["--set", kv]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == str(out / "table.md")
+    rows = [ln for ln in (out / "table.md").read_text().splitlines() if ln.startswith("| ")][1:]
+    assert [ln.split("|")[1].strip() for ln in rows] == ["base", "(E)"]
+    for name, line in zip(["base", "E_learned"], rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        trained = load_model(out / name)
+        assert cells[-1] == f"{trained.num_parameters() / 1e6:.2f}"  # params of the model really trained
+        assert cells[10] == "6" and math.isfinite(float(cells[11])) and float(cells[11]) > 1  # steps, dev PPL
+    assert (out / "curves.png").stat().st_size > 20_000
+
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)  # nothing left to train
+    assert r.returncode == 0 and r.stdout.count("finished earlier") == 2, r.stdout
