@@ -168,7 +168,7 @@ def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
     (tmp_path / "bad" / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\nnot json\n{"kind": "x", "step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
         viz.read_metrics(tmp_path / "bad")
-    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+    with pytest.raises(viz.PlotError, match="metrics.jsonl"):
         viz.read_metrics(tmp_path / "nowhere")
 
 
@@ -198,6 +198,9 @@ def test_cli_attention_and_plot(run_dir, tmp_path):
     r = run_cli("attention", "-c", run, SENTENCE, "--kind", "cross", "--layer", "1", "-o", tmp_path / "a.png")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "a.png") and png_shape(tmp_path / "a.png")[0] > 300
+    r = run_cli("attention", "-c", run, SENTENCE, "--layer", "9")
+    assert r.returncode == 2 and r.stderr.strip() == "error: layer 9 does not exist: the model has 2 layers " \
+                                                     "(counted from 1)", r.stderr
 
     write_metrics(tmp_path / "r1", [(10, 4.0), (20, 3.0)], [(20, 2.5, 12.0)])
     r = run_cli("plot", tmp_path / "r1")

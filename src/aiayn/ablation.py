@@ -36,8 +36,13 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 from aiayn.config import ModelConfig
+from aiayn.errors import AiaynError
 
 PAPER = dict(N=6, d_model=512, d_ff=2048, h=8, d_k=64)  # Table 3, row "base"
+
+
+class AblationError(AiaynError, ValueError):
+    """Unknown Table 3 rows or nothing to tabulate."""
 
 
 class Variant(NamedTuple):
@@ -125,7 +130,7 @@ def parse_rows(spec: str | Sequence[str]) -> list[str]:
     rows = [r.upper() for r in items if r]
     bad = [r for r in rows if r not in ROWS]
     if bad or not rows:
-        raise ValueError(f"unknown Table 3 rows {bad or spec!r}; choose from {', '.join(ROWS)} (or 'all')")
+        raise AblationError(f"unknown Table 3 rows {bad or spec!r}; choose from {', '.join(ROWS)} (or 'all')")
     return list(dict.fromkeys(rows))
 
 
@@ -209,7 +214,7 @@ def markdown_table(results: Sequence[Result]) -> str:
     """Table 3's layout: the base row in full, each variant showing only what it changes, then
     steps, dev perplexity, dev BLEU and parameter count (millions)."""
     if not results:
-        raise ValueError("no results to tabulate")
+        raise AblationError("no results to tabulate")
     base = next((r for r in results if r.variant.name == "base"), results[0])
     base_cells = _cells(base)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join([":--"] + ["--:"] * (len(COLUMNS) - 1)) + "|"]

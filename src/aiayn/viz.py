@@ -24,10 +24,20 @@ if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from aiayn.data.tokenizer import Tokenizer
     from aiayn.model import Transformer
 
+from aiayn.errors import AiaynError
+
 PLOT_HINT = "plotting needs matplotlib: pip install 'aiayn[plot]'"
 KINDS = ("encoder", "decoder", "cross")
 KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
                "cross": "encoder-decoder attention"}
+
+
+class PlotError(AiaynError, ValueError):
+    """A picture cannot be drawn as asked (no such layer/head, unreadable metrics file)."""
+
+
+class PlotDependencyError(AiaynError, ImportError):
+    """matplotlib is not installed."""
 
 
 def _figure(width_in: float, height_in: float, dpi: int) -> "Figure":
@@ -36,7 +46,7 @@ def _figure(width_in: float, height_in: float, dpi: int) -> "Figure":
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError(PLOT_HINT) from None
+        raise PlotDependencyError(PLOT_HINT) from None
     fig = Figure(figsize=(width_in, height_in), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
@@ -122,13 +132,13 @@ def _select(amap: AttentionMap, kind: str, layer: int | None, head: int | None
     """Validate the 1-based layer/head selection -> (kinds, layer indices, head indices), 0-based."""
     kinds = list(KINDS) if kind == "all" else [kind]
     if kind != "all" and kind not in KINDS:
-        raise ValueError(f"--kind must be one of encoder, decoder, cross, all; not {kind!r}")
+        raise PlotError(f"--kind must be one of encoder, decoder, cross, all; not {kind!r}")
     n_heads = amap.weights[kinds[0]][0].shape[0]
     n_layers = min(len(amap.weights[k]) for k in kinds)
     if layer is not None and not 1 <= layer <= n_layers:
-        raise ValueError(f"layer {layer} does not exist: the model has {n_layers} layers (counted from 1)")
+        raise PlotError(f"layer {layer} does not exist: the model has {n_layers} layers (counted from 1)")
     if head is not None and not 1 <= head <= n_heads:
-        raise ValueError(f"head {head} does not exist: the model has {n_heads} heads (counted from 1)")
+        raise PlotError(f"head {head} does not exist: the model has {n_heads} heads (counted from 1)")
     layers = [layer - 1] if layer is not None else list(range(n_layers))
     heads = [head - 1] if head is not None else list(range(n_heads))
     return kinds, layers, heads
@@ -197,7 +207,7 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
     if path.is_dir():
         path = path / "metrics.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"no metrics file at {path} (expected RUN_DIR/metrics.jsonl)")
+        raise PlotError(f"no metrics file at {path} (expected RUN_DIR/metrics.jsonl)")
     lines = path.read_text(encoding="utf-8").splitlines()
     by_kind: dict[str, dict[int, dict]] = {}
     for n, line in enumerate(lines, 1):
@@ -208,9 +218,9 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
         except json.JSONDecodeError:
             if n == len(lines):
                 break
-            raise ValueError(f"{path}:{n}: not a JSON object: {line[:80]!r}") from None
+            raise PlotError(f"{path}:{n}: not a JSON object: {line[:80]!r}") from None
         if not isinstance(rec, dict) or "kind" not in rec or "step" not in rec:
-            raise ValueError(f"{path}:{n}: a metrics record needs 'kind' and 'step': {line[:80]!r}")
+            raise PlotError(f"{path}:{n}: a metrics record needs 'kind' and 'step': {line[:80]!r}")
         by_kind.setdefault(rec["kind"], {})[int(rec["step"])] = rec
     out = {k: [recs[s] for s in sorted(recs)] for k, recs in by_kind.items()}
     out.setdefault("train", [])
@@ -233,7 +243,7 @@ def plot_runs(runs: Sequence[str | os.PathLike], out: str | os.PathLike, labels:
     every run overlaid; writes an 11 x 8 inch PNG. Validation loss plots `nll` when logged, so runs
     with different label smoothing (Table 3 row D) compare on the same scale."""
     if not runs:
-        raise ValueError("plot needs at least one run directory")
+        raise PlotError("plot needs at least one run directory")
     paths = [Path(r) for r in runs]
     metrics = [read_metrics(p) for p in paths]
     names = list(labels) if labels is not None else _run_labels(
