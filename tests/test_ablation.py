@@ -214,3 +214,26 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
 
     r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)  # nothing left to train
     assert r.returncode == 0 and r.stdout.count("finished earlier") == 2, r.stdout
+
+
+def test_an_interrupted_variant_stops_the_study_and_resumes(tmp_path):
+    from aiayn.config import Config
+
+    cfg = Config.load(None, {"model.preset": "tiny", "train.max_steps": 20})
+    calls = []
+
+    def stopping_train(config, run_dir, resume=False):  # the real trainer returns interrupted=True on SIGTERM
+        calls.append((run_dir.name, resume))
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if run_dir.name == "E_learned" and len(calls) == 2:
+            (run_dir / "checkpoints" / "step_00000007.safetensors").write_bytes(b"x")
+            return {"interrupted": True, "step": 7}
+        write_metrics(run_dir, 20, ppl=3.0, bleu=20.0)
+        return {"interrupted": False, "step": 20}
+
+    with pytest.raises(KeyboardInterrupt):
+        ablation.ablate(cfg, "E", tmp_path, train_fn=stopping_train, log=lambda m: None)
+    assert not (tmp_path / "table.md").exists()
+    ablation.ablate(cfg, "E", tmp_path, train_fn=stopping_train, log=lambda m: None)
+    assert calls == [("base", False), ("E_learned", False), ("E_learned", True)]  # base not retrained
+    assert (tmp_path / "table.md").is_file()

@@ -271,7 +271,10 @@ def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
         else:
             log(f"[{i}/{len(todo)}] {v.name}: training {config.train.max_steps} steps in {run_dir}")
             resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
-            train_fn(cfg, run_dir, resume=resume)
+            summary = train_fn(cfg, run_dir, resume=resume)
+            if isinstance(summary, dict) and summary.get("interrupted"):  # Ctrl-C / SIGTERM: stop the study
+                log(f"{v.name} interrupted at step {summary.get('step')}; run the same command again to continue")
+                raise KeyboardInterrupt
         model_cfg = _trained_config(run_dir) or apply(base, v)
         results.append(read_result(v, model_cfg, cfg.optim.label_smoothing, run_dir))
     table = markdown_table(results)
