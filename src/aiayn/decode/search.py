@@ -1,0 +1,167 @@
+"""Greedy and beam search on the incremental decoder cache (paper §6.1).
+
+The paper decodes with beam size 4, length penalty alpha = 0.6 and maximum output length
+input length + 50, "terminating early when possible". Both searches are batched: the decoder
+batch holds `sources x beams` rows; cross-attention keys/values stay one copy per source
+(`Transformer.init_cache`), beams are reordered with `cache.reorder(rows)` and finished
+sentences leave the batch with `cache.keep(sources)`.
+
+Conventions used here (documented once):
+- Source length = non-pad source tokens (pieces + EOS, as fed to the encoder).
+- Max output length = floor(max_len_a * source length + max_len_b) tokens before EOS, capped by
+  the model's positions; at that length EOS is forced (keeping its own log-prob in the score).
+- Lengths |Y| in the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha count the EOS token
+  (as GNMT's step count and fairseq do): "a b EOS" has |Y| = 3, the empty translation |Y| = 1.
+- Returned ids hold neither BOS nor EOS; beam scores are sum(log p) / lp(Y).
+- Pad and BOS are never generated.
+
+The model needs only `config.{pad_id,bos_id,eos_id}`, `encode(src)`, `init_cache(memory,
+src_mask)` and `decode(ids, cache=cache) -> (logits, cache)` with a cache offering
+`reorder(rows)` and `keep(sources)`; tests drive the search with a scripted fake model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from aiayn.model.masks import padding_mask
+
+Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
+
+
+def max_lengths(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> Tensor:
+    """(B, S) source ids -> (B,) maximum number of output tokens before EOS."""
+    cfg = model.config
+    src_len = (src != cfg.pad_id).sum(1).double()  # (B,)
+    limit = (max_len_a * src_len + max_len_b).floor().clamp(min=0).long()
+    # The decoder input at step t sits at position t - 1; the last one (forced EOS) at max_len.
+    cap = getattr(cfg, "max_positions", None)
+    return limit if cap is None else limit.clamp(max=cap - 1)
+
+
+def _step_log_probs(model, ids: Tensor, cache, banned: tuple[int, ...]):
+    logits, cache = model.decode(ids, cache=cache)  # (rows, 1, V)
+    logp = F.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), float32 whatever the model dtype
+    logp[:, list(banned)] = float("-inf")
+    return logp, cache
+
+
+def _start(model, src: Tensor):
+    cfg = model.config
+    memory = model.encode(src)  # (B, S, d_model)
+    return model.init_cache(memory, padding_mask(src, cfg.pad_id))
+
+
+@torch.inference_mode()
+def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> list[list[int]]:
+    """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
+    cfg = model.config
+    B, dev = src.size(0), src.device
+    cache = _start(model, src)
+    max_len = max_lengths(model, src, max_len_a, max_len_b)  # (B,)
+    out = torch.full((B, int(max_len.max()) + 1 if B else 1), cfg.eos_id, dtype=torch.long, device=dev)
+    alive = torch.arange(B, device=dev)  # original index of each decoder row
+    ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
+    t = 0
+    while alive.numel():
+        logp, cache = _step_log_probs(model, ids, cache, (cfg.pad_id, cfg.bos_id))
+        nxt = logp.argmax(-1)  # (n,)
+        nxt = torch.where(max_len[alive] <= t, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
+        out[alive, t] = nxt
+        t += 1
+        running = nxt != cfg.eos_id
+        if not bool(running.all()):
+            keep = running.nonzero().squeeze(1)
+            alive, nxt, cache = alive[keep], nxt[keep], cache.keep(keep)
+        ids = nxt[:, None]  # (n, 1)
+    hyps = []
+    for row in out.tolist():
+        hyps.append(row[: row.index(cfg.eos_id)])
+    return hyps
+
+
+@torch.inference_mode()
+def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.0,
+                max_len_b: float = 50, n_best: int = 1) -> Hypotheses:
+    """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
+
+    Each step scores every (beam, token) continuation, takes the best 2k candidates per sentence,
+    finalises the EOS candidates ranked within the top k and keeps the best k non-EOS ones live.
+    A sentence stops when its n_best-th finished score is at least the best score any live beam
+    could still reach: log-probs only fall and lp only grows with length, so a live beam with
+    sum log p = s (<= 0) ends at best at s / lp(max length + 1). That stop is exact: results equal
+    running every beam to the maximum length.
+    """
+    if beam < 1 or not 1 <= n_best <= beam:
+        raise ValueError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
+    if length_penalty < 0:
+        raise ValueError(f"length_penalty must be >= 0 (0 disables), got {length_penalty}")
+    cfg = model.config
+    pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
+    B, dev, k = src.size(0), src.device, beam
+    if B == 0:
+        return []
+    cache = _start(model, src)
+    max_len = max_lengths(model, src, max_len_a, max_len_b)  # (B,)
+    L = int(max_len.max()) + 1  # longest hypothesis, EOS included
+    lp = ((5.0 + torch.arange(L + 1, device=dev, dtype=torch.float32)) / 6.0) ** length_penalty  # lp[|Y|]
+    bound_lp = lp[max_len + 1]  # (B,) the largest divisor a live beam can still reach
+
+    fin_scores = torch.full((B, n_best), float("-inf"), device=dev)  # sorted best first
+    fin_tokens = torch.full((B, n_best, L), pad, dtype=torch.long, device=dev)  # EOS included
+
+    alive = torch.arange(B, device=dev)  # original index of each live sentence
+    tokens = torch.empty((B, 0), dtype=torch.long, device=dev)  # (n*g, t) generated so far
+    scores = torch.zeros((B, 1), device=dev)  # (n, g) sum of log-probs per live beam
+    ids = torch.full((B, 1), bos, dtype=torch.long, device=dev)
+    for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
+        n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
+        logp, cache = _step_log_probs(model, ids, cache, (pad, bos))  # (n*g, V)
+        V = logp.size(1)
+        forced = max_len[alive] + 1 == t  # (n,) sentences at their maximum length must end now
+        not_eos = torch.arange(V, device=dev) != eos  # (V,)
+        logp = logp.masked_fill(forced.repeat_interleave(g)[:, None] & not_eos, float("-inf"))
+
+        cand = (scores.view(-1, 1) + logp).view(n, g * V)  # (n, g*V)
+        top_s, top_i = cand.topk(min(2 * k, g * V), dim=1)  # (n, 2k) best first
+        top_beam, top_tok = top_i // V, top_i % V
+        is_eos = top_tok == eos
+
+        # Finalise EOS candidates that rank within the top k (they would have taken a beam slot).
+        kk = min(k, top_s.size(1))
+        new_fin = is_eos[:, :kk] & (top_s[:, :kk] > float("-inf"))  # (n, kk)
+        if bool(new_fin.any()):
+            norm = (top_s[:, :kk] / lp[t]).masked_fill(~new_fin, float("-inf"))  # (n, kk)
+            merged_s = torch.cat([fin_scores[alive], norm], dim=1)  # (n, n_best + kk)
+            best_s, best_j = merged_s.topk(n_best, dim=1)  # (n, n_best)
+            rows = torch.arange(n, device=dev)[:, None] * g + top_beam[:, :kk]  # (n, kk)
+            cand_tok = torch.full((n, kk, L), pad, dtype=torch.long, device=dev)
+            cand_tok[:, :, : t - 1] = tokens[rows.view(-1)].view(n, kk, t - 1)
+            cand_tok[:, :, t - 1] = eos
+            merged_t = torch.cat([fin_tokens[alive], cand_tok], dim=1)  # (n, n_best + kk, L)
+            fin_tokens[alive] = merged_t.gather(1, best_j[:, :, None].expand(-1, -1, L))
+            fin_scores[alive] = best_s
+
+        # The best k non-EOS candidates stay live (2k candidates hold at least k of them).
+        live_s, live_j = top_s.masked_fill(is_eos, float("-inf")).topk(kk, dim=1)  # (n, kk)
+        rows = (torch.arange(n, device=dev)[:, None] * g + top_beam.gather(1, live_j)).view(-1)  # (n*kk,)
+        tokens = torch.cat([tokens[rows], top_tok.gather(1, live_j).view(-1, 1)], dim=1)  # (n*kk, t)
+        cache = cache.reorder(rows)
+        scores, g = live_s, kk
+
+        # Early stop: no live beam can beat the n_best-th finished hypothesis.
+        done = forced | (fin_scores[alive, -1] >= live_s[:, 0] / bound_lp[alive])  # (n,)
+        if bool(done.all()):
+            break
+        if bool(done.any()):
+            keep = (~done).nonzero().squeeze(1)
+            alive, scores, cache = alive[keep], scores[keep], cache.keep(keep)
+            tokens = tokens[(keep[:, None] * g + torch.arange(g, device=dev)).view(-1)]
+        ids = tokens[:, -1:]  # (n*g, 1)
+
+    out: Hypotheses = []
+    for s_row, t_row in zip(fin_scores.tolist(), fin_tokens.tolist()):
+        out.append([(ids_[: ids_.index(eos)], s) for s, ids_ in zip(s_row, t_row) if s > float("-inf")])
+    return out

@@ -1,0 +1,247 @@
+"""Greedy and beam search: a scripted fake model for the search logic, a real tiny model for the cache."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiayn.config import ModelConfig
+from aiayn.decode import beam_search, greedy_search
+from aiayn.decode.search import max_lengths
+from aiayn.model import Transformer, padding_mask
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+A, B, C, D = 4, 5, 6, 7
+V = 8
+
+
+# -- a scripted fake model: fixed next-token probabilities per generated prefix -----------------------
+
+class FakeCache:
+    def __init__(self, history: torch.Tensor, sources: int) -> None:
+        self.history, self.sources = history, sources  # (rows, t) decoder inputs so far (BOS first)
+
+    def reorder(self, rows: torch.Tensor) -> "FakeCache":
+        return FakeCache(self.history.index_select(0, rows), self.sources)
+
+    def keep(self, sources: torch.Tensor) -> "FakeCache":
+        g = self.history.size(0) // self.sources
+        rows = (sources[:, None] * g + torch.arange(g)).reshape(-1)
+        return FakeCache(self.history.index_select(0, rows), sources.numel())
+
+
+class FakeModel:
+    """`script[prefix] = {token: prob}`; the rest of the mass spreads evenly over A..D and EOS."""
+
+    config = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, max_positions=1024)
+
+    def __init__(self, script: dict[tuple[int, ...], dict[int, float]], default: dict[int, float] | None = None):
+        self.script, self.default, self.calls = script, default or {}, 0
+
+    def encode(self, src):
+        return src.float()[..., None]
+
+    def init_cache(self, memory, src_mask):
+        return FakeCache(torch.empty((memory.size(0), 0), dtype=torch.long), memory.size(0))
+
+    def decode(self, ids, cache):
+        self.calls += 1
+        history = torch.cat([cache.history, ids], dim=1)
+        rows = []
+        for prefix in history[:, 1:].tolist():
+            probs = dict(self.script.get(tuple(prefix), self.default))
+            free = [t for t in (A, B, C, D, EOS) if t not in probs]
+            rest = max(0.0, 1.0 - sum(probs.values()))
+            for t in free:
+                probs[t] = rest / len(free)
+            row = torch.full((V,), -1e9)
+            for t, p in probs.items():
+                row[t] = math.log(max(p, 1e-30))
+            rows.append(row)
+        return torch.stack(rows)[:, None, :], FakeCache(history, cache.sources)
+
+
+def src_of(*lengths: int) -> torch.Tensor:
+    S = max(lengths) + 1
+    src = torch.zeros((len(lengths), S), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        src[i, :n] = A
+        src[i, n] = EOS
+    return src
+
+
+# short "A EOS": log .52 + log .9 = -0.759; long "B B B EOS": log .48 + 3 log .99 = -0.764
+LP_SCRIPT = {(): {A: 0.52, B: 0.48}, (A,): {EOS: 0.9}, (B,): {B: 0.99}, (B, B): {B: 0.99},
+             (B, B, B): {EOS: 0.99}}
+
+
+def test_length_penalty_picks_between_short_and_long():
+    src = src_of(3)
+    (best,) = beam_search(FakeModel(LP_SCRIPT), src, beam=4, length_penalty=0.0)
+    assert best[0][0] == [A]
+    assert best[0][1] == pytest.approx(math.log(0.52) + math.log(0.9), abs=1e-5)
+    (best,) = beam_search(FakeModel(LP_SCRIPT), src, beam=4, length_penalty=0.6)
+    assert best[0][0] == [B, B, B]  # lp(4) = 1.275 outweighs the lower probability
+    lp4 = ((5 + 4) / 6) ** 0.6  # |Y| counts EOS
+    assert best[0][1] == pytest.approx((math.log(0.48) + 3 * math.log(0.99)) / lp4, abs=1e-5)
+
+
+def test_n_best_is_sorted_and_distinct():
+    (hyps,) = beam_search(FakeModel(LP_SCRIPT), src_of(3), beam=4, length_penalty=0.6, n_best=3)
+    assert len(hyps) == 3
+    assert [h[0] for h in hyps][:2] == [[B, B, B], [A]]
+    scores = [s for _, s in hyps]
+    assert scores == sorted(scores, reverse=True)
+    assert len({tuple(h) for h, _ in hyps}) == 3
+
+
+def test_early_stop_fires_when_no_live_beam_can_win():
+    # "A EOS" is near certain; every other continuation is so unlikely that even the most
+    # favourable length penalty at the maximum length (53 tokens) cannot rescue it.
+    script = {(): {A: 0.999}, (A,): {EOS: 0.999}}
+    model = FakeModel(script)
+    (best,) = beam_search(model, src_of(3), beam=4, length_penalty=0.6, max_len_b=50)
+    assert best[0][0] == [A]
+    assert model.calls == 2  # stopped right after "A EOS" was finished, not at length 54
+
+    # With a mild preference the live beams stay competitive: the search must keep going.
+    mild = FakeModel({(): {A: 0.3}, (A,): {EOS: 0.3}})
+    beam_search(mild, src_of(3), beam=4, length_penalty=0.6, max_len_b=50)
+    assert mild.calls > 2
+
+
+def test_max_length_forces_eos_and_batches_shrink():
+    # EOS is unlikely everywhere; a strong length penalty (alpha = 1) makes the longest allowed win.
+    model = FakeModel({}, default={A: 0.99, EOS: 1e-6})
+    src = src_of(1, 4)
+    out = beam_search(model, src, beam=2, length_penalty=1.0, max_len_a=1.0, max_len_b=1)
+    lens = max_lengths(model, src, 1.0, 1).tolist()  # source length counts EOS: 2 + 1, 5 + 1
+    assert lens == [3, 6]
+    assert [h[0][0] for h in out] == [[A] * 3, [A] * 6]
+    # the forced EOS keeps its own (low) probability in the score
+    assert out[1][0][1] == pytest.approx((6 * math.log(0.99) + math.log(1e-6)) / ((5 + 7) / 6), abs=1e-4)
+    greedy = greedy_search(model, src, max_len_a=1.0, max_len_b=1)
+    assert greedy == [[A] * 3, [A] * 6]
+    assert max_lengths(model, src, 0.0, 0).tolist() == [0, 0]
+    assert greedy_search(model, src, 0.0, 0) == [[], []]
+    assert [h[0][0] for h in beam_search(model, src, 2, 0.6, 0.0, 0)] == [[], []]
+
+
+def test_first_step_expands_one_beam_only():
+    # Were all 4 initial beams expanded, "A EOS" would be finalised four times over.
+    (hyps,) = beam_search(FakeModel({(): {A: 0.9}, (A,): {EOS: 0.9}}), src_of(2), beam=4, n_best=4)
+    assert len({tuple(h) for h, _ in hyps}) == 4
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        beam_search(FakeModel({}), src_of(2), beam=2, n_best=3)
+    with pytest.raises(ValueError):
+        beam_search(FakeModel({}), src_of(2), length_penalty=-1)
+
+
+# -- the real model: cache vs. full recomputation, beam 1 vs. greedy, batched vs. one by one ----------
+
+def naive_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
+    """One sentence (1, S); the whole decoder re-run on the full prefix at every step, no cache."""
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    out: list[int] = []
+    while len(out) < max_len:
+        logp = model.decode(torch.tensor([[BOS] + out]), memory, mask)[0, -1].float().log_softmax(-1)
+        logp[[PAD, BOS]] = float("-inf")
+        y = int(logp.argmax())
+        if y == EOS:
+            break
+        out.append(y)
+    return out
+
+
+def naive_beam(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_len: int, n_best: int):
+    """Reference beam search in plain Python, one sentence, full recomputation, no cache."""
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    lp = lambda n: ((5 + n) / 6) ** alpha  # noqa: E731
+    live, finished = [([], 0.0)], []
+    for t in range(1, max_len + 2):
+        hist = torch.tensor([[BOS] + h for h, _ in live])
+        logp = model.decode(hist, memory.expand(len(live), -1, -1), mask).float().log_softmax(-1)[:, -1]
+        logp[:, [PAD, BOS]] = float("-inf")
+        if t == max_len + 1:
+            logp[:, [i for i in range(logp.size(1)) if i != EOS]] = float("-inf")
+        cands = sorted(((s + logp[i, y].item(), h, y) for i, (h, s) in enumerate(live)
+                        for y in range(logp.size(1))), key=lambda c: -c[0])[: 2 * k]
+        finished += [(h, s / lp(t)) for r, (s, h, y) in enumerate(cands) if y == EOS and r < k and s > -math.inf]
+        finished = sorted(finished, key=lambda f: -f[1])[:n_best]
+        live = [(h + [y], s) for s, h, y in cands if y != EOS][:k]
+        if t == max_len + 1 or (len(finished) == n_best and finished[-1][1] >= live[0][1] / lp(max_len + 1)):
+            return finished
+
+
+def tiny_model(seed: int, vocab: int = 24) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig.preset("tiny", vocab_size=vocab, n_encoder_layers=2, n_decoder_layers=2, d_model=32,
+                             d_ff=64, max_positions=64)
+    return Transformer(cfg).double().eval()  # float64: no near-tie flips between equivalent paths
+
+
+def random_src(seed: int, n: int, vocab: int = 24, max_len: int = 7) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, max_len + 1, (n,), generator=g)
+    src = torch.zeros((n, int(lens.max()) + 1), dtype=torch.long)
+    for i, L in enumerate(lens.tolist()):
+        src[i, :L] = torch.randint(4, vocab, (L,), generator=g)
+        src[i, L] = EOS
+    return src
+
+
+def test_cached_batched_search_equals_naive_uncached_search():
+    n_diverse = 0
+    for seed in range(2):
+        model, src = tiny_model(seed), random_src(seed, 6)
+        limits = max_lengths(model, src, 1.0, 6).tolist()
+        rows = [src[i : i + 1, : int((src[i] != PAD).sum())] for i in range(len(src))]
+        assert greedy_search(model, src, max_len_b=6) == [naive_greedy(model, r, m) for r, m in zip(rows, limits)]
+        cached = beam_search(model, src, beam=3, length_penalty=0.6, max_len_b=6, n_best=3)
+        for hyps, r, m in zip(cached, rows, limits):
+            ref = naive_beam(model, r, 3, 0.6, m, 3)
+            assert [h for h, _ in hyps] == [h for h, _ in ref]
+            assert [s for _, s in hyps] == pytest.approx([s for _, s in ref], abs=1e-4)
+            n_diverse += len({tuple(h[:-1]) for h, _ in hyps}) > 1
+        assert len({len(h[0][0]) for h in cached}) > 1  # sentences ended at different steps
+    assert n_diverse >= 3  # beams with different histories: a cache not reordered would show
+
+
+def test_beam_one_equals_greedy():
+    for seed in range(3):
+        model, src = tiny_model(seed), random_src(seed + 10, 8)
+        greedy = greedy_search(model, src, max_len_b=8)
+        beam = beam_search(model, src, beam=1, length_penalty=0.0, max_len_b=8)
+        assert [b[0][0] for b in beam] == greedy
+
+
+def test_beam_search_scores_are_the_model_log_probs():
+    model, src = tiny_model(3), random_src(4, 3)
+    for sent, hyps in zip(src, beam_search(model, src, beam=4, length_penalty=0.6, max_len_b=6, n_best=2)):
+        for ids, score in hyps:
+            s = sent[None, : int((sent != PAD).sum())]
+            tgt = torch.tensor([[BOS] + ids])
+            logp = model(s, tgt).float().log_softmax(-1)[0]  # (T, V)
+            total = sum(logp[t, y].item() for t, y in enumerate(ids + [EOS]))
+            assert score == pytest.approx(total / ((5 + len(ids) + 1) / 6) ** 0.6, abs=1e-4)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 5), beam=st.integers(1, 4),
+       alpha=st.sampled_from([0.0, 0.6, 1.0]))
+def test_batched_equals_one_by_one(seed, n, beam, alpha):
+    model, src = tiny_model(seed % 3), random_src(seed, n)
+    batched = beam_search(model, src, beam=beam, length_penalty=alpha, max_len_b=3, n_best=beam)
+    for i in range(n):
+        one = src[i : i + 1, : int((src[i] != PAD).sum())]
+        (single,) = beam_search(model, one, beam=beam, length_penalty=alpha, max_len_b=3, n_best=beam)
+        assert [h for h, _ in batched[i]] == [h for h, _ in single]
+        assert [s for _, s in batched[i]] == pytest.approx([s for _, s in single], abs=1e-4)
