@@ -24,6 +24,7 @@ The sentencepiece model is copied beside the CTranslate2 files as `spm.model`, s
 from __future__ import annotations
 
 import argparse
+import copy
 import shutil
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,6 @@ def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | 
     `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
     """
-    from ctranslate2.converters.converter import Converter
-
     from aiayn.checkpoint import load_model
 
     if isinstance(model_or_path, (str, Path)):
@@ -150,17 +149,26 @@ def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | 
         if spm_file is None:
             raise ValueError("exporting an in-memory model needs spm_file")
         spm_file = Path(spm_file)
-    vocabulary = spm_vocabulary(spm_file)
-    model = model.float().eval()
+    out = save_ctranslate2(model, spm_vocabulary(spm_file), out_dir, quantization=quantization, force=force)
+    shutil.copyfile(spm_file, out / "spm.model")
+    return out
+
+
+def save_ctranslate2(model: Any, vocabulary: list[str], out_dir: str | Path, quantization: str | None = None,
+                     force: bool = False) -> Path:
+    """Convert an in-memory model with an explicit vocabulary (no sentencepiece file needed)."""
+    import torch
+    from ctranslate2.converters.converter import Converter
+
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        model = copy.deepcopy(model).float()  # leave the caller's (bf16/fp16) model as it is
 
     class _AiaynConverter(Converter):
         def _load(self) -> Any:
             return build_spec(model, vocabulary)
 
-    out = Path(out_dir)
-    _AiaynConverter().convert(str(out), quantization=quantization, force=force)
-    shutil.copyfile(spm_file, out / "spm.model")
-    return out
+    _AiaynConverter().convert(str(out_dir), quantization=quantization, force=force)
+    return Path(out_dir)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
