@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aiayn.errors import AiaynError
+
 # Special ids, shared by the tokenizer, the data layer and the model (DESIGN.md).
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -115,6 +117,10 @@ class DecodeConfig:
 # --- training (owned by the training layer) ---------------------------------------------------
 
 
+class ConfigError(AiaynError, ValueError):
+    """A config file, field or override that cannot be used (the CLI prints it as one line)."""
+
+
 @dataclass
 class OptimConfig:
     """Paper §5.3: Adam(0.9, 0.98, 1e-9) with lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
@@ -135,11 +141,11 @@ class OptimConfig:
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
         if len(self.betas) != 2:
-            raise ValueError(f"optim.betas needs two values, got {self.betas}")
+            raise ConfigError(f"optim.betas needs two values, got {self.betas}")
         if self.warmup < 1 or self.update_freq < 1:
-            raise ValueError("optim.warmup and optim.update_freq must be >= 1")
+            raise ConfigError("optim.warmup and optim.update_freq must be >= 1")
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError("optim.label_smoothing must lie in [0, 1)")
+            raise ConfigError("optim.label_smoothing must lie in [0, 1)")
 
 
 @dataclass
@@ -162,9 +168,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.amp not in ("auto", "none", "bf16", "fp16"):
-            raise ValueError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
+            raise ConfigError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
-            raise ValueError("train.max_steps, log_every, save_every and keep_last must be >= 1")
+            raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
 
 
 _SECTIONS = ("model", "data", "optim", "train", "decode")
@@ -188,11 +194,11 @@ class Config:
         self.model = dict(self.model)
         self.model.setdefault("preset", "small")
         if self.model["preset"] not in PRESETS:
-            raise ValueError(f"unknown model preset {self.model['preset']!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown model preset {self.model['preset']!r}; choose one of {sorted(PRESETS)}")
         known = {f.name for f in dataclasses.fields(ModelConfig)} | {"preset"}
         unknown = set(self.model) - known
         if unknown:
-            raise ValueError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
+            raise ConfigError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size")}
@@ -207,7 +213,7 @@ class Config:
     def from_dict(cls, d: dict[str, Any]) -> "Config":
         unknown = set(d) - set(_SECTIONS)
         if unknown:
-            raise ValueError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
+            raise ConfigError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
         kinds = {"data": DataConfig, "optim": OptimConfig, "train": TrainConfig, "decode": DecodeConfig}
         mfields = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
         parts: dict[str, Any] = {"model": {k: _coerce(v, mfields[k], f"model.{k}") if k in mfields else v
@@ -225,7 +231,7 @@ class Config:
             for key, value in pairs:
                 section, _, name = key.partition(".")
                 if section not in _SECTIONS or not name or "." in name:
-                    raise ValueError(f"override {key!r} must look like SECTION.FIELD with SECTION one of "
+                    raise ConfigError(f"override {key!r} must look like SECTION.FIELD with SECTION one of "
                                      f"{list(_SECTIONS)}")
                 d.setdefault(section, {})
                 d[section] = {**(d[section] or {}), name: value}
@@ -245,7 +251,7 @@ def read_config_file(path: str | Any) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"config file not found: {p}")
+        raise ConfigError(f"config file not found: {p}")
     if p.suffix == ".toml":
         try:
             import tomllib
@@ -257,9 +263,9 @@ def read_config_file(path: str | Any) -> dict[str, Any]:
 
         d = yaml.safe_load(p.read_text()) or {}
     else:
-        raise ValueError(f"config file must end in .yaml, .yml or .toml: {p}")
+        raise ConfigError(f"config file must end in .yaml, .yml or .toml: {p}")
     if not isinstance(d, dict):
-        raise ValueError(f"{p}: top level must be a mapping of sections")
+        raise ConfigError(f"{p}: top level must be a mapping of sections")
     return d
 
 
@@ -273,13 +279,13 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     while i < len(args):
         arg = args[i]
         if not arg.startswith("--") or "." not in arg:
-            raise ValueError(f"unexpected argument {arg!r}; overrides look like --section.field VALUE")
+            raise ConfigError(f"unexpected argument {arg!r}; overrides look like --section.field VALUE")
         if "=" in arg:
             key, value = arg[2:].split("=", 1)
             i += 1
         else:
             if i + 1 >= len(args):
-                raise ValueError(f"override {arg} needs a value")
+                raise ConfigError(f"override {arg} needs a value")
             key, value = arg[2:], args[i + 1]
             i += 2
         out[key] = yaml.safe_load(value) if value != "" else ""
@@ -307,7 +313,7 @@ def _coerce(value: Any, hint: str, where: str) -> Any:
         if h.startswith("tuple[float"):
             return tuple(float(v) for v in value)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: cannot use {value!r} as {hint}") from None
+        raise ConfigError(f"{where}: cannot use {value!r} as {hint}") from None
     return value
 
 
@@ -315,5 +321,5 @@ def _build(kind: type, d: dict[str, Any], section: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(kind)}
     unknown = set(d) - set(fields)
     if unknown:
-        raise ValueError(f"unknown {section} fields {sorted(unknown)}; known: {sorted(fields)}")
+        raise ConfigError(f"unknown {section} fields {sorted(unknown)}; known: {sorted(fields)}")
     return kind(**{k: _coerce(v, str(fields[k].type), f"{section}.{k}") for k, v in d.items()})

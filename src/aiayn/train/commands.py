@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     def run(a: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from aiayn.config import Config
+        from aiayn.config import Config, ConfigError
         from aiayn.train import train
 
         overrides = a.overrides
@@ -28,11 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             run_dir = Path(a.resume)
             saved = run_dir / "config.yaml"
             if not saved.is_file():
-                raise FileNotFoundError(f"cannot resume: {saved} not found (is {run_dir} a run directory?)")
+                raise ConfigError(f"cannot resume: {saved} not found (is {run_dir} a run directory?)")
             cfg = Config.load(a.config or str(saved), overrides)
         else:
             if not a.run_dir:
-                raise ValueError("give a run directory with --run-dir (or --resume RUN_DIR)")
+                raise ConfigError("give a run directory with --run-dir (or --resume RUN_DIR)")
             run_dir = Path(a.run_dir)
             cfg = Config.load(a.config, overrides)
         summary = train(cfg, run_dir, resume=bool(a.resume))

@@ -2,6 +2,7 @@
 gradient accumulation, AMP, DDP, evaluation, checkpoints and exact resume.
 
     from aiayn.config import Config
+from aiayn.errors import AiaynError
     from aiayn.train import train
     summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
 
@@ -31,6 +32,7 @@ from safetensors.torch import load_model as _st_load_model
 from aiayn import distributed
 from aiayn.checkpoint import CheckpointError, atomic_write, read_metadata, save_weights
 from aiayn.config import Config
+from aiayn.errors import AiaynError
 from aiayn.model import Transformer
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import noam_lr, noam_scheduler
@@ -40,7 +42,7 @@ from aiayn.train.state import (capture_rng, checkpoint_paths, list_checkpoints, 
 STATE_VERSION = 1
 
 
-class TrainingError(RuntimeError):
+class TrainingError(AiaynError, RuntimeError):
     """Training cannot start or continue; the message says why and what to do."""
 
 
@@ -172,7 +174,13 @@ class Trainer:
 
         # Rank 0 prepares first (trains the tokenizer, encodes); the others then reuse its cache.
         if self.main:
-            self.prepared = prepare(cfg.data, run_dir)
+            spm = run_dir / "spm.model"
+            before = spm.read_bytes() if self.resume and spm.is_file() else None
+            self.prepared = prepare(cfg.data, run_dir)  # copies its tokenizer to run_dir/spm.model
+            if before is not None and spm.read_bytes() != before:
+                atomic_write(spm, lambda tmp: Path(tmp).write_bytes(before))  # keep the run's own tokenizer
+                raise TrainingError(f"the prepared data's tokenizer differs from {spm} (data settings changed or "
+                                    f"the data cache was rebuilt); resume with the original data settings")
         distributed.barrier()
         if not self.main:
             self.prepared = prepare(cfg.data, None)
