@@ -1,0 +1,127 @@
+"""Text in, text out: load a model once and translate lists of lines (paper §6.1 settings by default).
+
+    from aiayn import Translator
+    t = Translator.load("run/")                  # run dir or weights file; spm.model found alongside
+    t.translate(["Ein Hund rennt."], beam=4)     # -> ["A dog is running."]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from aiayn.config import DecodeConfig
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.errors import AiaynError
+from aiayn.decode.search import beam_search, greedy_search
+
+
+def auto_device(device: str | torch.device | None = None) -> torch.device:
+    if device is not None and str(device) != "auto":
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def find_tokenizer(path: str | os.PathLike) -> Path:
+    """spm.model of a run directory, or next to a weights file or in one of its parent directories."""
+    path = Path(path)
+    dirs = [path] if path.is_dir() else list(path.resolve().parents)[:3]
+    for d in dirs:
+        if (d / "spm.model").is_file():
+            return d / "spm.model"
+    raise AiaynError(f"no spm.model found for {path} (looked in {', '.join(map(str, dirs))})")
+
+
+def _clean(line: str) -> str:
+    # Lone surrogates (e.g. from surrogateescape) crash sentencepiece; anything else it can encode.
+    return str(line).encode("utf-8", "replace").decode("utf-8")
+
+
+class Translator:
+    """A model + its tokenizer. `max_tokens` bounds a batch: padded source tokens x beam."""
+
+    def __init__(self, model, tokenizer: Tokenizer, device: str | torch.device | None = None,
+                 max_tokens: int = DecodeConfig.max_tokens, max_input_len: int | None = None) -> None:
+        on = next(model.parameters()).device
+        # device=None: keep a model already on an accelerator; else CUDA when present.
+        self.device = on if device is None and on.type != "cpu" else auto_device(device)
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise AiaynError(f"tokenizer has {tokenizer.vocab_size} pieces but the model only "
+                             f"{model.config.vocab_size}: wrong spm.model for this checkpoint?")
+        self.max_tokens = max_tokens
+        # Source pieces + EOS must fit the model's positions.
+        limit = model.config.max_positions
+        self.max_input_len = min(max_input_len or limit, limit)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, **kw) -> "Translator":
+        """From a run directory (best.safetensors, else the newest checkpoint) or a weights file."""
+        from aiayn.checkpoint import load_model
+
+        dev = auto_device(device)
+        return cls(load_model(path, dev), Tokenizer(find_tokenizer(path)), dev, **kw)
+
+    def translate(self, lines: Sequence[str], beam: int = 4, length_penalty: float = 0.6,
+                  max_len_a: float = 1.0, max_len_b: float = 50, n_best: int = 1) -> list:
+        """Translate lines, input order kept; empty line -> "". beam=1 is greedy search.
+
+        Returns list[str], or with n_best > 1 a list of n-best lists of strings.
+        """
+        nbest = self.translate_scored(lines, beam, length_penalty, max_len_a, max_len_b, n_best)
+        if n_best == 1:
+            return [h[0][0] if h else "" for h in nbest]
+        return [[text for text, _ in h] for h in nbest]
+
+    def translate_scored(self, lines: Sequence[str], beam: int = 4, length_penalty: float = 0.6,
+                         max_len_a: float = 1.0, max_len_b: float = 50,
+                         n_best: int = 1) -> list[list[tuple[str, float]]]:
+        """Like `translate`, with each hypothesis' score (sum log p / lp; greedy: nan)."""
+        texts = [_clean(line) for line in lines]
+        encoded = self.tokenizer.encode_batch(texts) if texts else []
+        limit = self.max_input_len - 1  # room for EOS
+        for i, ids in enumerate(encoded):
+            if len(ids) > limit:
+                print(f"aiayn: warning: input line {i + 1} has {len(ids)} pieces; truncated to {limit}",
+                      file=sys.stderr, flush=True)
+                encoded[i] = ids[:limit]
+        results: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in texts]
+        order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
+        batch: list[int] = []
+        for i in order:  # ascending length: the newest line is the longest of its batch
+            if batch and (len(batch) + 1) * (len(encoded[i]) + 1) * beam > self.max_tokens:
+                self._run(batch, encoded, results, beam, length_penalty, max_len_a, max_len_b, n_best)
+                batch = []
+            batch.append(i)
+        if batch:
+            self._run(batch, encoded, results, beam, length_penalty, max_len_a, max_len_b, n_best)
+        return results
+
+    def _run(self, batch, encoded, results, beam, length_penalty, max_len_a, max_len_b, n_best) -> None:
+        eos, pad = self.model.config.eos_id, self.model.config.pad_id
+        S = max(len(encoded[i]) for i in batch) + 1
+        src = torch.full((len(batch), S), pad, dtype=torch.long)  # (B, S) pieces + EOS, right-padded
+        for r, i in enumerate(batch):
+            src[r, : len(encoded[i]) + 1] = torch.tensor(encoded[i] + [eos])
+        src = src.to(self.device)
+        was_training = self.model.training
+        self.model.eval()  # the trainer validates with its live model: restore its mode after
+        try:
+            if beam == 1 and n_best == 1:
+                hyps = [[(ids, float("nan"))] for ids in greedy_search(self.model, src, max_len_a, max_len_b)]
+            else:
+                hyps = beam_search(self.model, src, beam, length_penalty, max_len_a, max_len_b, n_best)
+        finally:
+            self.model.train(was_training)
+        for i, nbest in zip(batch, hyps):
+            results[i] = [(_one_line(self.tokenizer.decode(ids)), score) for ids, score in nbest]
+
+
+def _one_line(text: str) -> str:
+    # Byte pieces can spell line breaks; one input line must give one output line.
+    return text.replace("\r", " ").replace("\n", " ") if ("\n" in text or "\r" in text) else text

@@ -1,0 +1,152 @@
+"""Scoring translations the ways results are compared (paper §6.1, Table 2).
+
+- `score`: sacreBLEU on detokenized, cased text (13a tokenization) plus chrF, each with its
+  signature: the comparable, reproducible number.
+- `tokenized_bleu`: the published Multi30k / WMT-2014 protocol (multi-bleu.perl): hypotheses
+  lowercased, punctuation-normalised and Moses-tokenized, scored against the dataset's own
+  tokenized references with no further tokenization. Moses HTML escapes (&apos; &quot; ...) are
+  undone on both sides, so escaped and plain tokenized references score alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from aiayn.errors import AiaynError
+
+_MOSES_ESCAPES = (("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&apos;", "'"), ("&quot;", '"'),
+                  ("&#91;", "["), ("&#93;", "]"), ("&amp;", "&"))
+
+
+def score(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
+    """Corpus sacreBLEU (detokenized, cased) and chrF of `hyps` against one reference each."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(hyps) != len(refs):
+        raise AiaynError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(list(hyps), [list(refs)])
+    c = chrf.corpus_score(list(hyps), [list(refs)])
+    return {"bleu": b.score, "bleu_signature": str(bleu.get_signature()), "bleu_str": str(b),
+            "chrf": c.score, "chrf_signature": str(chrf.get_signature()), "chrf_str": str(c),
+            "sentences": len(hyps)}
+
+
+def unescape_moses(line: str) -> str:
+    for esc, char in _MOSES_ESCAPES:
+        line = line.replace(esc, char)
+    return line
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """lowercase -> normalize-punctuation -> tokenizer (the Multi30k tok/*.lc.norm.tok.* pipeline)."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return [tok.tokenize(norm.normalize(line.lower()), escape=False, aggressive_dash_splits=False,
+                         return_str=True).strip() for line in lines]
+
+
+def tokenized_bleu(hyps: Sequence[str], tok_refs: Sequence[str], lang: str) -> float:
+    """BLEU of detokenized `hyps` against already lowercased+tokenized references (multi-bleu.perl)."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps) != len(tok_refs):
+        raise AiaynError(f"{len(hyps)} hypotheses but {len(tok_refs)} references")
+    refs = [unescape_moses(r.strip()) for r in tok_refs]
+    return BLEU(tokenize="none", force=True).corpus_score(moses_tokenize(hyps, lang), [refs]).score
+
+
+# -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
+
+def _run_data_config(run_dir: Path):
+    from aiayn.config import Config
+
+    cfg_file = run_dir / "config.yaml"
+    if not cfg_file.is_file():
+        raise AiaynError(f"{cfg_file} not found: --split reads the run's data section from it")
+    return Config.load(str(cfg_file)).data
+
+
+def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
+    """(src lines, ref lines, tokenized refs or None, target language) of one of the run's splits."""
+    from aiayn.data import prepare
+
+    cfg = _run_data_config(run_dir)
+    key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)
+    src, ref = prepare(cfg).raw(key)
+    lang = lang or cfg.tgt_lang
+    tok = None
+    if tokenized and cfg.corpus == "multi30k":
+        from aiayn.data.io import read_lines
+        from aiayn.data.multi30k import tokenized_reference_path
+
+        tok = read_lines(tokenized_reference_path(key, lang, cfg.data_dir))
+    return src, ref, tok, lang
+
+
+def _average_last(run_dir: Path, k: int, device):
+    """The model whose weights average the last k step checkpoints of a run."""
+    from aiayn.checkpoint import average_checkpoints
+
+    return average_checkpoints(run_dir, k, device=device)
+
+
+def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None, src: str | None = None,
+                 ref: str | None = None, hyp: str | None = None, tokenized: bool = False,
+                 lang: str | None = None, average_last: int = 0, output: str | None = None,
+                 device: str | None = None, max_tokens: int | None = None, **search: Any) -> dict[str, Any]:
+    """Translate a split of the run's data (or --src) and score it against its references."""
+    from aiayn.data.io import read_lines
+
+    if split is not None and (src or ref):
+        raise AiaynError("give either --split or --src/--ref, not both")
+    tok_refs = None
+    if split is not None:
+        if checkpoint is None:
+            raise AiaynError("--split needs -c RUN_DIR")
+        run_dir = Path(checkpoint)
+        if not run_dir.is_dir():
+            raise AiaynError(f"--split needs a run directory, got {checkpoint}")
+        src_lines, refs, tok_refs, lang = _split_data(run_dir, split, lang, tokenized)
+    else:
+        if ref is None or (src is None and hyp is None):
+            raise AiaynError("give --split, or --ref with --src (translate) or --hyp (score a file)")
+        refs = read_lines(ref)
+        src_lines = read_lines(src) if src is not None else None
+        if lang is None and checkpoint is not None and Path(checkpoint).is_dir():
+            try:
+                lang = _run_data_config(Path(checkpoint)).tgt_lang
+            except AiaynError:
+                lang = None
+        if src_lines is not None and len(src_lines) != len(refs):
+            raise AiaynError(f"{src} has {len(src_lines)} lines but {ref} has {len(refs)}")
+
+    if hyp is not None:
+        hyps = read_lines(hyp)
+    else:
+        if checkpoint is None:
+            raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
+        from aiayn.decode.translator import Translator, auto_device, find_tokenizer
+        from aiayn.data.tokenizer import Tokenizer
+
+        kw = {} if max_tokens is None else {"max_tokens": max_tokens}
+        if average_last:
+            dev = auto_device(device)
+            translator = Translator(_average_last(Path(checkpoint), average_last, dev),
+                                    Tokenizer(find_tokenizer(checkpoint)), dev, **kw)
+        else:
+            translator = Translator.load(checkpoint, device=device, **kw)
+        hyps = translator.translate(src_lines, **search)
+    if output is not None:
+        Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+
+    res = score(hyps, refs)
+    if tokenized:
+        lang = lang or "en"
+        res["tokenized_bleu"] = tokenized_bleu(hyps, tok_refs if tok_refs is not None
+                                               else moses_tokenize(refs, lang), lang)
+        res["tokenized_lang"] = lang
+    return res

@@ -1,0 +1,112 @@
+"""Translator API and `aiayn translate` on a real tiny run directory (real sentencepiece, real weights)."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.checkpoint import save_weights
+from aiayn.config import ModelConfig
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.model import Transformer
+
+LINES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad auf der Straße.", "Zwei Männer spielen Fußball im Park.",
+         "A dog runs.", "A woman rides a bike on the street.", "Two men play football in the park."]
+SEARCH = ["--max-len-b", "4"]  # untrained weights rarely say EOS: keep outputs short
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("run")
+    tok = Tokenizer.train(LINES * 20, run / "spm.model", vocab_size=320)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size, max_positions=32)).eval()
+    save_weights(model, run / "best.safetensors", step=5)
+    save_weights(model, run / "checkpoints" / "step_00000005.safetensors", step=5)
+    return run
+
+
+def aiayn(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, timeout=120)
+
+
+def test_translator_api_keeps_order_and_handles_odd_input(run_dir, capsys):
+    from aiayn import Translator
+
+    t = Translator.load(run_dir, device="cpu")
+    assert t.device.type == "cpu"
+    long_line = " ".join(["Hund"] * 80)  # far beyond 32 positions
+    lines = [LINES[1], "", "   ", LINES[0], "\udcff\x00 \u200b 😀", long_line, LINES[2]]
+    out = t.translate(lines, beam=4, max_len_b=4)
+    assert len(out) == len(lines) and out[1] == "" and out[2] == ""
+    assert all("\n" not in o for o in out)
+    assert "truncated" in capsys.readouterr().err
+    # batching and sorting by length do not change any translation
+    for line, got in zip(lines, out):
+        assert t.translate([line], beam=4, max_len_b=4) == [got]
+    assert t.translate(lines, beam=1, max_len_b=4) == [t.translate([x], beam=1, max_len_b=4)[0] for x in lines]
+    nbest = t.translate(LINES[:2], beam=3, n_best=3, max_len_b=4)
+    assert [len(n) for n in nbest] == [3, 3] and nbest[0][0] == out[3]
+
+
+def test_load_from_weights_file_finds_spm_in_parent(run_dir):
+    from aiayn import Translator
+
+    t = Translator.load(run_dir / "checkpoints" / "step_00000005.safetensors", device="cpu")
+    assert t.translate([LINES[0]], beam=2, max_len_b=3) == Translator.load(run_dir, "cpu").translate(
+        [LINES[0]], beam=2, max_len_b=3)
+
+
+def test_translate_pipe_line_for_line(run_dir):
+    from aiayn import Translator
+
+    raw = b"Ein Hund rennt.\r\n\nA dog \xff\xfe runs.\n" + " ".join(["Hund"] * 80).encode() + b"\nno newline at end"
+    r = aiayn("translate", "-c", str(run_dir), "--beam", "4", *SEARCH, stdin=raw)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode("utf-8").split("\n")
+    assert out[-1] == "" and len(out) - 1 == 5  # one output line per input line
+    assert out[1] == ""
+    assert b"truncated" in r.stderr
+    expect = Translator.load(run_dir, "cpu").translate(
+        [x.decode("utf-8", "replace").rstrip("\r") for x in raw.split(b"\n")], beam=4, max_len_b=4)
+    assert out[:-1] == expect
+
+
+def test_translate_streams_before_stdin_closes(run_dir):
+    p = subprocess.Popen([sys.executable, "-m", "aiayn", "translate", "-c", str(run_dir), "--beam", "2", *SEARCH],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for line in (b"Ein Hund rennt.\n", b"\n", b"Zwei M\xc3\xa4nner.\n"):
+            p.stdin.write(line)
+            p.stdin.flush()
+            ready, _, _ = select.select([p.stdout], [], [], 90)
+            assert ready, "no output while stdin is still open: not streaming"
+            assert p.stdout.readline().endswith(b"\n")
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert p.returncode == 0
+
+
+def test_translate_files_and_n_best(run_dir, tmp_path):
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 4
+    r = aiayn("translate", "-c", str(run_dir), "--n-best", "2", "--beam", "3", *SEARCH, stdin=b"a\nb\n")
+    rows = r.stdout.decode().splitlines()
+    assert [row.split(" ||| ")[0] for row in rows] == ["0", "0", "1", "1"]
+    assert all(float(row.split(" ||| ")[2]) < 0 for row in rows)
+
+
+def test_translate_bad_checkpoint_is_an_error(tmp_path):
+    r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
+    assert r.returncode != 0
