@@ -88,10 +88,12 @@ def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
 
 
 def _average_last(run_dir: Path, k: int, device):
-    """The model whose weights average the last k step checkpoints of a run."""
-    from aiayn.checkpoint import average_checkpoints
+    """The model whose weights average the last k step checkpoints of a run (the training layer's)."""
+    from aiayn.train.average import average_last
 
-    return average_checkpoints(run_dir, k, device=device)
+    if not run_dir.is_dir():
+        raise AiaynError(f"--average-last needs a run directory, got {run_dir}")
+    return average_last(run_dir, k, device)
 
 
 def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None, src: str | None = None,

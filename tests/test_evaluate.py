@@ -1,0 +1,116 @@
+"""Scoring: real sacreBLEU and chrF, the published tokenized protocol, and `aiayn evaluate` end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import torch
+
+from aiayn.checkpoint import save_weights
+from aiayn.config import ModelConfig
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.evaluate import moses_tokenize, score, tokenized_bleu
+from aiayn.model import Transformer
+from aiayn.train.state import checkpoint_paths, save_state
+
+REFS = ["A dog runs across the grass.", "Two men aren't playing football in the park.",
+        "A woman rides a \"red\" bike on the street.", "Children play."]
+
+
+def data_dir() -> Path:
+    d = os.environ.get("AIAYN_DATA_DIR")
+    if not d or not (Path(d) / "tok").is_dir():
+        pytest.skip("Multi30k not available (set AIAYN_DATA_DIR)")
+    return Path(d)
+
+
+def aiayn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+def test_identical_hypotheses_score_100_with_signatures():
+    res = score(REFS, REFS)
+    assert res["bleu"] == pytest.approx(100.0) and res["chrf"] == pytest.approx(100.0)
+    assert "case:mixed" in res["bleu_signature"] and "tok:13a" in res["bleu_signature"]
+    assert res["chrf_signature"].startswith("nrefs:1|case:mixed")
+    worse = score(["A cat runs across the grass."] + REFS[1:], REFS)
+    assert 50 < worse["bleu"] < 100 and worse["chrf"] < 100
+
+
+def test_tokenized_bleu_lowercases_tokenizes_and_reads_escaped_refs():
+    # Moses-tokenized, lowercased references as the datasets ship them (HTML-escaped)
+    tok_refs = ["a dog runs across the grass .", "two men aren &apos;t playing football in the park .",
+                "a woman rides a &quot; red &quot; bike on the street .", "children play ."]
+    assert moses_tokenize(REFS[:1], "en") == ["a dog runs across the grass ."]
+    assert tokenized_bleu(REFS, tok_refs, "en") == pytest.approx(100.0)
+    assert sacrebleu.corpus_bleu(REFS, [tok_refs], tokenize="none").score < 50  # raw text would not match
+    assert tokenized_bleu(["a dog"] * 4, tok_refs, "en") < 5
+
+
+def test_tokenized_pipeline_reproduces_multi30k_references():
+    d = data_dir()
+    for lang in ("en", "de"):
+        raw = gzip.open(d / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+        tok = gzip.open(d / "tok" / f"test_2016_flickr.lc.norm.tok.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+        assert tokenized_bleu(raw, tok, lang) > 99.9  # our hypothesis pipeline == the refs' pipeline
+
+
+def test_evaluate_command_hypotheses_equal_references(tmp_path):
+    ref = tmp_path / "ref.en"
+    ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
+    r = aiayn("evaluate", "--hyp", str(ref), "--ref", str(ref), "--tokenized-bleu", "--lang", "en", "--json")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("BLEU = 100.00")
+    assert "signature: nrefs:1|case:mixed|eff:no|tok:13a" in r.stdout and "chrF2 = 100.00" in r.stdout
+    res = json.loads(r.stdout.splitlines()[-1])
+    assert res["bleu"] == pytest.approx(100) and res["tokenized_bleu"] == pytest.approx(100)
+
+
+def test_evaluate_command_translates_src(tmp_path):
+    run = tmp_path / "run"
+    tok = Tokenizer.train(REFS * 20, run / "spm.model", vocab_size=300)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size)).eval()
+    for step in (1, 2):  # two different step checkpoints for --average-last
+        weights, state = checkpoint_paths(run, step)
+        save_weights(model, weights, step=step)
+        save_state(state, {"step": step})
+        torch.nn.init.normal_(model.generator.weight, std=0.1)
+    src, ref, hyp = tmp_path / "src", tmp_path / "ref", tmp_path / "hyp"
+    src.write_text("\n".join(REFS) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
+    for extra in ([], ["--average-last", "2"]):
+        r = aiayn("evaluate", "-c", str(run), "--src", str(src), "--ref", str(ref), "--beam", "2",
+                  "--max-len-b", "3", "--output", str(hyp), "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        hyps = hyp.read_text(encoding="utf-8").splitlines()
+        assert len(hyps) == len(REFS)
+        res = json.loads(r.stdout.splitlines()[-1])
+        assert res["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [REFS]).score)
+        assert res["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [REFS]).score)
+    r = aiayn("evaluate", "-c", str(run), "--src", str(src), "--ref", str(tmp_path / "missing"))
+    assert r.returncode == 2 and r.stderr.startswith("error:")
+
+
+def test_evaluate_command_split_reads_the_runs_data(tmp_path):
+    d = data_dir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(
+        f"data:\n  corpus: multi30k\n  src_lang: de\n  tgt_lang: en\n  data_dir: {d}\n  vocab_size: 500\n")
+    hyp = tmp_path / "hyp.en"  # the references themselves as hypotheses: both metrics must give 100
+    hyp.write_text(gzip.open(d / "test_2016_flickr.en.gz", "rt", encoding="utf-8").read(), encoding="utf-8")
+    r = aiayn("evaluate", "-c", str(run), "--split", "test_2016_flickr", "--hyp", str(hyp), "--tokenized-bleu",
+              "--json", env={"AIAYN_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.splitlines()[-1])
+    assert res["sentences"] == 1000 and res["bleu"] == pytest.approx(100)
+    assert res["tokenized_bleu"] > 99.9 and res["tokenized_lang"] == "en"
