@@ -193,6 +193,10 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(TrainingError, match="not writable"):
         train(Config.from_dict(TINY), tmp_path / "file" / "run")
+    from aiayn.train.trainer import check_run_dir
+
+    with pytest.raises(TrainingError, match="MiB free"):  # a full disk: asks the real file system for 1 EiB
+        check_run_dir(tmp_path, need_bytes=2**60)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     Path(checkpoint_paths(run, 5)[0]).write_bytes(b"x")
@@ -225,3 +229,13 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     va, vb = records(tmp_path / "ddp", "valid")[-1], records(tmp_path / "single", "valid")[-1]
     assert va["loss"] == pytest.approx(vb["loss"], rel=1e-4)
     assert a[0][1] != a[-1][1]  # it did train
+
+
+def test_max_epochs_stops_after_whole_passes(home, tmp_path):
+    from aiayn.train import train
+
+    cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "max_steps": 1000, "max_epochs": 1, "eval_every": 0,
+                                               "eval_bleu": False, "save_every": 1000}})
+    summary = train(cfg, tmp_path / "run")
+    assert summary["step"] == 19  # the 1,080 training pairs make 19 batches of <= 512 tokens
+    assert {r["epoch"] for r in records(tmp_path / "run", "train")} == {0} and list_checkpoints(tmp_path / "run")[-1][0] == 19
