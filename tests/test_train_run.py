@@ -211,7 +211,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     from aiayn.train import train
 
     common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480},
-              "train": {"max_steps": 8, "eval_every": 0, "save_every": 100, "eval_bleu": False}}
+              "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False}}
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -226,8 +226,10 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     assert [x[0] for x in a] == [x[0] for x in b] == list(range(1, 9))
     for (_, la, na, lra), (_, lb, nb, lrb) in zip(a, b):
         assert la == pytest.approx(lb, rel=1e-5) and na == pytest.approx(nb, rel=1e-5) and lra == lrb
-    va, vb = records(tmp_path / "ddp", "valid")[-1], records(tmp_path / "single", "valid")[-1]
-    assert va["loss"] == pytest.approx(vb["loss"], rel=1e-4)
+    va, vb = records(tmp_path / "ddp", "valid"), records(tmp_path / "single", "valid")
+    assert [r["step"] for r in va] == [r["step"] for r in vb] == [4, 8]
+    assert [r["loss"] for r in va] == pytest.approx([r["loss"] for r in vb], rel=1e-4)
+    assert [c[0] for c in list_checkpoints(tmp_path / "ddp")] == [4, 8]
     assert a[0][1] != a[-1][1]  # it did train
 
 

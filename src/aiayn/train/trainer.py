@@ -154,7 +154,8 @@ class Trainer:
         self.best: float | None = None
         self.last_saved: Path | None = None
         self.last_saved_step = -1
-        self.last_valid: dict[str, Any] | None = None
+        self.last_valid: dict[str, Any] | None = None  # rank 0 only
+        self.last_eval_step = -1  # every rank (decides collective calls)
         self.last_train: dict[str, Any] | None = None
         self._stop_requested = False
         self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
@@ -357,6 +358,7 @@ class Trainer:
 
     def evaluate(self) -> None:
         """Rank 0 evaluates the unwrapped model; the others wait."""
+        self.last_eval_step = self.step
         if self.main:
             t = time.perf_counter()
             rec = self.validate()
@@ -517,7 +519,7 @@ class Trainer:
             if not interrupted:
                 if self._window["steps"]:
                     self._log(lr)
-                if self.last_valid is None or self.last_valid["step"] != self.step:
+                if self.last_eval_step != self.step:
                     self.evaluate()
             self.save()
         finally:
