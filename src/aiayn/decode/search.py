@@ -23,7 +23,6 @@ src_mask)` and `decode(ids, cache=cache) -> (logits, cache)` with a cache offeri
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.model.masks import padding_mask
@@ -39,13 +38,6 @@ def max_lengths(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 5
     # The decoder input at step t sits at position t - 1; the last one (forced EOS) at max_len.
     cap = getattr(cfg, "max_positions", None)
     return limit if cap is None else limit.clamp(max=cap - 1)
-
-
-def _step_log_probs(model, ids: Tensor, cache, banned: tuple[int, ...]):
-    logits, cache = model.decode(ids, cache=cache)  # (rows, 1, V)
-    logp = F.log_softmax(logits[:, -1].float(), dim=-1)  # (rows, V), float32 whatever the model dtype
-    logp[:, list(banned)] = float("-inf")
-    return logp, cache
 
 
 def _start(model, src: Tensor):
@@ -66,8 +58,10 @@ def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float =
     ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
     t = 0
     while alive.numel():
-        logp, cache = _step_log_probs(model, ids, cache, (cfg.pad_id, cfg.bos_id))
-        nxt = logp.argmax(-1)  # (n,)
+        logits, cache = model.decode(ids, cache=cache)  # (n, 1, V)
+        logits = logits[:, -1].float()  # (n, V)
+        logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
+        nxt = logits.argmax(-1)  # (n,) the argmax of the logits is the argmax of the log-probs
         nxt = torch.where(max_len[alive] <= t, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
         out[alive, t] = nxt
         t += 1
@@ -118,15 +112,24 @@ def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, 
     ids = torch.full((B, 1), bos, dtype=torch.long, device=dev)
     for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
         n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
-        logp, cache = _step_log_probs(model, ids, cache, (pad, bos))  # (n*g, V)
-        V = logp.size(1)
+        logits, cache = model.decode(ids, cache=cache)  # (n*g, 1, V)
+        logits = logits[:, -1].float()  # (n*g, V), float32 whatever the model dtype
+        lse = logits.logsumexp(dim=1, keepdim=True)  # (n*g, 1): log p = logit - lse, over the full vocabulary
+        logits[:, [pad, bos]] = float("-inf")  # never generated
+        # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
+        # (rows, V) log-softmax or (n, g*V) candidate matrix is ever written.
+        c = min(2 * k, logits.size(1))
+        row_v, row_tok = logits.topk(c, dim=1)  # (n*g, c)
+        row_s = scores.view(-1, 1) + (row_v - lse)  # (n*g, c) sum of log p
         forced = max_len[alive] + 1 == t  # (n,) sentences at their maximum length must end now
-        not_eos = torch.arange(V, device=dev) != eos  # (V,)
-        logp = logp.masked_fill(forced.repeat_interleave(g)[:, None] & not_eos, float("-inf"))
+        if bool(forced.any()):  # only EOS, with its own log-prob
+            f = forced.repeat_interleave(g)  # (n*g,)
+            eos_s = scores.view(-1) + logits[:, eos] - lse[:, 0]  # (n*g,)
+            row_s[f] = float("-inf")
+            row_s[f, 0], row_tok[f, 0] = eos_s[f], eos
 
-        cand = (scores.view(-1, 1) + logp).view(n, g * V)  # (n, g*V)
-        top_s, top_i = cand.topk(min(2 * k, g * V), dim=1)  # (n, 2k) best first
-        top_beam, top_tok = top_i // V, top_i % V
+        top_s, top_j = row_s.view(n, g * c).topk(min(2 * k, g * c), dim=1)  # (n, 2k) best first
+        top_beam, top_tok = top_j // c, row_tok.view(n, g * c).gather(1, top_j)
         is_eos = top_tok == eos
 
         # Finalise EOS candidates that rank within the top k (they would have taken a beam slot).
