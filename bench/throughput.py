@@ -23,8 +23,9 @@ run to the length limit at random; the work per step is then the same everywhere
 target tokens/s (decode-len x sentences / s) and sentences/s.
 
 Repeats alternate engines (the order rotates each repeat) so a load change on the shared machine
-hits everyone alike; each figure is the median over repeats, and each ratio aiayn/peer is the median
-of the per-repeat ratios. Peak memory: each (engine, task) runs once more in a fresh subprocess; the
+hits everyone alike (they alternate batch by batch); each figure is the median over repeats, and each ratio aiayn/peer is the median
+of the per-repeat ratios. Process CPU time is recorded beside wall time (tokens_per_cpu_s,
+cpu_ratios): on a shared machine it is less sensitive to other jobs. Peak memory: each (engine, task) runs once more in a fresh subprocess; the
 figure is the growth of resident memory over the process's RSS just before the work (peak VmHWM,
 reset through /proc/self/clear_refs, minus VmRSS): activations, gradients, Adam state, caches,
 allocator slack. torch's CPU allocator is plain malloc, so tracemalloc does not see it.
@@ -226,13 +227,6 @@ def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int,
 
 # -- measurement ---------------------------------------------------------------------------------
 
-def timed(fn: Callable[[Any], Any], items: list[Any]) -> float:
-    t0 = time.perf_counter()
-    for x in items:
-        fn(x)
-    return time.perf_counter() - t0
-
-
 def rss_kb(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -290,20 +284,31 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
                     raise RuntimeError(f"{e} {task}: output lengths {sorted(set(lengths))} != {args.decode_len}")
             units, per = args.decode_len * BATCH * len(batches), BATCH * len(batches)
         runs: dict[str, list[float]] = {e: [] for e in engines}
+        cpu: dict[str, list[float]] = {e: [] for e in engines}
         for r in range(args.repeats):
             order = engines[r % len(engines):] + engines[: r % len(engines)]
-            for e in order:
-                runs[e].append(timed(fns[e], batches))
+            wall, proc = dict.fromkeys(engines, 0.0), dict.fromkeys(engines, 0.0)
+            for b in batches:  # engines alternate batch by batch: load changes hit all alike
+                for e in order:
+                    w, c0 = time.perf_counter(), time.process_time()
+                    fns[e](b)
+                    wall[e] += time.perf_counter() - w
+                    proc[e] += time.process_time() - c0
+            for e in engines:
+                runs[e].append(wall[e])
+                cpu[e].append(proc[e])
             print(f"  {size} {task} repeat {r + 1}: " + ", ".join(f"{e} {units / runs[e][-1]:,.0f} tok/s"
                                                               for e in engines), flush=True)
         res: dict[str, Any] = {}
         for e in engines:
             secs = runs[e]
-            res[e] = {"seconds": secs, "tokens_per_s": statistics.median(units / s for s in secs)}
+            res[e] = {"seconds": secs, "cpu_seconds": cpu[e], "tokens_per_s": statistics.median(units / s for s in secs),
+                      "tokens_per_cpu_s": statistics.median(units / s for s in cpu[e])}
             if per:
                 res[e]["sentences_per_s"] = statistics.median(per / s for s in secs)
         for e in engines[1:]:  # seconds ratio within each repeat = throughput ratio aiayn / peer
             res.setdefault("ratios", {})[e] = statistics.median(b / a for a, b in zip(runs["aiayn"], runs[e]))
+            res.setdefault("cpu_ratios", {})[e] = statistics.median(b / a for a, b in zip(cpu["aiayn"], cpu[e]))
         result[task] = res
         del fns
 
@@ -327,12 +332,13 @@ def report(size: str, r: dict[str, Any]) -> None:
             continue
         t = r[task]
         for e, v in t.items():
-            if e == "ratios":
+            if e in ("ratios", "cpu_ratios"):
                 continue
             sent = f"  {v['sentences_per_s']:8.1f} sent/s" if "sentences_per_s" in v else ""
             ratio = t.get("ratios", {}).get(e)
             goal = GOALS.get((task, e))
-            rs = "" if ratio is None else f"  aiayn/{e} = {ratio:.2f}x" + (
+            cr = t.get("cpu_ratios", {}).get(e)
+            rs = "" if ratio is None else f"  aiayn/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)" + (
                 "" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
             mem = r.get("memory", {}).get(task, {}).get(e)
             ms = "" if mem is None else f"  +{mem['growth_mb']:.0f} MB (peak RSS {mem['peak_rss_mb']:.0f} MB)"
