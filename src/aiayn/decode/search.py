@@ -113,18 +113,17 @@ def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, 
     for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
         n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
         logits, cache = model.decode(ids, cache=cache)  # (n*g, 1, V)
-        logits = logits[:, -1].float()  # (n*g, V), float32 whatever the model dtype
-        lse = logits.logsumexp(dim=1, keepdim=True)  # (n*g, 1): log p = logit - lse, over the full vocabulary
-        logits[:, [pad, bos]] = float("-inf")  # never generated
+        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
+        logp[:, [pad, bos]] = float("-inf")  # never generated
         # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
-        # (rows, V) log-softmax or (n, g*V) candidate matrix is ever written.
-        c = min(2 * k, logits.size(1))
-        row_v, row_tok = logits.topk(c, dim=1)  # (n*g, c)
-        row_s = scores.view(-1, 1) + (row_v - lse)  # (n*g, c) sum of log p
+        # (n, g*V) candidate matrix is ever written.
+        c = min(2 * k, logp.size(1))
+        row_v, row_tok = logp.topk(c, dim=1)  # (n*g, c)
+        row_s = scores.view(-1, 1) + row_v  # (n*g, c) sum of log p
         forced = max_len[alive] + 1 == t  # (n,) sentences at their maximum length must end now
         if bool(forced.any()):  # only EOS, with its own log-prob
             f = forced.repeat_interleave(g)  # (n*g,)
-            eos_s = scores.view(-1) + logits[:, eos] - lse[:, 0]  # (n*g,)
+            eos_s = scores.view(-1) + logp[:, eos]  # (n*g,)
             row_s[f] = float("-inf")
             row_s[f, 0], row_tok[f, 0] = eos_s[f], eos
 
