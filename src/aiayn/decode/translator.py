@@ -21,9 +21,16 @@ from aiayn.decode.search import beam_search, greedy_search
 
 
 def auto_device(device: str | torch.device | None = None) -> torch.device:
-    if device is not None and str(device) != "auto":
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """None or "auto" -> CUDA when present, else CPU; otherwise the named device (checked)."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise AiaynError(f"bad device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise AiaynError(f"device {device!r} requested but CUDA is not available")
+    return dev
 
 
 def find_tokenizer(path: str | os.PathLike) -> Path:
