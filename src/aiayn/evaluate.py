@@ -131,8 +131,8 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
     else:
         if checkpoint is None:
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
-        from aiayn.decode.translator import Translator, auto_device, find_tokenizer
         from aiayn.data.tokenizer import Tokenizer
+        from aiayn.decode.translator import Translator, auto_device, find_tokenizer
 
         kw = {} if max_tokens is None else {"max_tokens": max_tokens}
         if average_last:

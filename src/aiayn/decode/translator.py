@@ -16,8 +16,8 @@ import torch
 
 from aiayn.config import DecodeConfig
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.errors import AiaynError
 from aiayn.decode.search import beam_search, greedy_search
+from aiayn.errors import AiaynError
 
 
 def auto_device(device: str | torch.device | None = None) -> torch.device:
