@@ -236,7 +236,7 @@ def test_cached_step_by_step_equals_full_decoder(T, positional, norm):
     memory = model.encode(src)
     mask = padding_mask(src, PAD)
     full = model.decode(tgt, memory, mask)
-    cache = model.init_cache(memory, mask)
+    cache = model.init_cache(memory, mask, capacity=3)  # small: the buffers must grow on the way
     steps = []
     for t in range(T):
         logits, cache = model.decode(tgt[:, t: t + 1], cache=cache)
@@ -266,8 +266,15 @@ def test_cache_reorder_and_keep_follow_the_rows():
     last, _ = model.decode(swapped[:, 2:3], cache=cache)
     want = model.decode(swapped, memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 2:3]
     torch.testing.assert_close(last, want, atol=1e-5, rtol=1e-5)
+    # Beam search's first step: one row per source expands to G rows.
+    start = model.init_cache(memory, mask)
+    _, start = model.decode(torch.tensor([[2], [2]]), cache=start)
+    grown = start.reorder(torch.tensor([0, 0, 1, 1]))
+    out, _ = model.decode(rows_tgt[:, 1:2], cache=grown)
+    want2 = model.decode(rows_tgt[:, :2], memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 1:2]
+    torch.testing.assert_close(out, want2, atol=1e-5, rtol=1e-5)
     kept = cache.keep(torch.tensor([1]))
-    assert kept.sources == 1 and kept.self_kv[0][0].size(0) == G
+    assert kept.sources == 1 and kept.rows == G
     last1, _ = model.decode(swapped[2:, 2:3], cache=kept)
     torch.testing.assert_close(last1, want[2:], atol=1e-5, rtol=1e-5)
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
+from aiayn.model.cache import KV, DecoderCache
 
 
 def attention(
@@ -54,20 +53,21 @@ class _Heads(nn.Module):
 
 
 class SelfAttention(_Heads):
-    """Encoder or decoder self-attention. `past` holds cached keys/values of earlier positions."""
+    """Encoder or decoder self-attention. With a cache, the new keys/values are appended to those of
+    earlier positions (layer `layer` of the cache) and the queries attend to all of them."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, n_heads, d_head, dropout)
         self.qkv = nn.Linear(d_model, 3 * n_heads * d_head)  # [W^Q | W^K | W^V] for all heads
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, past: KV | None = None,
+        self, x: Tensor, mask: Tensor | None, cache: DecoderCache | None = None, layer: int = 0,
         weights: list[Tensor] | None = None,
-    ) -> tuple[Tensor, KV]:
+    ) -> Tensor:
         q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, h, T, d_k) each
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, h, t+T, d_k)
-        return self.merge(attention(q, k, v, mask, self.p, weights)), (k, v)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)  # (B, h, t+T, d_k)
+        return self.merge(attention(q, k, v, mask, self.p, weights))
 
 
 class CrossAttention(_Heads):

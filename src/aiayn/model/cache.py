@@ -1,54 +1,104 @@
 """Incremental decoding state: an explicit value passed into `Transformer.decode` and returned.
 
-Per decoder layer it holds the self-attention keys/values of the positions decoded so far
-(they grow by one column per step) and the cross-attention keys/values of the encoder output,
-computed once per source sentence by `Transformer.init_cache`.
+Per decoder layer it holds the self-attention keys/values of the positions decoded so far and
+the cross-attention keys/values of the encoder output, computed once per source sentence by
+`Transformer.init_cache`.
 
 Rows vs. sources: the decoder batch may hold G rows per source sentence (G = beam size).
 `reorder(rows)` picks decoder rows (beam search keeps the best continuations); `keep(sources)`
 drops whole sentences that have finished, so the batch shrinks.
+
+Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
+column instead of concatenating (copying) the whole history, and `reorder`/`keep` gather into a
+second, reused buffer instead of allocating. The price of reuse: a cache value may be extended
+(by `decode`) or reordered once; keep working with the value returned.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from aiayn.model.attention import KV
+KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
 
 
 @dataclass
 class DecoderCache:
-    self_kv: list[KV | None]  # per layer: (rows, h, t, d_k) keys and values
     cross_kv: list[KV]  # per layer: (sources, h, S, d_k) keys and values
     src_mask: Tensor  # (sources, 1, 1, S)
+    length: int = 0  # target positions decoded so far = position offset of the next input
+    capacity: int = 64  # time steps the buffers are first allocated for (they double when full)
+    self_k: list[Tensor | None] = field(default_factory=list)  # per layer (rows, h, capacity, d_k)
+    self_v: list[Tensor | None] = field(default_factory=list)
+    _spare: list[Tensor | None] = field(default_factory=list, repr=False)  # reused by reorder/keep
 
-    @property
-    def length(self) -> int:
-        """Number of target positions already decoded (the position offset of the next input)."""
-        kv = self.self_kv[0]
-        return 0 if kv is None else kv[0].size(2)
+    def __post_init__(self) -> None:
+        n = len(self.cross_kv)
+        for name in ("self_k", "self_v"):
+            if not getattr(self, name):
+                setattr(self, name, [None] * n)
+        if not self._spare:
+            self._spare = [None] * (2 * n)
 
     @property
     def sources(self) -> int:
         return self.src_mask.size(0)
 
+    @property
+    def rows(self) -> int | None:
+        k = self.self_k[0]
+        return None if k is None else k.size(0)
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
+        """Store new keys/values (rows, h, T, d_k) at positions [length, length+T) of `layer`;
+        return the keys/values of all positions so far, (rows, h, length+T, d_k) views."""
+        start, end = self.length, self.length + k.size(2)
+        buf_k, buf_v = self.self_k[layer], self.self_v[layer]
+        if buf_k is None or end > buf_k.size(2):
+            cap = max(end, self.capacity, 2 * (0 if buf_k is None else buf_k.size(2)))
+            grown_k = k.new_empty(k.size(0), k.size(1), cap, k.size(3))  # (rows, h, cap, d_k)
+            grown_v = v.new_empty(grown_k.shape)
+            if start:
+                grown_k[:, :, :start], grown_v[:, :, :start] = buf_k[:, :, :start], buf_v[:, :, :start]
+            buf_k, buf_v = self.self_k[layer], self.self_v[layer] = grown_k, grown_v
+            self._spare[2 * layer] = self._spare[2 * layer + 1] = None
+        buf_k[:, :, start:end], buf_v[:, :, start:end] = k, v
+        return buf_k[:, :, :end], buf_v[:, :, :end]
+
+    def advanced(self, steps: int) -> "DecoderCache":
+        return dataclasses.replace(self, length=self.length + steps)
+
     def reorder(self, rows: Tensor) -> "DecoderCache":
         """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group."""
-        self_kv = [None if kv is None else (kv[0].index_select(0, rows), kv[1].index_select(0, rows))
-                   for kv in self.self_kv]
-        return DecoderCache(self_kv, self.cross_kv, self.src_mask)
+        if self.length == 0:
+            return self
+        new_k, new_v, spare = [], [], []
+        for i, (k, v) in enumerate(zip(self.self_k, self.self_v)):
+            out = []
+            for buf, j in ((k, 2 * i), (v, 2 * i + 1)):
+                src = buf[:, :, : self.length]
+                if src.requires_grad:  # autograd: a fresh, differentiable copy (never while decoding)
+                    dst = buf.new_zeros(rows.numel(), *buf.shape[1:])
+                    dst[:, :, : self.length] = src.index_select(0, rows)
+                else:
+                    dst = self._spare[j]
+                    if dst is None or dst.size(0) < rows.numel() or dst.size(2) != buf.size(2):
+                        dst = buf.new_empty(rows.numel(), *buf.shape[1:])
+                    dst = dst[: rows.numel()]
+                    torch.index_select(src, 0, rows, out=dst[:, :, : self.length])
+                out.append(dst)
+                spare.append(buf)  # the old buffer becomes the next reorder's destination
+            new_k.append(out[0])
+            new_v.append(out[1])
+        return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare)
 
     def keep(self, sources: Tensor) -> "DecoderCache":
         """Keep only the source sentences `sources` (and all their rows)."""
-        group = self._group()
+        group = 1 if self.rows is None else self.rows // self.sources
         rows = (sources[:, None] * group + torch.arange(group, device=sources.device)).reshape(-1)
-        cache = self.reorder(rows) if self.length else self
+        cache = self.reorder(rows)
         cross = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
-        return DecoderCache(cache.self_kv, cross, self.src_mask.index_select(0, sources))
-
-    def _group(self) -> int:
-        kv = self.self_kv[0]
-        return 1 if kv is None else kv[0].size(0) // self.sources
+        return dataclasses.replace(cache, cross_kv=cross, src_mask=self.src_mask.index_select(0, sources))

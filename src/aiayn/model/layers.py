@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from aiayn.model.attention import KV, CrossAttention, SelfAttention
+from aiayn.model.attention import CrossAttention, SelfAttention
+from aiayn.model.cache import KV, DecoderCache
 
 
 class FeedForward(nn.Module):
@@ -47,7 +48,7 @@ class EncoderLayer(nn.Module):
         self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
 
     def forward(self, x: Tensor, mask: Tensor, weights: list[Tensor] | None = None) -> Tensor:
-        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, weights=weights)[0])
+        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, weights=weights))
         return self.r2.out(x, self.ffn(self.r2.inp(x)))
 
 
@@ -64,12 +65,11 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self, x: Tensor, self_mask: Tensor | None, cross_kv: KV, cross_mask: Tensor,
-        past: KV | None = None, weights: dict[str, list[Tensor]] | None = None,
-    ) -> tuple[Tensor, KV]:
+        cache: DecoderCache | None = None, index: int = 0, weights: dict[str, list[Tensor]] | None = None,
+    ) -> Tensor:
         w_self = w_cross = None
         if weights is not None:
             w_self, w_cross = weights["decoder"], weights["cross"]
-        y, kv = self.self_attn(self.r1.inp(x), self_mask, past, w_self)
-        x = self.r1.out(x, y)
+        x = self.r1.out(x, self.self_attn(self.r1.inp(x), self_mask, cache, index, w_self))
         x = self.r2.out(x, self.cross_attn(self.r2.inp(x), cross_kv, cross_mask, w_cross))
-        return self.r3.out(x, self.ffn(self.r3.inp(x))), kv
+        return self.r3.out(x, self.ffn(self.r3.inp(x)))

@@ -76,10 +76,11 @@ class Transformer(nn.Module):
 
     # -- decoder -------------------------------------------------------------------------------
 
-    def init_cache(self, memory: Tensor, src_mask: Tensor) -> DecoderCache:
-        """Cross-attention keys/values of every decoder layer, computed once per source."""
+    def init_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> DecoderCache:
+        """Cross-attention keys/values of every decoder layer, computed once per source.
+        `capacity`: target positions to preallocate self-attention buffers for (they grow if needed)."""
         cross = [layer.cross_attn.project(memory) for layer in self.decoder]
-        return DecoderCache([None] * len(self.decoder), cross, src_mask)
+        return DecoderCache(cross, src_mask, capacity=capacity)
 
     @overload
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: None = None,
@@ -99,20 +100,18 @@ class Transformer(nn.Module):
         c = self.config
         if cache is None:
             cross_kv = [layer.cross_attn.project(memory) for layer in self.decoder]
-            self_mask, offset, past = decoder_mask(tgt_in, c.pad_id), 0, [None] * len(self.decoder)
+            self_mask, offset = decoder_mask(tgt_in, c.pad_id), 0
         else:
-            cross_kv, src_mask, offset, past = cache.cross_kv, cache.src_mask, cache.length, cache.self_kv
+            cross_kv, src_mask, offset = cache.cross_kv, cache.src_mask, cache.length
             # One new position sees every cached key; several need the causal triangle offset.
             self_mask = None if tgt_in.size(1) == 1 else causal_mask(tgt_in.size(1), tgt_in.device, offset)
         x = self.tgt_embed(tgt_in, offset)  # (B, T, d_model)
-        new_kv = []
-        for layer, kv, p in zip(self.decoder, cross_kv, past):
-            x, self_kv = layer(x, self_mask, kv, src_mask, p, attention)
-            new_kv.append(self_kv)
+        for i, (layer, kv) in enumerate(zip(self.decoder, cross_kv)):
+            x = layer(x, self_mask, kv, src_mask, cache, i, attention)
         logits = self.generator(self.decoder_norm(x))  # (B, T, V)
         if cache is None:
             return logits
-        return logits, DecoderCache(new_kv, cache.cross_kv, cache.src_mask)
+        return logits, cache.advanced(tgt_in.size(1))
 
     def forward(self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None) -> Tensor:
         """Teacher forcing: (B, S) source, (B, T) target input (BOS + y) -> logits (B, T, V)."""
