@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from aiayn import __version__, ablation, viz
+from aiayn import __version__, ablation, quickstart, viz
 from aiayn import export as export_commands
 from aiayn.data import commands as data_commands
 from aiayn.decode import commands as decode_commands
@@ -52,7 +52,8 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_model, data_commands.register,
                                                                export_commands.register, decode_commands.register,
-                                                               viz.register, ablation.register, train_commands.register]
+                                                               viz.register, ablation.register, train_commands.register,
+                                                               quickstart.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -158,6 +158,7 @@ class Trainer:
         self.last_eval_step = -1  # every rank (decides collective calls)
         self.last_train: dict[str, Any] | None = None
         self._stop_requested = False
+        self._out_of_time = False  # train.max_minutes reached: finish normally
         self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
 
     # -- setup ------------------------------------------------------------------------------------
@@ -402,9 +403,14 @@ class Trainer:
                 (self.scaler.scale(obj) if self.scaler else obj).backward()
             loss_sum += loss.item()
             nll_sum += nll.item()
-        loss_sum, nll_sum, stop = _sum_stats([loss_sum, nll_sum, float(self._stop_requested)])
+        # Stop requests and the time budget are decided together by all ranks, at the same update.
+        budget = self.cfg.train.max_minutes
+        late = budget is not None and time.perf_counter() - self._t0 > 60 * budget
+        loss_sum, nll_sum, stop, late = _sum_stats([loss_sum, nll_sum, float(self._stop_requested), float(late)])
         if stop:
             self._stop_requested = True
+        if late:
+            self._out_of_time = True
 
         lr = self.optimizer.param_groups[0]["lr"]
         if self.scaler:
@@ -485,15 +491,20 @@ class Trainer:
         self.setup()
         c = self.cfg.train
         self._t0 = self._t_window = time.perf_counter()
-        self.bar = (tqdm(total=c.max_steps, initial=self.step, unit="step", file=sys.stderr, dynamic_ncols=True,
-                         mininterval=1.0, desc="train") if self.main and c.progress else None)
+        # A time budget (train.max_minutes) makes max_steps a mere cap: then the bar counts steps and the
+        # description says the budget, instead of an ETA towards a step count that will not be reached.
+        timed = c.max_minutes is not None
+        self.bar = (tqdm(total=None if timed else c.max_steps, initial=self.step, unit="step", file=sys.stderr,
+                         dynamic_ncols=True, mininterval=1.0,
+                         desc=f"train ({c.max_minutes:g} min)" if timed else "train")
+                    if self.main and c.progress else None)
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 handlers[s] = signal.signal(s, self._on_signal)
         lr = self.optimizer.param_groups[0]["lr"]
         try:
-            while self.step < c.max_steps and not self._stop_requested:
+            while self.step < c.max_steps and not self._stop_requested and not self._out_of_time:
                 micro = []
                 try:
                     for _ in range(self.cfg.optim.update_freq):
