@@ -50,10 +50,10 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_model, data_commands.register,
-                                                               export_commands.register, decode_commands.register,
-                                                               viz.register, ablation.register, train_commands.register,
-                                                               quickstart.register]
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
+    quickstart.register, data_commands.register, train_commands.register, decode_commands.register,
+    viz.register, ablation.register, export_commands.register, _add_model,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
