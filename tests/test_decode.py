@@ -46,7 +46,7 @@ class FakeModel:
     def encode(self, src):
         return src.float()[..., None]
 
-    def init_cache(self, memory, src_mask):
+    def init_cache(self, memory, src_mask, capacity=None):
         return FakeCache(torch.empty((memory.size(0), 0), dtype=torch.long), memory.size(0))
 
     def decode(self, ids, cache):

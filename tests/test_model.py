@@ -141,7 +141,7 @@ def reference_attention(q, k, v, mask):
     return torch.softmax(scores, dim=-1) @ v
 
 
-@pytest.mark.parametrize("kind", ["padding", "decoder", "cross"])
+@pytest.mark.parametrize("kind", ["padding", "decoder", "cross", "one_query"])
 def test_attention_matches_reference(kind):
     torch.manual_seed(1)
     B, h, d = 3, 2, 8
@@ -151,8 +151,10 @@ def test_attention_matches_reference(kind):
         mask, T, S = padding_mask(src, PAD), 4, 4
     elif kind == "decoder":
         mask, T, S = decoder_mask(tgt, PAD), 3, 3
-    else:
+    elif kind == "cross":
         mask, T, S = cross_mask(src, 3, PAD), 3, 4
+    else:  # incremental decoding: one query per row (the CPU matmul path)
+        mask, T, S = padding_mask(src, PAD), 1, 4
     q, k, v = torch.randn(B, h, T, d), torch.randn(B, h, S, d), torch.randn(B, h, S, d)
     want = reference_attention(q, k, v, mask.expand(B, h, T, S))
     torch.testing.assert_close(attention(q, k, v, mask), want)
@@ -251,21 +253,26 @@ def test_cached_step_by_step_equals_full_decoder(T, positional, norm):
         torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
 
 
+@torch.inference_mode()
 def test_cache_reorder_and_keep_follow_the_rows():
     model = tiny()
     src = torch.tensor([[5, 6, 3], [7, 3, PAD]])
     memory, mask = model.encode(src), padding_mask(src, PAD)
     G = 2  # two rows per source, as a beam of 2
     rows_tgt = torch.tensor([[2, 11, 12], [2, 13, 14], [2, 15, 16], [2, 17, 18]])
-    cache = model.init_cache(memory, mask)
+    cache = model.init_cache(memory, mask, capacity=2)  # the buffers grow, then reorder into spares
     for t in range(2):
         _, cache = model.decode(rows_tgt[:, t: t + 1], cache=cache)
-    # Swap the rows inside source 0's group, keep source 1's rows, then drop source 0.
-    cache = cache.reorder(torch.tensor([1, 0, 2, 3]))
+    # Swap the rows inside source 0's group, keep source 1's rows.
     swapped = rows_tgt[[1, 0, 2, 3]]
-    last, _ = model.decode(swapped[:, 2:3], cache=cache)
     want = model.decode(swapped, memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 2:3]
-    torch.testing.assert_close(last, want, atol=1e-5, rtol=1e-5)
+    reordered = cache.reorder(torch.tensor([1, 0, 2, 3]))
+    kept = reordered.keep(torch.tensor([1]))  # then drop source 0
+    assert kept.sources == 1 and kept.rows == G
+    last1, _ = model.decode(swapped[2:, 2:3], cache=kept)
+    torch.testing.assert_close(last1, want[2:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="already extended or reordered"):
+        cache.reorder(torch.tensor([1, 0, 2, 3]))  # `cache` was spent by the first reorder
     # Beam search's first step: one row per source expands to G rows.
     start = model.init_cache(memory, mask)
     _, start = model.decode(torch.tensor([[2], [2]]), cache=start)
@@ -273,10 +280,49 @@ def test_cache_reorder_and_keep_follow_the_rows():
     out, _ = model.decode(rows_tgt[:, 1:2], cache=grown)
     want2 = model.decode(rows_tgt[:, :2], memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 1:2]
     torch.testing.assert_close(out, want2, atol=1e-5, rtol=1e-5)
-    kept = cache.keep(torch.tensor([1]))
-    assert kept.sources == 1 and kept.rows == G
-    last1, _ = model.decode(swapped[2:, 2:3], cache=kept)
-    torch.testing.assert_close(last1, want[2:], atol=1e-5, rtol=1e-5)
+
+
+def test_spent_cache_values_raise_instead_of_reading_overwritten_keys():
+    model = tiny()
+    src = torch.tensor([[5, 6, 3]])
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    c0 = model.init_cache(memory, mask)
+    _, c1 = model.decode(torch.tensor([[2]]), cache=c0)
+    _, c2 = model.decode(torch.tensor([[7]]), cache=c1)
+    with pytest.raises(RuntimeError, match="already extended"):
+        model.decode(torch.tensor([[8]]), cache=c1)  # c1 was extended into c2
+    r = c2.reorder(torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="already extended or reordered"):
+        c2.reorder(torch.tensor([0]))
+    logits, _ = model.decode(torch.tensor([[9]]), cache=r)  # the returned value works
+    full = model.decode(torch.tensor([[2, 7, 9]]), memory, mask)
+    torch.testing.assert_close(logits, full[:, 2:], atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=10, deadline=None)
+@given(lengths=st.lists(st.integers(1, 7), min_size=2, max_size=4), norm=st.sampled_from(["post", "pre"]))
+def test_causal_kernel_equals_explicit_padding_mask_in_values_and_gradients(lengths, norm):
+    """The teacher-forced decoder uses the causal kernel without key padding (masks.CAUSAL); with
+    right padding a padded batch must give each sentence's own logits and the same gradients."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=50, dropout=0.0, norm=norm))
+    T = max(lengths)
+    gen = torch.Generator().manual_seed(sum(lengths))
+    src = torch.randint(4, 50, (len(lengths), 5), generator=gen)
+    tgt = torch.zeros(len(lengths), T, dtype=torch.long)
+    out = torch.zeros_like(tgt)
+    for b, n in enumerate(lengths):
+        tgt[b, :n] = torch.randint(4, 50, (n,), generator=gen)
+        tgt[b, 0] = 2
+        out[b, :n] = torch.randint(4, 50, (n,), generator=gen)
+    batch_loss = F.cross_entropy(model(src, tgt).flatten(0, 1), out.flatten(), ignore_index=0, reduction="sum")
+    batch_grads = torch.autograd.grad(batch_loss, list(model.parameters()))
+    alone_loss = sum(F.cross_entropy(model(src[b:b + 1], tgt[b:b + 1, :n])[0], out[b, :n], reduction="sum")
+                     for b, n in enumerate(lengths))
+    alone_grads = torch.autograd.grad(alone_loss, list(model.parameters()))
+    torch.testing.assert_close(batch_loss, alone_loss, atol=1e-4, rtol=1e-5)
+    for g1, g2 in zip(batch_grads, alone_grads):
+        torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
 
 
 # -- attention weights for plots --------------------------------------------------------------------

@@ -40,10 +40,11 @@ def max_lengths(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 5
     return limit if cap is None else limit.clamp(max=cap - 1)
 
 
-def _start(model, src: Tensor):
+def _start(model, src: Tensor, max_len: Tensor):
     cfg = model.config
     memory = model.encode(src)  # (B, S, d_model)
-    return model.init_cache(memory, padding_mask(src, cfg.pad_id))
+    # Buffers for the longest hypothesis (EOS included): no growing copies on the way.
+    return model.init_cache(memory, padding_mask(src, cfg.pad_id), capacity=int(max_len.max()) + 1)
 
 
 @torch.inference_mode()
@@ -51,8 +52,8 @@ def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float =
     """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
     cfg = model.config
     B, dev = src.size(0), src.device
-    cache = _start(model, src)
     max_len = max_lengths(model, src, max_len_a, max_len_b)  # (B,)
+    cache = _start(model, src, max_len)
     out = torch.full((B, int(max_len.max()) + 1 if B else 1), cfg.eos_id, dtype=torch.long, device=dev)
     alive = torch.arange(B, device=dev)  # original index of each decoder row
     ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
@@ -97,8 +98,8 @@ def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, 
     B, dev, k = src.size(0), src.device, beam
     if B == 0:
         return []
-    cache = _start(model, src)
     max_len = max_lengths(model, src, max_len_a, max_len_b)  # (B,)
+    cache = _start(model, src, max_len)
     L = int(max_len.max()) + 1  # longest hypothesis, EOS included
     lp = ((5.0 + torch.arange(L + 1, device=dev, dtype=torch.float32)) / 6.0) ** length_penalty  # lp[|Y|]
     bound_lp = lp[max_len + 1]  # (B,) the largest divisor a live beam can still reach

@@ -12,25 +12,34 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.cache import KV, DecoderCache
+from aiayn.model.masks import causal_mask
 
 
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | str | None, dropout: float = 0.0,
     weights: list[Tensor] | None = None,
 ) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k/v (B, h, S, d_k), mask bool True = attend.
+    """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k/v (B, h, S, d_k); mask: bool
+    (True = attend), None, or `CAUSAL` (T == S, query t sees keys <= t; SDPA's is_causal kernel).
 
     With `weights` (a list) the probabilities (B, h, T, S) are computed explicitly and appended:
-    the slower path, for plots. Otherwise the fused SDPA kernel does the work.
+    the slower path, for plots. Otherwise the fused SDPA kernel does the work, except for one
+    query per row on CPU (incremental decoding), where SDPA's per-(batch, head) overhead makes
+    two plain matrix products about 3x faster.
     """
-    if weights is None:
+    if isinstance(mask, str):
+        if weights is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        mask = causal_mask(q.size(2), q.device)
+    if weights is None and not (q.size(2) == 1 and q.device.type == "cpu"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     probs = scores.softmax(dim=-1)
-    weights.append(probs.detach())
-    return F.dropout(probs, dropout) @ v
+    if weights is not None:
+        weights.append(probs.detach())
+    return F.dropout(probs, dropout, training=dropout > 0) @ v
 
 
 class _Heads(nn.Module):
@@ -61,7 +70,7 @@ class SelfAttention(_Heads):
         self.qkv = nn.Linear(d_model, 3 * n_heads * d_head)  # [W^Q | W^K | W^V] for all heads
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, cache: DecoderCache | None = None, layer: int = 0,
+        self, x: Tensor, mask: Tensor | str | None, cache: DecoderCache | None = None, layer: int = 0,
         weights: list[Tensor] | None = None,
     ) -> Tensor:
         q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, h, T, d_k) each

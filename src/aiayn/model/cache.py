@@ -11,7 +11,8 @@ drops whole sentences that have finished, so the batch shrinks.
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
 column instead of concatenating (copying) the whole history, and `reorder`/`keep` gather into a
 second, reused buffer instead of allocating. The price of reuse: a cache value may be extended
-(by `decode`) or reordered once; keep working with the value returned.
+(by `decode`) or reordered once; keep working with the value returned. Using a spent value raises
+instead of silently reading overwritten keys. The cache is for inference: no autograd through it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class DecoderCache:
     self_k: list[Tensor | None] = field(default_factory=list)  # per layer (rows, h, capacity, d_k)
     self_v: list[Tensor | None] = field(default_factory=list)
     _spare: list[Tensor | None] = field(default_factory=list, repr=False)  # reused by reorder/keep
+    # Shared by every value over the same buffers: how many positions they hold (-1: reordered away).
+    _written: list[int] = field(default_factory=lambda: [0], repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.cross_kv)
@@ -52,6 +55,12 @@ class DecoderCache:
         k = self.self_k[0]
         return None if k is None else k.size(0)
 
+    def check_fresh(self) -> None:
+        """Raise unless this value is the newest over its buffers (not yet extended or reordered)."""
+        if self._written[0] != self.length:
+            raise RuntimeError("this DecoderCache value was already extended or reordered, so its buffers "
+                               "have moved on; use the cache returned by decode/reorder/keep")
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Store new keys/values (rows, h, T, d_k) at positions [length, length+T) of `layer`;
         return the keys/values of all positions so far, (rows, h, length+T, d_k) views."""
@@ -69,31 +78,30 @@ class DecoderCache:
         return buf_k[:, :, :end], buf_v[:, :, :end]
 
     def advanced(self, steps: int) -> "DecoderCache":
+        """The value after a decode step wrote `steps` positions (this one is spent from now on)."""
+        self._written[0] = self.length + steps
         return dataclasses.replace(self, length=self.length + steps)
 
     def reorder(self, rows: Tensor) -> "DecoderCache":
         """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group."""
         if self.length == 0:
             return self
+        self.check_fresh()
         new_k, new_v, spare = [], [], []
         for i, (k, v) in enumerate(zip(self.self_k, self.self_v)):
             out = []
             for buf, j in ((k, 2 * i), (v, 2 * i + 1)):
-                src = buf[:, :, : self.length]
-                if src.requires_grad:  # autograd: a fresh, differentiable copy (never while decoding)
-                    dst = buf.new_zeros(rows.numel(), *buf.shape[1:])
-                    dst[:, :, : self.length] = src.index_select(0, rows)
-                else:
-                    dst = self._spare[j]
-                    if dst is None or dst.size(0) < rows.numel() or dst.size(2) != buf.size(2):
-                        dst = buf.new_empty(rows.numel(), *buf.shape[1:])
-                    dst = dst[: rows.numel()]
-                    torch.index_select(src, 0, rows, out=dst[:, :, : self.length])
+                dst = self._spare[j]
+                if dst is None or dst.size(0) < rows.numel() or dst.size(2) != buf.size(2):
+                    dst = buf.new_empty(rows.numel(), *buf.shape[1:])
+                dst = dst[: rows.numel()]
+                torch.index_select(buf[:, :, : self.length], 0, rows, out=dst[:, :, : self.length])
                 out.append(dst)
                 spare.append(buf)  # the old buffer becomes the next reorder's destination
             new_k.append(out[0])
             new_v.append(out[1])
-        return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare)
+        self._written[0] = -1  # this value (and older ones over these buffers) is spent
+        return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare, _written=[self.length])
 
     def keep(self, sources: Tensor) -> "DecoderCache":
         """Keep only the source sentences `sources` (and all their rows)."""

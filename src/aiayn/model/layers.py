@@ -64,7 +64,7 @@ class DecoderLayer(nn.Module):
         self.r1, self.r2, self.r3 = (Residual(d_model, dropout, norm) for _ in range(3))
 
     def forward(
-        self, x: Tensor, self_mask: Tensor | None, cross_kv: KV, cross_mask: Tensor,
+        self, x: Tensor, self_mask: Tensor | str | None, cross_kv: KV, cross_mask: Tensor,
         cache: DecoderCache | None = None, index: int = 0, weights: dict[str, list[Tensor]] | None = None,
     ) -> Tensor:
         w_self = w_cross = None

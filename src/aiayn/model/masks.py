@@ -16,6 +16,12 @@ import torch
 from torch import Tensor
 
 
+# Decoder self-attention over a whole right-padded target (teacher forcing): the causal triangle
+# alone, run by SDPA's is_causal kernel. Exact where it matters: every pad key sits after every
+# real query, so key padding changes nothing at real positions, and pad positions carry no loss.
+CAUSAL = "causal"
+
+
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """(B, S) ids -> (B, 1, 1, S): True where the key is a real token."""
     return (tokens != pad_id)[:, None, None, :]

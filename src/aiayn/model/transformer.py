@@ -17,7 +17,7 @@ from aiayn.config import ModelConfig
 from aiayn.model.cache import DecoderCache
 from aiayn.model.embedding import Embedding, Positions
 from aiayn.model.layers import DecoderLayer, EncoderLayer
-from aiayn.model.masks import causal_mask, decoder_mask, padding_mask
+from aiayn.model.masks import CAUSAL, causal_mask, decoder_mask, padding_mask
 
 AttentionWeights = dict[str, list[Tensor]]  # "encoder" | "decoder" | "cross" -> per layer (B, h, T_q, T_k)
 
@@ -93,15 +93,22 @@ class Transformer(nn.Module):
     def decode(self, tgt_in, memory=None, src_mask=None, cache=None, attention=None):
         """Target ids (B, T) -> logits (B, T, V).
 
-        Without a cache: the full teacher-forced pass with the causal + padding mask (B, 1, T, T).
+        Without a cache: the full teacher-forced pass, causal + key padding (see masks.CAUSAL).
         With a cache (from `init_cache`): `tgt_in` holds the next positions only; memory and
-        src_mask come from the cache; returns (logits, updated cache).
+        src_mask come from the cache; returns (logits, updated cache). Cached decoding is
+        inference only (it runs without autograd) and spends the cache value it is given.
         """
         c = self.config
         if cache is None:
             cross_kv = [layer.cross_attn.project(memory) for layer in self.decoder]
-            self_mask, offset = decoder_mask(tgt_in, c.pad_id), 0
+            # Right padding: CAUSAL equals the (B, 1, T, T) causal & padding mask at real positions.
+            self_mask = CAUSAL if attention is None else decoder_mask(tgt_in, c.pad_id)
+            offset = 0
         else:
+            if torch.is_grad_enabled():  # the cache writes in place: inference only
+                with torch.no_grad():
+                    return self.decode(tgt_in, memory, src_mask, cache=cache, attention=attention)
+            cache.check_fresh()
             cross_kv, src_mask, offset = cache.cross_kv, cache.src_mask, cache.length
             # One new position sees every cached key; several need the causal triangle offset.
             self_mask = None if tgt_in.size(1) == 1 else causal_mask(tgt_in.size(1), tgt_in.device, offset)
