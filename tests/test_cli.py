@@ -16,10 +16,27 @@ def test_version_and_help():
     r = run("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"aiayn {__version__}"
     r = run("--help")
-    assert r.returncode == 0 and "model" in r.stdout
+    assert r.returncode == 0
+    for command in ("quickstart", "data", "train", "average", "translate", "evaluate", "attention", "plot",
+                    "ablate", "export", "model"):
+        assert f"    {command}" in r.stdout
 
 
 def test_model_command_runs_a_forward_pass():
     r = run("model", "--preset", "tiny", "--vocab-size", "100")
     assert r.returncode == 0, r.stderr
     assert "logits (2, 16, 100)" in r.stdout
+
+
+def test_user_errors_are_one_line_with_exit_2(tmp_path):
+    r = run("train", "--config", str(tmp_path / "missing.yaml"), "--run-dir", str(tmp_path / "run"))
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  preset: tiny\n  n_heads: 3\ndata:\n  corpus: embedded\n")
+    r = run("train", "--config", str(cfg), "--run-dir", str(tmp_path / "run"))
+    assert r.returncode == 2 and "not divisible by n_heads=3" in r.stderr and "Traceback" not in r.stderr
+    ref = tmp_path / "ref.txt"
+    ref.write_text("a b\n")
+    r = run("evaluate", "--hyp", str(ref), "--ref", str(ref), "--tokenized-bleu")
+    assert r.returncode == 2 and "give --lang" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()  # nothing was started

@@ -108,4 +108,5 @@ def test_translate_files_and_n_best(run_dir, tmp_path):
 
 def test_translate_bad_checkpoint_is_an_error(tmp_path):
     r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
-    assert r.returncode != 0
+    assert r.returncode == 2
+    assert r.stderr.decode().strip().splitlines() == [f"error: checkpoint not found: {tmp_path / 'nope'}"]

@@ -18,7 +18,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from aiayn.checkpoint import save_weights  # noqa: E402
+from aiayn.checkpoint import CheckpointError, save_weights  # noqa: E402
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer  # noqa: E402
 from aiayn.export import export_ctranslate2, spm_vocabulary  # noqa: E402
@@ -195,7 +195,7 @@ def test_export_errors_are_clear(setup: dict, tmp_path: Path) -> None:
     (run / "checkpoints").mkdir(parents=True)
     shutil.copyfile(next((setup["run"] / "checkpoints").glob("*.safetensors")),
                     run / "checkpoints" / "step_00000001.safetensors")
-    with pytest.raises(FileNotFoundError, match="spm.model"):
+    with pytest.raises(CheckpointError, match="spm.model"):
         export_ctranslate2(run, tmp_path / "out")
     with pytest.raises(RuntimeError, match="already exists"):
         export_ctranslate2(setup["run"], setup["ct2_dir"])

@@ -102,3 +102,13 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> T
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(f"cannot load weights from {file}: {e}") from None
     return model.to(device).eval()
+
+
+def find_tokenizer(path: str | os.PathLike) -> Path:
+    """spm.model of a run directory, or next to a weights file or in one of its parent directories."""
+    path = Path(path)
+    dirs = [path] if path.is_dir() else list(path.resolve().parents)[:3]
+    for d in dirs:
+        if (d / "spm.model").is_file():
+            return d / "spm.model"
+    raise CheckpointError(f"no spm.model found for {path} (looked in {', '.join(map(str, dirs))})")

@@ -12,6 +12,10 @@ from typing import Any, Literal
 
 from aiayn.errors import AiaynError
 
+class ConfigError(AiaynError, ValueError):
+    """A config file, field or override that cannot be used (the CLI prints it as one line)."""
+
+
 # Special ids, shared by the tokenizer, the data layer and the model (DESIGN.md).
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -37,15 +41,15 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.vocab_size <= max(self.pad_id, self.bos_id, self.eos_id):
-            raise ValueError(f"vocab_size={self.vocab_size} is too small for the special ids")
+            raise ConfigError(f"vocab_size={self.vocab_size} is too small for the special ids")
         if self.d_head is None and self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+            raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+            raise ConfigError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
         if self.norm not in ("post", "pre"):
-            raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
+            raise ConfigError(f"norm must be 'post' or 'pre', not {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
-            raise ValueError("dropout rates must lie in [0, 1)")
+            raise ConfigError("dropout rates must lie in [0, 1)")
 
     @property
     def head_dim(self) -> int:
@@ -55,7 +59,7 @@ class ModelConfig:
     def preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
         """A named size: `base`/`big` are Table 3's rows; `small`/`tiny` suit CPU-scale data."""
         if name not in PRESETS:
-            raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,7 +70,7 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
+            raise ConfigError(f"unknown ModelConfig fields: {sorted(unknown)}")
         return cls(**d)
 
 
@@ -115,10 +119,6 @@ class DecodeConfig:
 
 
 # --- training (owned by the training layer) ---------------------------------------------------
-
-
-class ConfigError(AiaynError, ValueError):
-    """A config file, field or override that cannot be used (the CLI prints it as one line)."""
 
 
 @dataclass
@@ -200,6 +200,7 @@ class Config:
         unknown = set(self.model) - known
         if unknown:
             raise ConfigError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
+        self.model_config(vocab_size=max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1)  # bad sizes fail now, not after data prep
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size")}

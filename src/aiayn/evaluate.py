@@ -131,8 +131,9 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
     else:
         if checkpoint is None:
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
+        from aiayn.checkpoint import find_tokenizer
         from aiayn.data.tokenizer import Tokenizer
-        from aiayn.decode.translator import Translator, auto_device, find_tokenizer
+        from aiayn.decode.translator import Translator, auto_device
 
         kw = {} if max_tokens is None else {"max_tokens": max_tokens}
         if average_last:
@@ -147,7 +148,8 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
 
     res = score(hyps, refs)
     if tokenized:
-        lang = lang or "en"
+        if lang is None:  # Moses rules differ per language: never guess
+            raise AiaynError("--tokenized-bleu needs the target language: give --lang (or -c RUN_DIR)")
         res["tokenized_bleu"] = tokenized_bleu(hyps, tok_refs if tok_refs is not None
                                                else moses_tokenize(refs, lang), lang)
         res["tokenized_lang"] = lang

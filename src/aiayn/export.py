@@ -110,25 +110,10 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
 
 def spm_vocabulary(spm_file: str | Path) -> list[str]:
     """The sentencepiece pieces in id order (the ids the model was trained on)."""
-    import sentencepiece as spm
+    from aiayn.data.tokenizer import Tokenizer
 
-    from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-    sp = spm.SentencePieceProcessor(model_file=str(spm_file))
-    got = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
-    if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-        raise ValueError(f"{spm_file}: special ids (pad, unk, bos, eos) are {got}, "
-                         f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+    sp = Tokenizer(spm_file).sp  # checks the special ids
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-
-
-def find_spm(path: Path) -> Path:
-    """spm.model in the run directory, or beside / above a weights file."""
-    start = path if path.is_dir() else path.parent
-    for d in (start, *start.parents)[:3]:
-        if (d / "spm.model").is_file():
-            return d / "spm.model"
-    raise FileNotFoundError(f"no spm.model found in {start} or its parent directories; pass --spm")
 
 
 def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | Path | None = None,
@@ -138,12 +123,12 @@ def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | 
     `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
     """
-    from aiayn.checkpoint import load_model
+    from aiayn.checkpoint import find_tokenizer, load_model
 
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
         model = load_model(path, "cpu")
-        spm_file = Path(spm_file) if spm_file else find_spm(path)
+        spm_file = Path(spm_file) if spm_file else find_tokenizer(path)
     else:
         model = model_or_path
         if spm_file is None:
@@ -183,10 +168,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
 
     def run(a: argparse.Namespace) -> int:
+        from aiayn.errors import AiaynError
+
         try:
             import ctranslate2  # noqa: F401
         except ImportError:
-            raise SystemExit("aiayn export --ctranslate2 needs ctranslate2: pip install 'aiayn[bench]'") from None
+            raise AiaynError("aiayn export --ctranslate2 needs ctranslate2: pip install 'aiayn[bench]'") from None
         out = export_ctranslate2(a.checkpoint, a.ctranslate2, spm_file=a.spm, quantization=a.quantization,
                                  force=a.force)
         print(f"wrote CTranslate2 model to {out}")

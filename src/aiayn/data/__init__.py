@@ -11,9 +11,9 @@ The torch-dependent batching names load lazily (PEP 562) so `aiayn --help` does 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aiayn._lazy import lazy_exports
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines, read_parallel
@@ -23,13 +23,7 @@ from aiayn.data.tokenizer import Tokenizer
 _LAZY = {"Batch": "batching", "BatchIterator": "batching", "collate": "batching"}
 __all__ = ["Batch", "BatchIterator", "DataError", "EncodedSplit", "Prepared", "Tokenizer", "collate",
            "prepare", "read_lines", "read_parallel"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"aiayn.data.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'aiayn.data' has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 if TYPE_CHECKING:
     from aiayn.data.batching import Batch, BatchIterator, collate

@@ -16,6 +16,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.data.encoded import EncodedSplit
+from aiayn.data.errors import DataError
 
 
 @dataclass
@@ -95,10 +96,10 @@ class BatchIterator:
             raise ValueError("cannot batch an empty split")
         longest = max(int(split.src_lengths.max()), int(split.tgt_lengths.max()) + 1)
         if longest > max_tokens:
-            raise ValueError(f"max_tokens={max_tokens} is smaller than the longest example ({longest} tokens); "
+            raise DataError(f"max_tokens={max_tokens} is smaller than the longest example ({longest} tokens); "
                              f"raise max_tokens or lower data.max_len")
         if len(split) < world_size:
-            raise ValueError(f"{len(split)} examples cannot be sharded over {world_size} ranks")
+            raise DataError(f"{len(split)} examples cannot be sharded over {world_size} ranks")
         self.split, self.max_tokens, self.seed, self.shuffle = split, int(max_tokens), int(seed), bool(shuffle)
         self.rank, self.world_size = rank, world_size
         self.epoch, self.position = 0, 0
@@ -130,7 +131,7 @@ class BatchIterator:
             j = max(range(len(batches)), key=lambda k: len(batches[k]))
             big = batches[j]
             if len(big) < 2:
-                raise ValueError(f"cannot give {self.world_size} ranks equal batch counts: {n} examples make "
+                raise DataError(f"cannot give {self.world_size} ranks equal batch counts: {n} examples make "
                                  f"{n_cut} batches under max_tokens={self.max_tokens}")
             batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
 
@@ -181,5 +182,5 @@ class BatchIterator:
         for key in ("seed", "shuffle", "max_tokens", "world_size", "num_examples"):
             mine = self.state_dict()[key]
             if key in state and state[key] != mine:
-                raise ValueError(f"cannot resume batches: {key} was {state[key]}, now {mine}")
+                raise DataError(f"cannot resume batches: {key} was {state[key]}, now {mine}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])

@@ -50,7 +50,7 @@ class Prepared:
     def raw(self, split: str) -> tuple[list[str], list[str]]:
         """(source lines, target lines) aligned with `splits[split]` (training drops are excluded)."""
         if split not in self.splits:
-            raise KeyError(f"unknown split {split!r}; have {sorted(self.splits)}")
+            raise DataError(f"unknown split {split!r}; have {sorted(self.splits)}")
         if self._texts is None:
             self._texts = _decode_all(_read_all(self.cfg))
         src, tgt = self._texts[split]

@@ -13,17 +13,18 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from aiayn.data.errors import DataError
 
 
 class Tokenizer:
     def __init__(self, model_file: str | os.PathLike) -> None:
         self.path = Path(model_file)
         if not self.path.is_file():
-            raise FileNotFoundError(f"sentencepiece model not found: {self.path}")
+            raise DataError(f"sentencepiece model not found: {self.path}")
         self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
         got = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(f"{self.path}: special ids (pad, unk, bos, eos) are {got}, "
+            raise DataError(f"{self.path}: special ids (pad, unk, bos, eos) are {got}, "
                              f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 

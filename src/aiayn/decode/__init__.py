@@ -5,19 +5,14 @@ Names load lazily (PEP 562) so `aiayn.decode.commands` registers its subcommands
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiayn._lazy import lazy_exports
 
 _EXPORTS = {"beam_search": "search", "greedy_search": "search", "max_lengths": "search",
             "Translator": "translator"}
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"aiayn.decode.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'aiayn.decode' has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.decode.search import beam_search, greedy_search, max_lengths

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from aiayn.config import ConfigError
 from aiayn.model.masks import padding_mask
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
@@ -90,9 +91,9 @@ def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, 
     running every beam to the maximum length.
     """
     if beam < 1 or not 1 <= n_best <= beam:
-        raise ValueError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
+        raise ConfigError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
     if length_penalty < 0:
-        raise ValueError(f"length_penalty must be >= 0 (0 disables), got {length_penalty}")
+        raise ConfigError(f"length_penalty must be >= 0 (0 disables), got {length_penalty}")
     cfg = model.config
     pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
     B, dev, k = src.size(0), src.device, beam

@@ -17,6 +17,7 @@ import torch
 from aiayn.config import DecodeConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.search import beam_search, greedy_search
+from aiayn.checkpoint import find_tokenizer
 from aiayn.errors import AiaynError
 
 
@@ -31,16 +32,6 @@ def auto_device(device: str | torch.device | None = None) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise AiaynError(f"device {device!r} requested but CUDA is not available")
     return dev
-
-
-def find_tokenizer(path: str | os.PathLike) -> Path:
-    """spm.model of a run directory, or next to a weights file or in one of its parent directories."""
-    path = Path(path)
-    dirs = [path] if path.is_dir() else list(path.resolve().parents)[:3]
-    for d in dirs:
-        if (d / "spm.model").is_file():
-            return d / "spm.model"
-    raise AiaynError(f"no spm.model found for {path} (looked in {', '.join(map(str, dirs))})")
 
 
 def _clean(line: str) -> str:

@@ -5,20 +5,15 @@ Names are imported lazily (PEP 562) so `aiayn.train.commands` loads without torc
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiayn._lazy import lazy_exports
 
 _EXPORTS = {"train": "trainer", "Trainer": "trainer", "TrainingError": "trainer",
             "label_smoothed_nll": "loss", "noam_lr": "schedule", "noam_scheduler": "schedule",
             "average_checkpoints": "average", "average_last": "average"}
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"aiayn.train.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'aiayn.train' has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.train.average import average_checkpoints, average_last

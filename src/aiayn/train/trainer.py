@@ -2,7 +2,6 @@
 gradient accumulation, AMP, DDP, evaluation, checkpoints and exact resume.
 
     from aiayn.config import Config
-from aiayn.errors import AiaynError
     from aiayn.train import train
     summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
 
