@@ -110,3 +110,26 @@ def test_translate_bad_checkpoint_is_an_error(tmp_path):
     r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
     assert r.returncode == 2
     assert r.stderr.decode().strip().splitlines() == [f"error: checkpoint not found: {tmp_path / 'nope'}"]
+
+
+def test_search_defaults_come_from_the_runs_decode_section(run_dir, tmp_path):
+    """A run whose config.yaml says beam 3 decodes with beam 3 when --beam is not given."""
+    import argparse
+
+    from aiayn.config import Config
+    from aiayn.decode.commands import _search_kw, register
+
+    cfg = Config(model={"preset": "tiny"})
+    cfg.decode.beam, cfg.decode.length_penalty = 3, 0.0
+    cfg.save(run_dir / "config.yaml")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    try:
+        a = parser.parse_args(["translate", "-c", str(run_dir)])
+        assert _search_kw(a) == dict(beam=3, length_penalty=0.0, max_len_a=1.0, max_len_b=50)
+        a = parser.parse_args(["translate", "-c", str(run_dir), "--beam", "5"])
+        assert _search_kw(a)["beam"] == 5
+    finally:
+        (run_dir / "config.yaml").unlink()
+    a = parser.parse_args(["translate", "-c", str(run_dir)])
+    assert _search_kw(a)["beam"] == 4  # no config.yaml: the paper's defaults

@@ -104,11 +104,19 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> T
     return model.to(device).eval()
 
 
-def find_tokenizer(path: str | os.PathLike) -> Path:
-    """spm.model of a run directory, or next to a weights file or in one of its parent directories."""
+def find_in_run(path: str | os.PathLike, name: str) -> Path | None:
+    """`name` in a run directory, or next to a weights file or in one of its parent directories."""
     path = Path(path)
-    dirs = [path] if path.is_dir() else list(path.resolve().parents)[:3]
-    for d in dirs:
-        if (d / "spm.model").is_file():
-            return d / "spm.model"
-    raise CheckpointError(f"no spm.model found for {path} (looked in {', '.join(map(str, dirs))})")
+    for d in [path] if path.is_dir() else list(path.resolve().parents)[:3]:
+        if (d / name).is_file():
+            return d / name
+    return None
+
+
+def find_tokenizer(path: str | os.PathLike) -> Path:
+    """The run's spm.model (see `find_in_run`)."""
+    found = find_in_run(path, "spm.model")
+    if found is None:
+        raise CheckpointError(f"no spm.model found for {path} (looked in the run directory and up to "
+                              f"three parents of a weights file)")
+    return found

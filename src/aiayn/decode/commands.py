@@ -25,22 +25,32 @@ def read_line_batches(f: BinaryIO, chunk: int = 1 << 16) -> Iterator[list[str]]:
 
 
 def _add_search_args(p: argparse.ArgumentParser) -> None:
-    from aiayn.config import DecodeConfig
-
-    d = DecodeConfig()
-    p.add_argument("--beam", type=int, default=d.beam, help=f"beam size; 1 = greedy (default {d.beam})")
-    p.add_argument("--lenpen", type=float, default=d.length_penalty,
-                   help=f"GNMT length penalty alpha, 0 disables (default {d.length_penalty})")
-    p.add_argument("--max-len-a", type=float, default=d.max_len_a)
-    p.add_argument("--max-len-b", type=int, default=d.max_len_b,
-                   help="max output length = a * source length + b (default 1.0, 50)")
-    p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="batch budget: source tokens x beam")
+    # Defaults (None) come from the run's config.yaml `decode` section, else DecodeConfig (§6.1).
+    p.add_argument("--beam", type=int, help="beam size; 1 = greedy (default: the run's decode.beam, else 4)")
+    p.add_argument("--lenpen", type=float, help="GNMT length penalty alpha, 0 disables (default 0.6)")
+    p.add_argument("--max-len-a", type=float, help="max output length = a * source length + b (default a=1.0)")
+    p.add_argument("--max-len-b", type=int, help="(default b=50)")
+    p.add_argument("--max-tokens", type=int, help="batch budget: source tokens x beam (default 8192)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
+
+
+def _decode_defaults(checkpoint: str | None):
+    from aiayn.checkpoint import find_in_run
+    from aiayn.config import Config, DecodeConfig
+
+    found = find_in_run(checkpoint, "config.yaml") if checkpoint else None
+    return Config.load(str(found)).decode if found else DecodeConfig()
 
 
 def _search_kw(a: argparse.Namespace) -> dict:
     from aiayn.errors import AiaynError
 
+    d = _decode_defaults(a.checkpoint)
+    pick = {"beam": d.beam, "lenpen": d.length_penalty, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
+            "max_tokens": d.max_tokens}
+    for name, default in pick.items():
+        if getattr(a, name) is None:
+            setattr(a, name, default)
     if a.beam < 1 or a.lenpen < 0 or a.max_len_b < 0 or a.max_len_a < 0 or a.max_tokens < 1:
         raise AiaynError("need --beam >= 1, --lenpen >= 0, --max-len-a/b >= 0 and --max-tokens >= 1")
     if getattr(a, "n_best", 1) > a.beam or getattr(a, "n_best", 1) < 1:
@@ -83,10 +93,11 @@ def _evaluate(a: argparse.Namespace) -> int:
 
     from aiayn.evaluate import evaluate_run
 
+    search = _search_kw(a)  # fills a.max_tokens too
     res = evaluate_run(
         a.checkpoint, split=a.split, src=a.src, ref=a.ref, hyp=a.hyp, tokenized=a.tokenized_bleu,
         lang=a.lang, average_last=a.average_last, output=a.output, device=a.device,
-        max_tokens=a.max_tokens, **_search_kw(a))
+        max_tokens=a.max_tokens, **search)
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")
     print(res["chrf_str"])
