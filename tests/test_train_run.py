@@ -107,6 +107,14 @@ def test_uninterrupted_run_learns_and_writes_a_complete_run_dir(reference):
     assert saved.model["d_model"] == 64 and saved.model["vocab_size"] > 4 and saved.train.max_steps == 30
 
 
+def test_resuming_a_finished_run_changes_nothing(reference):
+    cfg, run = reference
+    before = (run / "metrics.jsonl").read_text()
+    code, out, err = finish(cli("train", "--resume", str(run)))
+    assert code == 0 and "already finished at step 30" in err, err
+    assert (run / "metrics.jsonl").read_text() == before
+
+
 def test_resume_after_ctrl_c_and_kill_9_reproduces_the_losses_exactly(reference, tmp_path):
     cfg, ref = reference
     run = tmp_path / "run"

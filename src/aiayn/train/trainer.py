@@ -489,6 +489,12 @@ class Trainer:
 
         self.setup()
         c = self.cfg.train
+        if self.step >= c.max_steps:  # resuming a finished run: nothing to do, nothing to append
+            if self.main:
+                print(f"{self.run_dir} already finished at step {self.step} (train.max_steps={c.max_steps}); "
+                      f"raise it with --train.max_steps to train on", file=sys.stderr, flush=True)
+            return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": False, "train": None,
+                    "valid": None, "best": self.best, "checkpoint": None, "nan_skipped": self.nan_total}
         self._t0 = self._t_window = time.perf_counter()
         # A time budget (train.max_minutes) makes max_steps a mere cap: then the bar counts steps and the
         # description says the budget, instead of an ETA towards a step count that will not be reached.
