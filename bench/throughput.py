@@ -137,8 +137,8 @@ class BanEOS:
     def encode(self, src: Tensor) -> Tensor:
         return self.model.encode(src)
 
-    def init_cache(self, memory: Tensor, src_mask: Tensor) -> Any:
-        return self.model.init_cache(memory, src_mask)
+    def init_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> Any:
+        return self.model.init_cache(memory, src_mask, capacity)
 
     def decode(self, ids: Tensor, cache: Any = None) -> tuple[Tensor, Any]:
         step = cache.length  # 0-based index of the position being predicted

@@ -2,7 +2,7 @@
 
     from aiayn import Translator
     t = Translator.load("run/")                  # run dir or weights file; spm.model found alongside
-    t.translate(["Ein Hund rennt."], beam=4)     # -> ["A dog is running."]
+    t.translate(["Ein Hund rennt."], beam=4)     # -> ["A dog runs."]
 """
 
 from __future__ import annotations
