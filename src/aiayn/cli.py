@@ -1,7 +1,7 @@
 """`aiayn` command line. Subcommands only parse arguments and call the library.
 
-Each subcommand has one `_add_<name>` function that registers its parser and the function it
-runs; library imports stay inside the runners so `aiayn --help` starts fast.
+Each concern's module has a `register(sub)` function (listed in `_COMMANDS`) that adds its parser
+and the function it runs; library imports stay inside the runners so `aiayn --help` starts fast.
 """
 
 from __future__ import annotations

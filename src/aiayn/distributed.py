@@ -59,14 +59,6 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def broadcast_object(obj: object, src: int = 0) -> object:
-    if dist.is_available() and dist.is_initialized():
-        box = [obj]
-        dist.broadcast_object_list(box, src=src)
-        return box[0]
-    return obj
-
-
 def barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

@@ -1,4 +1,4 @@
-"""`aiayn data ...` subcommands: fetch / verify Multi30k, or prepare a corpus and print its report."""
+"""`aiayn data get multi30k`: download Multi30k into the cache, or verify an offline mirror."""
 
 from __future__ import annotations
 

@@ -125,9 +125,10 @@ def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, 
         # Sentences at their maximum length must end now: their only candidate per beam is EOS,
         # with its own log-prob (done on the (n*g, c) candidates: cheap, and no host sync).
         forced = max_len[alive] + 1 == t  # (n,)
-        f = forced.repeat_interleave(g)[:, None] & (torch.arange(c, device=dev) == 0)  # (n*g, c)
+        forced_rows = forced.repeat_interleave(g)[:, None]  # (n*g, 1)
+        f = forced_rows & (torch.arange(c, device=dev) == 0)  # (n*g, c)
         eos_s = (scores.view(-1) + logp[:, eos])[:, None]  # (n*g, 1)
-        row_s = torch.where(f, eos_s, row_s.masked_fill(forced.repeat_interleave(g)[:, None], float("-inf")))
+        row_s = torch.where(f, eos_s, row_s.masked_fill(forced_rows, float("-inf")))
         row_tok = row_tok.masked_fill(f, eos)
 
         top_s, top_j = row_s.view(n, g * c).topk(min(2 * k, g * c), dim=1)  # (n, 2k) best first
