@@ -15,8 +15,9 @@ Engines (same shape: layers, d_model, heads, d_ff, vocab 8000; post-LN; ReLU; ti
 Inputs are identical for every engine: fixed seed, batches of 64 pairs, source and target lengths
 uniform in 20..30 (EOS included), ids uniform over the 8k vocabulary, right padding.
 
-Training: target tokens/s (non-pad tgt_out tokens) for forward + cross-entropy + backward + Adam step,
-dropout 0.1 as in the presets. Decoding: every engine runs exactly --decode-len decoder steps per
+Training: target tokens/s (non-pad tgt_out tokens) for forward + label-smoothed (0.1) cross-entropy +
+backward + fused Adam step, dropout 0.1 as in the presets; aiayn uses its trainer's loss
+(aiayn.train.loss.label_smoothed_nll), the peers F.cross_entropy(label_smoothing=0.1). Decoding: every engine runs exactly --decode-len decoder steps per
 sentence (EOS banned before, forced/stopped at that length: min = max length on HF and CT2, an
 EOS-banning wrapper + max_len on aiayn), because untrained random models either stop at once or
 run to the length limit at random; the work per step is then the same everywhere. Reported as
@@ -53,6 +54,7 @@ from torch import Tensor, nn
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from aiayn.model import Transformer
+from aiayn.train.loss import label_smoothed_nll
 
 VOCAB, BATCH, MIN_LEN, MAX_LEN = 8000, 64, 20, 30
 TRAIN_ENGINES = ["aiayn", "torch", "hf"]
@@ -165,12 +167,19 @@ def build_train(engine: str, c: ModelConfig, seed: int) -> Callable[[tuple[Tenso
     else:
         raise ValueError(engine)
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    # fused Adam for every engine (the single-kernel CPU step aiayn's trainer uses; a peer's user can
+    # turn it on too), so only model and loss differ
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def step(batch: tuple[Tensor, ...]) -> None:
         src, tin, tout = batch
         logits = fwd(src, tin)  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tout.reshape(-1), ignore_index=PAD_ID)
+        if engine == "aiayn":  # the paper's label smoothing 0.1, each engine with its own loss
+            loss_sum, _, n = label_smoothed_nll(logits, tout, 0.1, PAD_ID)
+            loss = loss_sum / n
+        else:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tout.reshape(-1), ignore_index=PAD_ID,
+                                   label_smoothing=0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -49,10 +49,28 @@ def test_label_smoothing_equals_dense_reference(b, t, v, eps, seed):
     assert int(n) == int(ref_n)
     torch.testing.assert_close(loss.double(), ref_loss, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(nll.double(), ref_nll, rtol=1e-5, atol=1e-5)
-    g1, = torch.autograd.grad(loss, logits)
-    g2, = torch.autograd.grad(ref_loss, logits)
+    g1, = torch.autograd.grad(loss, logits, retain_graph=True)
+    g2, = torch.autograd.grad(ref_loss, logits, retain_graph=True)
     torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
     assert (g1[target == 0] == 0).all()  # padded positions contribute nothing
+    # the hand-written backward also carries the NLL's gradient, alone and mixed with the loss's
+    w = float(torch.rand((), generator=g)) * 4 - 2
+    g1, = torch.autograd.grad(w * loss + nll, logits)
+    g2, = torch.autograd.grad(w * ref_loss + ref_nll, logits)
+    torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
+
+
+def test_loss_on_bf16_logits_computes_in_float32_and_returns_a_bf16_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 17).bfloat16().requires_grad_(True)
+    target = torch.tensor([[3, 4, 0], [5, 0, 0]])
+    loss, nll, n = label_smoothed_nll(logits, target, 0.1, 0)
+    assert loss.dtype == nll.dtype == torch.float32 and n == 3
+    loss.backward()
+    ref = logits.detach().float().requires_grad_(True)
+    label_smoothed_nll(ref, target, 0.1, 0)[0].backward()
+    assert logits.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.grad.float(), ref.grad, rtol=1e-2, atol=1e-2)
 
 
 def test_loss_without_smoothing_is_cross_entropy_and_pad_gets_no_mass():
