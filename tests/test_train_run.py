@@ -249,3 +249,24 @@ def test_max_epochs_stops_after_whole_passes(home, tmp_path):
     summary = train(cfg, tmp_path / "run")
     assert summary["step"] == 19  # the 1,080 training pairs make 19 batches of <= 512 tokens
     assert {r["epoch"] for r in records(tmp_path / "run", "train")} == {0} and list_checkpoints(tmp_path / "run")[-1][0] == 19
+
+
+def test_time_budget_spans_resumes(home, tmp_path, capfd):
+    from aiayn.train import train
+
+    def cfg(minutes: float) -> Config:
+        return Config.from_dict({**TINY, "train": {**TINY["train"], "max_steps": 100_000, "max_minutes": minutes,
+                                                   "eval_every": 0, "eval_bleu": False, "save_every": 100_000}})
+
+    run = tmp_path / "run"
+    first = train(cfg(0.01), run)  # 0.6 s of updates, then evaluate and save
+    assert 0 < first["step"] < 100_000 and not first["interrupted"]
+    elapsed = records(run, "train")[-1]["elapsed"]
+    assert 0.6 <= elapsed < 30
+    before = (run / "metrics.jsonl").read_text()
+    again = train(cfg(0.01), run, resume=True)  # the budget is the run's, not each invocation's
+    assert again["step"] == first["step"] and (run / "metrics.jsonl").read_text() == before
+    assert "already used its time budget" in capfd.readouterr().err
+    more = train(cfg(elapsed / 60 + 0.01), run, resume=True)  # another 0.6 s
+    last = records(run, "train")[-1]
+    assert more["step"] > first["step"] and elapsed + 0.6 <= last["elapsed"] < elapsed + 30

@@ -152,7 +152,7 @@ class OptimConfig:
 class TrainConfig:
     max_steps: int = 100_000  # optimizer updates (the paper: 100k base, 300k big)
     max_epochs: int | None = None  # stop after this many passes over the data, whichever comes first
-    max_minutes: float | None = None  # wall-clock budget of this invocation (then evaluate, save, finish)
+    max_minutes: float | None = None  # wall-clock budget of the run, resumes included (then evaluate, save, finish)
     seed: int = 1
     device: str = "auto"  # auto = cuda if available else cpu
     amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on CUDA, none on CPU

@@ -159,6 +159,7 @@ class Trainer:
         self._stop_requested = False
         self._out_of_time = False  # train.max_minutes reached: finish normally
         self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
+        self._window_seconds = 0.0
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -257,7 +258,7 @@ class Trainer:
             "data": self.iterator.state_dict(),
             "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive,
                          "elapsed": self.elapsed + (time.perf_counter() - self._t0)},
-            "window": dict(self._window),
+            "window": {**self._window, "seconds": time.perf_counter() - self._t_window},
             "best": self.best,
         }
 
@@ -319,6 +320,7 @@ class Trainer:
         c = state["counters"]
         self.nan_total, self.nan_consecutive, self.elapsed = int(c["nan_total"]), int(c["nan_consecutive"]), float(c["elapsed"])
         self._window = dict(state["window"])
+        self._window_seconds = float(self._window.pop("seconds", 0.0))  # the window's time before the stop
         self.best = state["best"]
 
     # -- evaluation -------------------------------------------------------------------------------
@@ -404,7 +406,7 @@ class Trainer:
             nll_sum += nll.item()
         # Stop requests and the time budget are decided together by all ranks, at the same update.
         budget = self.cfg.train.max_minutes
-        late = budget is not None and time.perf_counter() - self._t0 > 60 * budget
+        late = budget is not None and self.elapsed + time.perf_counter() - self._t0 > 60 * budget  # across resumes
         loss_sum, nll_sum, stop, late = _sum_stats([loss_sum, nll_sum, float(self._stop_requested), float(late)])
         if stop:
             self._stop_requested = True
@@ -489,13 +491,21 @@ class Trainer:
 
         self.setup()
         c = self.cfg.train
-        if self.step >= c.max_steps:  # resuming a finished run: nothing to do, nothing to append
+        # Resuming a finished run (steps or time budget spent): nothing to do, nothing to append.
+        done = None
+        if self.step >= c.max_steps:
+            done = f"already finished at step {self.step} (train.max_steps={c.max_steps}); " \
+                   f"raise it with --train.max_steps to train on"
+        elif c.max_minutes is not None and self.elapsed >= 60 * c.max_minutes:
+            done = f"already used its time budget at step {self.step} ({self.elapsed / 60:.1f} min, " \
+                   f"train.max_minutes={c.max_minutes:g}); raise it with --train.max_minutes to train on"
+        if done:
             if self.main:
-                print(f"{self.run_dir} already finished at step {self.step} (train.max_steps={c.max_steps}); "
-                      f"raise it with --train.max_steps to train on", file=sys.stderr, flush=True)
+                print(f"{self.run_dir} {done}", file=sys.stderr, flush=True)
             return {"run_dir": str(self.run_dir), "step": self.step, "interrupted": False, "train": None,
                     "valid": None, "best": self.best, "checkpoint": None, "nan_skipped": self.nan_total}
-        self._t0 = self._t_window = time.perf_counter()
+        self._t0 = time.perf_counter()
+        self._t_window = self._t0 - self._window_seconds  # a resumed window keeps its pre-stop time
         # A time budget (train.max_minutes) makes max_steps a mere cap: then the bar counts steps and the
         # description says the budget, instead of an ETA towards a step count that will not be reached.
         timed = c.max_minutes is not None
