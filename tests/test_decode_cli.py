@@ -45,7 +45,9 @@ def test_translator_api_keeps_order_and_handles_odd_input(run_dir, capsys):
     out = t.translate(lines, beam=4, max_len_b=4)
     assert len(out) == len(lines) and out[1] == "" and out[2] == ""
     assert all("\n" not in o for o in out)
-    assert "truncated" in capsys.readouterr().err
+    assert "input line 6 has" in capsys.readouterr().err
+    t.translate_scored([long_line], beam=1, max_len_b=4, first_line=1001)  # a later chunk of a stream
+    assert "input line 1001 has" in capsys.readouterr().err
     # batching and sorting by length do not change any translation
     for line, got in zip(lines, out):
         assert t.translate([line], beam=4, max_len_b=4) == [got]
@@ -71,7 +73,7 @@ def test_translate_pipe_line_for_line(run_dir):
     out = r.stdout.decode("utf-8").split("\n")
     assert out[-1] == "" and len(out) - 1 == 5  # one output line per input line
     assert out[1] == ""
-    assert b"truncated" in r.stderr
+    assert b"input line 4 has" in r.stderr and b"truncated" in r.stderr
     expect = Translator.load(run_dir, "cpu").translate(
         [x.decode("utf-8", "replace").rstrip("\r") for x in raw.split(b"\n")], beam=4, max_len_b=4)
     assert out[:-1] == expect

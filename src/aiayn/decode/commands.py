@@ -71,7 +71,7 @@ def _translate(a: argparse.Namespace) -> int:
     seen = 0
     try:
         for lines in read_line_batches(src):
-            nbest = t.translate_scored(lines, n_best=a.n_best, **kw)
+            nbest = t.translate_scored(lines, n_best=a.n_best, first_line=seen + 1, **kw)
             if a.n_best == 1:
                 text = "".join(h[0][0] + "\n" for h in nbest)
             else:  # Moses n-best style: index ||| hypothesis ||| score

@@ -78,14 +78,15 @@ class Translator:
 
     def translate_scored(self, lines: Sequence[str], beam: int = 4, length_penalty: float = 0.6,
                          max_len_a: float = 1.0, max_len_b: float = 50,
-                         n_best: int = 1) -> list[list[tuple[str, float]]]:
-        """Like `translate`, with each hypothesis' score (sum log p / lp; greedy: nan)."""
+                         n_best: int = 1, first_line: int = 1) -> list[list[tuple[str, float]]]:
+        """Like `translate`, with each hypothesis' score (sum log p / lp; greedy: nan). `first_line`:
+        the number of lines[0] in the user's input, for warnings (a stream is translated in chunks)."""
         texts = [_clean(line) for line in lines]
         encoded = self.tokenizer.encode_batch(texts) if texts else []
         limit = self.max_input_len - 1  # room for EOS
         for i, ids in enumerate(encoded):
             if len(ids) > limit:
-                print(f"aiayn: warning: input line {i + 1} has {len(ids)} pieces; truncated to {limit}",
+                print(f"aiayn: warning: input line {first_line + i} has {len(ids)} pieces; truncated to {limit}",
                       file=sys.stderr, flush=True)
                 encoded[i] = ids[:limit]
         results: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in texts]
