@@ -181,10 +181,10 @@ def naive_beam(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_
             return finished
 
 
-def tiny_model(seed: int, vocab: int = 24) -> Transformer:
+def tiny_model(seed: int, vocab: int = 24, **kw) -> Transformer:
     torch.manual_seed(seed)
     cfg = ModelConfig.preset("tiny", vocab_size=vocab, n_encoder_layers=2, n_decoder_layers=2, d_model=32,
-                             d_ff=64, max_positions=64)
+                             d_ff=64, max_positions=64, **kw)
     return Transformer(cfg).double().eval()  # float64: no near-tie flips between equivalent paths
 
 
@@ -201,7 +201,8 @@ def random_src(seed: int, n: int, vocab: int = 24, max_len: int = 7) -> torch.Te
 def test_cached_batched_search_equals_naive_uncached_search():
     n_diverse = 0
     for seed in range(2):
-        model, src = tiny_model(seed), random_src(seed, 6)
+        model = tiny_model(seed, **({"d_head": 4, "d_value": 12} if seed else {}))  # Table 3 (B): d_k != d_v
+        src = random_src(seed, 6)
         limits = max_lengths(model, src, 1.0, 6).tolist()
         rows = [src[i : i + 1, : int((src[i] != PAD).sum())] for i in range(len(src))]
         assert greedy_search(model, src, max_len_b=6) == [naive_greedy(model, r, m) for r, m in zip(rows, limits)]

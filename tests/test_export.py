@@ -199,3 +199,13 @@ def test_export_errors_are_clear(setup: dict, tmp_path: Path) -> None:
         export_ctranslate2(run, tmp_path / "out")
     with pytest.raises(RuntimeError, match="already exists"):
         export_ctranslate2(setup["run"], setup["ct2_dir"])
+
+
+def test_a_model_with_d_v_unlike_d_k_is_refused_in_one_line(tmp_path):
+    from aiayn.config import ConfigError
+    from aiayn.export import save_ctranslate2
+
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=8, d_head=8, d_value=16))
+    with pytest.raises(ConfigError, match="d_v = d_k; this model has d_k=8, d_v=16"):
+        save_ctranslate2(model, [f"t{i}" for i in range(8)], tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()

@@ -25,8 +25,8 @@ def tiny(**kw) -> Transformer:
 
 
 def analytic_params(c: ModelConfig) -> int:
-    d, f, hd = c.d_model, c.d_ff, c.n_heads * c.head_dim
-    attn = 3 * (d * hd + hd) + hd * d + d  # W^Q, W^K, W^V with biases; W^O with bias
+    d, f, hd, hv = c.d_model, c.d_ff, c.n_heads * c.head_dim, c.n_heads * c.value_dim
+    attn = 2 * (d * hd + hd) + (d * hv + hv) + hv * d + d  # W^Q, W^K, W^V with biases; W^O with bias
     ffn = d * f + f + f * d + d
     ln = 2 * d
     emb = c.vocab_size * d * (1 if c.tie_embeddings else 3)
@@ -45,7 +45,7 @@ def test_parameter_count_matches_paper_table3(name, paper):
 
 
 @pytest.mark.parametrize("kw", [dict(tie_embeddings=False), dict(positional="learned", max_positions=64),
-                                dict(norm="pre"), dict(d_head=8)])
+                                dict(norm="pre"), dict(d_head=8), dict(d_head=4, d_value=24)])
 def test_parameter_count_formula_variants(kw):
     model = tiny(**kw)
     assert model.num_parameters() == analytic_params(model.config)
@@ -229,9 +229,9 @@ def test_sentence_alone_equals_sentence_padded_in_batch(data):
 
 @settings(max_examples=10, deadline=None)
 @given(T=st.integers(1, 10), positional=st.sampled_from(["sinusoidal", "learned"]),
-       norm=st.sampled_from(["post", "pre"]))
-def test_cached_step_by_step_equals_full_decoder(T, positional, norm):
-    model = tiny(positional=positional, norm=norm, max_positions=32)
+       norm=st.sampled_from(["post", "pre"]), dims=st.sampled_from([{}, {"d_head": 8, "d_value": 24}]))
+def test_cached_step_by_step_equals_full_decoder(T, positional, norm, dims):
+    model = tiny(positional=positional, norm=norm, max_positions=32, **dims)
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, PAD, PAD]])
     tgt = torch.randint(4, 50, (2, T))
     tgt[:, 0] = 2

@@ -7,7 +7,7 @@ Scaling rule. Table 3 varies the paper's base model (N=6, d_model=512, d_ff=2048
 d_k=d_v=64, P_drop=0.1, eps_ls=0.1). Every *size* it tries is read as a multiple of the paper's
 base value, and that multiple is applied to the chosen base:
 
-    (B) d_k 16, 32        -> base d_k x 1/4, 1/2                       (h unchanged: fewer parameters)
+    (B) d_k 16, 32        -> base d_k x 1/4, 1/2, d_v kept             (h unchanged: fewer parameters)
     (C) N 2, 4, 8         -> base N x 1/3, 2/3, 4/3 (rounded, >= 1; encoder and decoder each)
         d_model 256, 1024 -> base d_model x 1/2, 2 (d_k = d_model/h follows, d_ff unchanged, as in the paper)
         d_ff 1024, 4096   -> base d_ff x 1/2, 2
@@ -78,8 +78,8 @@ def row_a(base: ModelConfig) -> list[Variant]:
 
 
 def row_b(base: ModelConfig) -> list[Variant]:
-    """(B) smaller attention keys: d_k = d_v = 16, 32 at h unchanged (scaled from the paper's 64)."""
-    return [Variant(f"B d_k={d}", {"d_head": d}, {})
+    """(B) smaller attention keys: d_k = 16, 32 (scaled from the paper's 64) at h and d_v unchanged."""
+    return [Variant(f"B d_k={d}", {"d_head": d, "d_value": base.value_dim}, {})
             for d in (_scaled(base.head_dim, x, PAPER["d_k"]) for x in (16, 32))]
 
 
@@ -150,7 +150,7 @@ def variants(rows: str | Sequence[str], base: ModelConfig, label_smoothing: floa
 
 def _effective(base: ModelConfig, label_smoothing: float, v: Variant) -> tuple:
     cfg = dataclasses.replace(base, **v.model)
-    return (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers,
+    return (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.value_dim, cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers,
             cfg.dropout, cfg.positional, v.optim.get("label_smoothing", label_smoothing))
 
 
@@ -206,7 +206,7 @@ def _cells(r: Result) -> list[str]:
     c = r.config
     n = str(c.n_encoder_layers) if c.n_encoder_layers == c.n_decoder_layers else \
         f"{c.n_encoder_layers}/{c.n_decoder_layers}"
-    return [n, str(c.d_model), str(c.d_ff), str(c.n_heads), str(c.head_dim), str(c.head_dim),
+    return [n, str(c.d_model), str(c.d_ff), str(c.n_heads), str(c.head_dim), str(c.value_dim),
             f"{c.dropout:g}", f"{r.label_smoothing:g}", "learned" if c.positional == "learned" else "sinusoid"]
 
 

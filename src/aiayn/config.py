@@ -34,7 +34,8 @@ class ModelConfig:
     max_positions: int = 1024
     norm: Literal["post", "pre"] = "post"  # §3.1: LayerNorm(x + Sublayer(x))
     tie_embeddings: bool = True  # §3.4: one matrix for both embeddings and the pre-softmax projection
-    d_head: int | None = None  # d_k = d_v; None means d_model / n_heads (§3.2.2). Table 3 (B) sets it.
+    d_head: int | None = None  # d_k (and d_v); None means d_model / n_heads (§3.2.2). Table 3 (B) sets it.
+    d_value: int | None = None  # d_v when it differs from d_k (Table 3 (B) keeps d_v = 64); None = d_k
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
@@ -44,6 +45,8 @@ class ModelConfig:
             raise ConfigError(f"vocab_size={self.vocab_size} is too small for the special ids")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if (self.d_head is not None and self.d_head < 1) or (self.d_value is not None and self.d_value < 1):
+            raise ConfigError(f"d_head and d_value must be >= 1, got {self.d_head} and {self.d_value}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
         if self.norm not in ("post", "pre"):
@@ -54,6 +57,10 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def value_dim(self) -> int:
+        return self.d_value if self.d_value is not None else self.head_dim
 
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":

@@ -19,7 +19,7 @@ def attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | str | None, dropout: float = 0.0,
     weights: list[Tensor] | None = None,
 ) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k/v (B, h, S, d_k); mask: bool
+    """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k (B, h, S, d_k), v (B, h, S, d_v); mask: bool
     (True = attend), None, or `CAUSAL` (T == S, query t sees keys <= t; SDPA's is_causal kernel).
 
     With `weights` (a list) the probabilities (B, h, T, S) are computed explicitly and appended:
@@ -43,18 +43,18 @@ def attention(
 
 
 class _Heads(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float, d_value: int | None = None) -> None:
         super().__init__()
-        self.h, self.d_k, self.dropout = n_heads, d_head, dropout
-        self.out = nn.Linear(n_heads * d_head, d_model)  # W^O
+        self.h, self.d_k, self.d_v, self.dropout = n_heads, d_head, d_value or d_head, dropout
+        self.out = nn.Linear(n_heads * self.d_v, d_model)  # W^O
 
     def split(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+        return x.view(B, T, self.h, -1).transpose(1, 2)  # (B, h, T, d_k or d_v)
 
     def merge(self, x: Tensor) -> Tensor:
         B, _, T, _ = x.shape
-        return self.out(x.transpose(1, 2).reshape(B, T, self.h * self.d_k))  # (B, T, d_model)
+        return self.out(x.transpose(1, 2).reshape(B, T, self.h * self.d_v))  # (B, T, d_model)
 
     @property
     def p(self) -> float:
@@ -65,17 +65,19 @@ class SelfAttention(_Heads):
     """Encoder or decoder self-attention. With a cache, the new keys/values are appended to those of
     earlier positions (layer `layer` of the cache) and the queries attend to all of them."""
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0) -> None:
-        super().__init__(d_model, n_heads, d_head, dropout)
-        self.qkv = nn.Linear(d_model, 3 * n_heads * d_head)  # [W^Q | W^K | W^V] for all heads
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
+                 d_value: int | None = None) -> None:
+        super().__init__(d_model, n_heads, d_head, dropout, d_value)
+        self.sizes = [n_heads * d_head, n_heads * d_head, n_heads * self.d_v]
+        self.qkv = nn.Linear(d_model, sum(self.sizes))  # [W^Q | W^K | W^V] for all heads
 
     def forward(
         self, x: Tensor, mask: Tensor | str | None, cache: DecoderCache | None = None, layer: int = 0,
         weights: list[Tensor] | None = None,
     ) -> Tensor:
-        q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, h, T, d_k) each
+        q, k, v = (self.split(t) for t in self.qkv(x).split(self.sizes, dim=-1))  # (B, h, T, d_k|d_k|d_v)
         if cache is not None:
-            k, v = cache.append(layer, k, v)  # (B, h, t+T, d_k)
+            k, v = cache.append(layer, k, v)  # (B, h, t+T, d_k|d_v)
         return self.merge(attention(q, k, v, mask, self.p, weights))
 
 
@@ -86,14 +88,16 @@ class CrossAttention(_Heads):
     their source's keys/values, so the per-source K/V are never copied per beam.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0) -> None:
-        super().__init__(d_model, n_heads, d_head, dropout)
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
+                 d_value: int | None = None) -> None:
+        super().__init__(d_model, n_heads, d_head, dropout, d_value)
         self.q = nn.Linear(d_model, n_heads * d_head)
-        self.kv = nn.Linear(d_model, 2 * n_heads * d_head)
+        self.sizes = [n_heads * d_head, n_heads * self.d_v]
+        self.kv = nn.Linear(d_model, sum(self.sizes))  # [W^K | W^V]
 
     def project(self, memory: Tensor) -> KV:
-        k, v = self.kv(memory).chunk(2, dim=-1)
-        return self.split(k), self.split(v)  # (B, h, S, d_k) each
+        k, v = self.kv(memory).split(self.sizes, dim=-1)
+        return self.split(k), self.split(v)  # (B, h, S, d_k), (B, h, S, d_v)
 
     def forward(
         self, x: Tensor, kv: KV, mask: Tensor | None, weights: list[Tensor] | None = None,
@@ -107,6 +111,6 @@ class CrossAttention(_Heads):
             raise ValueError("grouped cross-attention takes a (B, 1, 1, S) key-padding mask")
         T = q.size(2)
         q = q.view(B, G, self.h, T, self.d_k).transpose(1, 2).reshape(B, self.h, G * T, self.d_k)
-        o = attention(q, k, v, mask, self.p, weights)  # (B, h, G*T, d_k)
-        o = o.view(B, self.h, G, T, self.d_k).transpose(1, 2).reshape(B * G, self.h, T, self.d_k)
+        o = attention(q, k, v, mask, self.p, weights)  # (B, h, G*T, d_v)
+        o = o.view(B, self.h, G, T, self.d_v).transpose(1, 2).reshape(B * G, self.h, T, self.d_v)
         return self.merge(o)

@@ -69,7 +69,7 @@ class DecoderCache:
         if buf_k is None or end > buf_k.size(2):
             cap = max(end, self.capacity, 2 * (0 if buf_k is None else buf_k.size(2)))
             grown_k = k.new_empty(k.size(0), k.size(1), cap, k.size(3))  # (rows, h, cap, d_k)
-            grown_v = v.new_empty(grown_k.shape)
+            grown_v = v.new_empty(v.size(0), v.size(1), cap, v.size(3))  # (rows, h, cap, d_v)
             if start:
                 grown_k[:, :, :start], grown_v[:, :, :start] = buf_k[:, :, :start], buf_v[:, :, :start]
             buf_k, buf_v = self.self_k[layer], self.self_v[layer] = grown_k, grown_v

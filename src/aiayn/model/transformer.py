@@ -34,7 +34,7 @@ class Transformer(nn.Module):
         self.src_embed = Embedding(src_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.tgt_embed = Embedding(tgt_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
 
-        args = (c.d_model, c.n_heads, d_head, c.d_ff, c.dropout, c.attention_dropout, c.norm)
+        args = (c.d_model, c.n_heads, d_head, c.d_ff, c.dropout, c.attention_dropout, c.norm, c.value_dim)
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(c.n_decoder_layers))
         # Pre-LN stacks end with a LayerNorm; post-LN outputs are normalised already.
@@ -51,9 +51,11 @@ class Transformer(nn.Module):
         """Xavier-uniform projections, zero biases, embeddings N(0, d_model^-0.5) (fairseq, tensor2tensor)."""
         for name, p in self.named_parameters():
             if p.dim() == 2 and "embed" not in name:
-                if name.endswith("qkv.weight") or name.endswith("kv.weight"):
-                    for block in p.data.chunk(3 if name.endswith("qkv.weight") else 2, dim=0):
-                        nn.init.xavier_uniform_(block)  # each of W^Q, W^K, W^V as its own matrix
+                if name.endswith("kv.weight"):  # fused [W^Q | W^K | W^V] or [W^K | W^V]
+                    hk, hv = self.config.n_heads * self.config.head_dim, self.config.n_heads * self.config.value_dim
+                    sizes = [hk, hk, hv] if name.endswith("qkv.weight") else [hk, hv]
+                    for block in p.data.split(sizes, dim=0):
+                        nn.init.xavier_uniform_(block)  # each projection as its own matrix
                 else:
                     nn.init.xavier_uniform_(p)
             elif p.dim() == 1 and name.endswith("bias"):
