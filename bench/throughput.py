@@ -236,6 +236,37 @@ def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int,
 
 # -- measurement ---------------------------------------------------------------------------------
 
+def flops_per_token(c: ModelConfig, task: str, src_len: float, tgt_len: float, beam: int = 4) -> float:
+    """Model FLOPs per target token (2 per multiply-add; useful work, padding not counted).
+
+    Encoder per source token: 4 d^2 (W^Q,K,V,O) + 2 d d_ff + attention 2 S d, and the decoder's cross
+    K/V projections 2 d^2 per decoder layer. Decoder per target token: 6 d^2 (self Q,K,V,O, cross Q,O)
+    + 2 d d_ff + attention 2 (T + S) d per layer, then d V for the vocabulary projection. Training is
+    3x the forward pass (backward = 2x forward, the usual 6 N D). Decoding runs the decoder once per
+    beam row per step (attention over the t tokens so far, T/2 on average) and the encoder once.
+    """
+    d, f, V = c.d_model, c.d_ff, c.vocab_size
+    enc_tok = c.n_encoder_layers * (4 * d * d + 2 * d * f + 2 * src_len * d) + c.n_decoder_layers * 2 * d * d
+    if task == "train":
+        dec_tok = c.n_decoder_layers * (6 * d * d + 2 * d * f + 2 * (tgt_len + src_len) * d) + d * V
+        return 2 * 3 * (dec_tok + enc_tok * src_len / tgt_len)
+    rows = beam if task == "beam" else 1
+    dec_row = c.n_decoder_layers * (6 * d * d + 2 * d * f + 2 * (tgt_len / 2 + src_len) * d) + d * V
+    return 2 * (rows * dec_row + enc_tok * src_len / tgt_len)
+
+
+def gemm_ceiling(threads: int, n: int = 1024, repeats: int = 20) -> float:
+    """GFLOP/s of torch's float32 matrix product (n x n x n) at `threads`: the CPU's practical peak."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
 def rss_kb(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -269,7 +300,7 @@ def memory_probe(args: argparse.Namespace) -> dict[str, float]:
 def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
     c = ModelConfig.preset(size, VOCAB)
     peers = [e for p in args.peers for e in PEERS[p]]
-    result: dict[str, Any] = {"config": c.to_dict()}
+    result: dict[str, Any] = {"config": c.to_dict(), "gemm_gflops": gemm_ceiling(args.threads)}
     tmp = tempfile.TemporaryDirectory()
     workdir = Path(tmp.name)
 
@@ -283,6 +314,9 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             for e in engines:  # warm-up: allocator, Adam state, lazy init
                 fns[e](batches[0])
             units, per = tokens, None
+            pairs = BATCH * len(batches)
+            src_len = sum(int((b[0] != PAD_ID).sum()) for b in batches) / pairs
+            result.setdefault("flops_per_token", {})[task] = flops_per_token(c, task, src_len, tokens / pairs)
         else:
             beam = 4 if task == "beam" else 1
             batches = [b[0] for b in make_batches(args.decode_batches, args.seed + 1)]
@@ -292,6 +326,8 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
                 if set(lengths) != {args.decode_len}:
                     raise RuntimeError(f"{e} {task}: output lengths {sorted(set(lengths))} != {args.decode_len}")
             units, per = args.decode_len * BATCH * len(batches), BATCH * len(batches)
+            src_len = sum(int((b != PAD_ID).sum()) for b in batches) / per
+            result.setdefault("flops_per_token", {})[task] = flops_per_token(c, task, src_len, args.decode_len, beam)
         runs: dict[str, list[float]] = {e: [] for e in engines}
         cpu: dict[str, list[float]] = {e: [] for e in engines}
         for r in range(args.repeats):
@@ -335,7 +371,8 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
 
 
 def report(size: str, r: dict[str, Any]) -> None:
-    print(f"\n== {size}: " + ", ".join(f"{e} {n / 1e6:.2f}M params" for e, n in r.get("params", {}).items()))
+    print(f"\n== {size}: " + ", ".join(f"{e} {n / 1e6:.2f}M params" for e, n in r.get("params", {}).items())
+          + f"; float32 GEMM {r['gemm_gflops']:.0f} GFLOP/s")
     for task in ("train", "greedy", "beam"):
         if task not in r:
             continue
@@ -351,7 +388,14 @@ def report(size: str, r: dict[str, Any]) -> None:
                 "" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
             mem = r.get("memory", {}).get(task, {}).get(e)
             ms = "" if mem is None else f"  +{mem['growth_mb']:.0f} MB (peak RSS {mem['peak_rss_mb']:.0f} MB)"
-            print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{ms}{rs}")
+            fl = r.get("flops_per_token", {}).get(task)
+            gf = "" if fl is None else \
+                f"  {v['tokens_per_s'] * fl / 1e9:5.0f} GFLOP/s ({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
+            print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{gf}{ms}{rs}")
+        if (fl := r.get("flops_per_token", {}).get(task)) is not None:
+            bound = r["gemm_gflops"] * 1e9 / fl
+            print(f"  {task:6s} ceiling: {fl / 1e6:.1f} MFLOP per token at {r['gemm_gflops']:.0f} GFLOP/s (n=1024 "
+                  f"GEMM) = {bound:,.0f} tok/s if nothing but GEMMs at full speed ran")
 
 
 def main(argv: list[str] | None = None) -> int:
