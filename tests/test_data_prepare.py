@@ -116,7 +116,9 @@ def test_files_corpus_gz_and_plain_and_optional_test(tmp_path):
                      valid_src=write(tmp_path / "c", src[:5]), valid_tgt=write(tmp_path / "d.gz", tgt[:5], gz=True))
     prep = prepare(cfg)
     assert len(prep.splits["train"]) == 50 and len(prep.splits["test"]) == 0
+    (tmp_path / "a.gz").unlink()  # the raw text of one split reads that split's files only
     assert prep.raw("valid") == (src[:5], tgt[:5])
+    assert prep.raw("test") == ([], [])
 
 
 # -- drops ---------------------------------------------------------------------------------------

@@ -45,14 +45,20 @@ class Prepared:
     report: dict[str, Any]
     cache_dir: Path
     cfg: DataConfig
-    _texts: dict[str, tuple[list[str], list[str]]] | None = field(default=None, repr=False)
+    _texts: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict, repr=False)
 
     def raw(self, split: str) -> tuple[list[str], list[str]]:
-        """(source lines, target lines) aligned with `splits[split]` (training drops are excluded)."""
+        """(source lines, target lines) aligned with `splits[split]` (training drops are excluded).
+        Reads and decodes that split's files only (a test set should not cost a pass over WMT's train)."""
         if split not in self.splits:
             raise DataError(f"unknown split {split!r}; have {sorted(self.splits)}")
-        if self._texts is None:
-            self._texts = _decode_all(_read_all(self.cfg))
+        if split not in self._texts:
+            if self.cfg.corpus == "embedded":
+                self._texts.update(_decode_all(_read_all(self.cfg)))
+            else:
+                p = _file_pairs(self.cfg)[split]
+                self._texts[split] = _decode_all({"files": {split: None if p is None else (
+                    p, read_bytes_lines(p[0]), read_bytes_lines(p[1]))}})[split]
         src, tgt = self._texts[split]
         idx = self.splits[split].index.tolist()
         return [src[i] for i in idx], [tgt[i] for i in idx]
