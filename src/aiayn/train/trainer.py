@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 from safetensors.torch import load_model as _st_load_model
+from torch import Tensor
 
 from aiayn import distributed
 from aiayn.checkpoint import CheckpointError, atomic_write, read_metadata, save_weights
@@ -130,8 +131,10 @@ class Batches:
         raise TrainingError("the training split produced an empty epoch")
 
 
-def _sum_stats(values: list[float]) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
+def _sum_stats(values: list[float | Tensor], device: torch.device) -> list[float]:
+    """Sum numbers over ranks in one all-reduce, on the training device (NCCL reduces CUDA tensors
+    only) and with one host sync for all of them."""
+    t = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).detach() for v in values])
     return distributed.all_reduce_sum(t).tolist()
 
 
@@ -389,9 +392,9 @@ class Trainer:
         Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
         o, pad = self.cfg.optim, self.model_config.pad_id
         local_tokens = float(sum(b.tgt_tokens for b in micro))
-        global_tokens = _sum_stats([local_tokens])[0]
+        global_tokens = _sum_stats([local_tokens], self.device)[0]
         scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
-        loss_sum = nll_sum = 0.0
+        loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
         for i, b in enumerate(micro):
             b = b.to(self.device, non_blocking=True)
             sync = i == len(micro) - 1 or not self.dist.enabled
@@ -402,12 +405,13 @@ class Trainer:
                 loss, nll, _ = label_smoothed_nll(logits, b.tgt_out, o.label_smoothing, pad)
                 obj = loss * scale
                 (self.scaler.scale(obj) if self.scaler else obj).backward()
-            loss_sum += loss.item()
-            nll_sum += nll.item()
+            loss_sum = loss_sum + loss.detach()
+            nll_sum = nll_sum + nll.detach()
         # Stop requests and the time budget are decided together by all ranks, at the same update.
         budget = self.cfg.train.max_minutes
         late = budget is not None and self.elapsed + time.perf_counter() - self._t0 > 60 * budget  # across resumes
-        loss_sum, nll_sum, stop, late = _sum_stats([loss_sum, nll_sum, float(self._stop_requested), float(late)])
+        loss_sum, nll_sum, stop, late = _sum_stats([loss_sum, nll_sum, float(self._stop_requested), float(late)],
+                                                   self.device)
         if stop:
             self._stop_requested = True
         if late:
