@@ -33,7 +33,9 @@ def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> "Con
         data = DataConfig(corpus="embedded", src_lang="digits", tgt_lang="en", vocab_size=1000,
                           max_tokens=4096)
     return Config(
-        model={"preset": "small", "dropout": 0.1},
+        # learned positions (Table 3 row E) instead of sinusoids: +3.8 test BLEU after 15 minutes
+        # (27.6 vs 23.8, docs/results.md); early training converges faster with them
+        model={"preset": "small", "dropout": 0.1, "positional": "learned"},
         data=data,
         # ~550 updates fit 15 minutes on 2 cores: warm up over the first ~400 so the rate peaks in time
         optim=OptimConfig(warmup=400, lr_scale=1.0, label_smoothing=0.1),
