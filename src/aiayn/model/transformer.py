@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
+from aiayn.model.attention import CrossAttention, SelfAttention
 from aiayn.model.cache import DecoderCache
 from aiayn.model.embedding import Embedding, Positions
 from aiayn.model.layers import DecoderLayer, EncoderLayer
@@ -49,12 +50,12 @@ class Transformer(nn.Module):
 
     def reset_parameters(self) -> None:
         """Xavier-uniform projections, zero biases, embeddings N(0, d_model^-0.5) (fairseq, tensor2tensor)."""
+        fused = {f"{n}.{'qkv' if isinstance(m, SelfAttention) else 'kv'}.weight": m.sizes  # [W^Q | W^K | W^V], [W^K | W^V]
+                 for n, m in self.named_modules() if isinstance(m, (SelfAttention, CrossAttention))}
         for name, p in self.named_parameters():
             if p.dim() == 2 and "embed" not in name:
-                if name.endswith("kv.weight"):  # fused [W^Q | W^K | W^V] or [W^K | W^V]
-                    hk, hv = self.config.n_heads * self.config.head_dim, self.config.n_heads * self.config.value_dim
-                    sizes = [hk, hk, hv] if name.endswith("qkv.weight") else [hk, hv]
-                    for block in p.data.split(sizes, dim=0):
+                if name in fused:
+                    for block in p.data.split(fused[name], dim=0):
                         nn.init.xavier_uniform_(block)  # each projection as its own matrix
                 else:
                     nn.init.xavier_uniform_(p)
