@@ -19,7 +19,7 @@ def test_quickstart_falls_back_to_the_embedded_corpus_and_writes_pictures(tmp_pa
                        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "running the embedded digits->English corpus instead" in p.stderr
-    assert "test BLEU" in p.stdout and "[beam 2, 20 test sentences]" in p.stdout
+    assert "test BLEU" in p.stdout and "[beam 2, length penalty 1, 20 test sentences]" in p.stdout
     assert "  21  ->  " in p.stdout  # sample translations are shown
     for name in ("training.png", "attention.png"):
         img = imread(run / "plots" / name)
