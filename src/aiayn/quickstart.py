@@ -3,8 +3,9 @@
 Multi30k German -> English (mirror from $AIAYN_DATA_DIR or --data-dir, then the cache, then the
 download); with no network and no mirror it says so in one line and uses the embedded corpus,
 so it always runs. It trains a small model (d_model 128, 4+4 layers) for a fixed wall-clock
-budget, scores the test set with beam search (sacreBLEU, and the published tokenized BLEU on Multi30k), translates a
-few sentences and writes a training-curve and an attention heat-map PNG into the run directory.
+budget, scores the test set with beam search (sacreBLEU, and the published tokenized BLEU on
+Multi30k), translates a few sentences and writes a training-curve and an attention heat-map PNG
+into the run directory.
 """
 
 from __future__ import annotations
