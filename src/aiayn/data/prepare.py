@@ -53,12 +53,7 @@ class Prepared:
         if split not in self.splits:
             raise DataError(f"unknown split {split!r}; have {sorted(self.splits)}")
         if split not in self._texts:
-            if self.cfg.corpus == "embedded":
-                self._texts.update(_decode_all(_read_all(self.cfg)))
-            else:
-                p = _file_pairs(self.cfg)[split]
-                self._texts[split] = _decode_all({"files": {split: None if p is None else (
-                    p, read_bytes_lines(p[0]), read_bytes_lines(p[1]))}})[split]
+            self._texts.update(_decode_all(_read_all(self.cfg, [split])))
         src, tgt = self._texts[split]
         idx = self.splits[split].index.tolist()
         return [src[i] for i in idx], [tgt[i] for i in idx]
@@ -128,11 +123,12 @@ def _check_lang_hint(path: Path, lang: str, role: str) -> None:
         raise DataError(f"{path} looks like {m.group(1)!r} text but the {role} language is {lang!r}")
 
 
-def _read_all(cfg: DataConfig) -> dict[str, Any]:
-    """Raw bytes lines of every split (or generated text), with counts checked for all splits."""
+def _read_all(cfg: DataConfig, splits: list[str] | None = None) -> dict[str, Any]:
+    """Raw bytes lines of every split, or of `splits` only (the embedded corpus is generated whole),
+    with line counts checked."""
     if cfg.corpus == "embedded":
         return {"embedded": embedded.corpus(cfg.src_lang, cfg.tgt_lang, cfg.embedded_size)}
-    pairs = _file_pairs(cfg)
+    pairs = {s: p for s, p in _file_pairs(cfg).items() if splits is None or s in splits}
     data = {s: None if p is None else (p, read_bytes_lines(p[0]), read_bytes_lines(p[1])) for s, p in pairs.items()}
     for s, d in data.items():
         if d is not None:
