@@ -53,8 +53,12 @@ def test_label_smoothing_equals_dense_reference(b, t, v, eps, seed):
     g2, = torch.autograd.grad(ref_loss, logits, retain_graph=True)
     torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
     assert (g1[target == 0] == 0).all()  # padded positions contribute nothing
+    # the backward spends its saved buffer: a second pass through the same graph fails loudly
+    with pytest.raises(RuntimeError, match="inplace"):
+        torch.autograd.grad(nll, logits)
     # the hand-written backward also carries the NLL's gradient, alone and mixed with the loss's
     w = float(torch.rand((), generator=g)) * 4 - 2
+    loss, nll, _ = label_smoothed_nll(logits, target, eps, pad_id=0)
     g1, = torch.autograd.grad(w * loss + nll, logits)
     g2, = torch.autograd.grad(w * ref_loss + ref_nll, logits)
     torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
