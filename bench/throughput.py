@@ -173,11 +173,12 @@ def build_train(engine: str, c: ModelConfig, seed: int) -> Callable[[tuple[Tenso
 
     def step(batch: tuple[Tensor, ...]) -> None:
         src, tin, tout = batch
-        logits = fwd(src, tin)  # (B, T, V)
-        if engine == "aiayn":  # the paper's label smoothing 0.1, each engine with its own loss
-            loss_sum, _, n = label_smoothed_nll(logits, tout, 0.1, PAD_ID)
+        if engine == "aiayn":  # the paper's label smoothing 0.1, each engine with its own loss, as its trainer
+            keep = (tout.view(-1) != PAD_ID).nonzero().squeeze(1)  # projects non-pad positions only
+            loss_sum, _, n = label_smoothed_nll(model(src, tin, keep=keep), tout.view(-1)[keep], 0.1, PAD_ID)
             loss = loss_sum / n
         else:
+            logits = fwd(src, tin)  # (B, T, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tout.reshape(-1), ignore_index=PAD_ID,
                                    label_smoothing=0.1)
         opt.zero_grad(set_to_none=True)

@@ -325,6 +325,24 @@ def test_causal_kernel_equals_explicit_padding_mask_in_values_and_gradients(leng
         torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
 
 
+def test_keep_projects_only_the_chosen_positions_in_values_and_gradients():
+    model = tiny()
+    model.train(False)
+    src = torch.tensor([[5, 6, 7, 3], [8, 3, PAD, PAD]])
+    tgt_in = torch.tensor([[2, 9, 10, 11], [2, 12, PAD, PAD]])
+    keep = (tgt_in.view(-1) != PAD).nonzero().squeeze(1)  # the trainer's choice: non-pad positions
+    full = model(src, tgt_in)  # (B, T, V)
+    part = model(src, tgt_in, keep=keep)  # (n, V)
+    assert part.shape == (6, model.config.vocab_size)
+    torch.testing.assert_close(part, full.flatten(0, 1)[keep])
+    w = torch.randn_like(part)
+    g_part = torch.autograd.grad((part * w).sum(), model.generator.weight)[0]
+    g_full = torch.autograd.grad((model(src, tgt_in).flatten(0, 1)[keep] * w).sum(), model.generator.weight)[0]
+    torch.testing.assert_close(g_part, g_full)
+    with pytest.raises(ValueError, match="cached decoding"):
+        model.decode(tgt_in[:, :1], cache=model.init_cache(model.encode(src), padding_mask(src, PAD)), keep=keep)
+
+
 # -- attention weights for plots --------------------------------------------------------------------
 
 

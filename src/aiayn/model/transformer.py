@@ -87,16 +87,20 @@ class Transformer(nn.Module):
 
     @overload
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: None = None,
-               attention: AttentionWeights | None = None) -> Tensor: ...
+               attention: AttentionWeights | None = None, keep: Tensor | None = None) -> Tensor: ...
 
     @overload
     def decode(self, tgt_in: Tensor, memory: Tensor | None = None, src_mask: Tensor | None = None, *,
                cache: DecoderCache, attention: AttentionWeights | None = None) -> tuple[Tensor, DecoderCache]: ...
 
-    def decode(self, tgt_in, memory=None, src_mask=None, cache=None, attention=None):
+    def decode(self, tgt_in, memory=None, src_mask=None, cache=None, attention=None, keep=None):
         """Target ids (B, T) -> logits (B, T, V).
 
         Without a cache: the full teacher-forced pass, causal + key padding (see masks.CAUSAL).
+        With `keep`, (n,) int64 indices into the B*T positions (row-major), only those positions
+        are projected: logits (n, V). Training keeps the non-pad targets and so skips the
+        pre-softmax projection and the loss on padding (12% of Multi30k's target positions at
+        4,096-token batches); the trainer computes the indices on the host, so CUDA needs no sync.
         With a cache (from `init_cache`): `tgt_in` holds the next positions only; memory and
         src_mask come from the cache; returns (logits, updated cache). Cached decoding is
         inference only (it runs without autograd) and spends the cache value it is given.
@@ -108,6 +112,8 @@ class Transformer(nn.Module):
             self_mask = CAUSAL if attention is None else decoder_mask(tgt_in, c.pad_id)
             offset = 0
         else:
+            if keep is not None:
+                raise ValueError("keep= selects teacher-forced positions; cached decoding has none to skip")
             if torch.is_grad_enabled():  # the cache writes in place: inference only
                 with torch.no_grad():
                     return self.decode(tgt_in, memory, src_mask, cache=cache, attention=attention)
@@ -118,15 +124,20 @@ class Transformer(nn.Module):
         x = self.tgt_embed(tgt_in, offset)  # (B, T, d_model)
         for i, (layer, kv) in enumerate(zip(self.decoder, cross_kv)):
             x = layer(x, self_mask, kv, src_mask, cache, i, attention)
-        logits = self.generator(self.decoder_norm(x))  # (B, T, V)
+        x = self.decoder_norm(x)  # (B, T, d_model)
+        if keep is not None:
+            x = x.flatten(0, 1).index_select(0, keep)  # (n, d_model)
+        logits = self.generator(x)  # (B, T, V) or (n, V)
         if cache is None:
             return logits
         return logits, cache.advanced(tgt_in.size(1))
 
-    def forward(self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None) -> Tensor:
-        """Teacher forcing: (B, S) source, (B, T) target input (BOS + y) -> logits (B, T, V)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None,
+                keep: Tensor | None = None) -> Tensor:
+        """Teacher forcing: (B, S) source, (B, T) target input (BOS + y) -> logits (B, T, V),
+        or (n, V) at the flat positions `keep` (n,) (see `decode`)."""
         memory = self.encode(src, attention)
-        return self.decode(tgt_in, memory, padding_mask(src, self.config.pad_id), attention=attention)
+        return self.decode(tgt_in, memory, padding_mask(src, self.config.pad_id), attention=attention, keep=keep)
 
     def attention_weights(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
         """Per-layer attention probabilities for plotting (explicit softmax path, slower)."""

@@ -336,10 +336,8 @@ class Trainer:
         model.eval()
         loss = nll = tokens = 0.0
         for b in BatchIterator(self.prepared.splits["valid"], cfg.data.max_tokens, shuffle=False):
-            b = b.to(self.device)
-            with self._autocast():
-                logits = model(b.src, b.tgt_in)
-            l, n, k = label_smoothed_nll(logits, b.tgt_out, cfg.optim.label_smoothing, self.model_config.pad_id)
+            logits, target = self._forward(model, b)
+            l, n, k = label_smoothed_nll(logits, target, cfg.optim.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + l.item(), nll + n.item(), tokens + k.item()
         rec: dict[str, Any] = {"kind": "valid", "step": self.step, "loss": loss / tokens, "nll": nll / tokens,
                                "ppl": math.exp(min(nll / tokens, 50.0)), "bleu": None}
@@ -387,6 +385,14 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16 if self.amp == "bf16" else torch.float16)
 
+    def _forward(self, model: torch.nn.Module, b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (n, V) and gold ids (n,) at the batch's n non-pad target positions only."""
+        keep = (b.tgt_out.view(-1) != self.model_config.pad_id).nonzero().squeeze(1)  # on the host: no CUDA sync
+        b, keep = b.to(self.device, non_blocking=True), keep.to(self.device, non_blocking=True)
+        with self._autocast():
+            logits = model(b.src, b.tgt_in, keep=keep)  # (n, V)
+        return logits, b.tgt_out.view(-1).index_select(0, keep)
+
     def update(self, micro: list[Any]) -> tuple[bool, float, float, float, float]:
         """Forward/backward over the micro-batches, then one optimizer step unless non-finite.
         Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
@@ -396,13 +402,11 @@ class Trainer:
         scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
         loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
         for i, b in enumerate(micro):
-            b = b.to(self.device, non_blocking=True)
             sync = i == len(micro) - 1 or not self.dist.enabled
             ctx = contextlib.nullcontext() if sync else self.train_model.no_sync()
             with ctx:
-                with self._autocast():
-                    logits = self.train_model(b.src, b.tgt_in)  # (B, T, V)
-                loss, nll, _ = label_smoothed_nll(logits, b.tgt_out, o.label_smoothing, pad)
+                logits, target = self._forward(self.train_model, b)  # (n, V), (n,)
+                loss, nll, _ = label_smoothed_nll(logits, target, o.label_smoothing, pad)
                 obj = loss * scale
                 (self.scaler.scale(obj) if self.scaler else obj).backward()
             loss_sum = loss_sum + loss.detach()
