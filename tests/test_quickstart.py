@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import torch
 from matplotlib.image import imread
 
 
@@ -25,3 +26,29 @@ def test_quickstart_falls_back_to_the_embedded_corpus_and_writes_pictures(tmp_pa
         img = imread(run / "plots" / name)
         assert img.shape[0] > 100 and img.shape[1] > 100
     assert (run / "best.safetensors").is_file() and (run / "spm.model").is_file()
+
+
+def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_path, monkeypatch, capsys):
+    from safetensors.torch import load_file
+
+    from aiayn import quickstart
+    from aiayn.train.state import list_checkpoints
+
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    real = quickstart.quickstart_config
+
+    def often(minutes, corpus, data_dir):  # save every 3 updates so a few seconds leave several checkpoints
+        cfg = real(minutes, corpus, data_dir)
+        cfg.train.save_every, cfg.train.max_steps, cfg.train.max_minutes = 3, 9, None
+        return cfg
+
+    monkeypatch.setattr(quickstart, "quickstart_config", often)
+    run = tmp_path / "run"
+    quickstart.run(1.0, run, corpus="embedded", beam=1, test_limit=5)
+    assert "decoding with the average of the last 2 checkpoints" in capsys.readouterr().out
+    last_two = [load_file(w) for _, w, _ in list_checkpoints(run)[-2:]]
+    avg = load_file(run / "average.safetensors")
+    assert avg.keys() == last_two[0].keys()
+    for name, value in avg.items():
+        torch.testing.assert_close(value, (last_two[0][name] + last_two[1][name]) / 2)
+    assert any(not torch.equal(last_two[0][n], last_two[1][n]) for n in avg)  # two different points
