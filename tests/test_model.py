@@ -327,7 +327,6 @@ def test_causal_kernel_equals_explicit_padding_mask_in_values_and_gradients(leng
 
 def test_keep_projects_only_the_chosen_positions_in_values_and_gradients():
     model = tiny()
-    model.train(False)
     src = torch.tensor([[5, 6, 7, 3], [8, 3, PAD, PAD]])
     tgt_in = torch.tensor([[2, 9, 10, 11], [2, 12, PAD, PAD]])
     keep = (tgt_in.view(-1) != PAD).nonzero().squeeze(1)  # the trainer's choice: non-pad positions
