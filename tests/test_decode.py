@@ -246,3 +246,50 @@ def test_batched_equals_one_by_one(seed, n, beam, alpha):
         (single,) = beam_search(model, one, beam=beam, length_penalty=alpha, max_len_b=3, n_best=beam)
         assert [h for h, _ in batched[i]] == [h for h, _ in single]
         assert [s for _, s in batched[i]] == pytest.approx([s for _, s in single], abs=1e-4)
+
+
+# -- ensembles: the mean of the members' probabilities, through the same searches ------------------------
+
+def test_ensemble_of_copies_decodes_like_the_model():
+    import copy
+
+    from aiayn.decode.ensemble import Ensemble
+
+    model, src = tiny_model(5), random_src(6, 6)
+    for ens in (Ensemble([model]), Ensemble([model, copy.deepcopy(model)])):
+        assert greedy_search(ens, src, max_len_b=6) == greedy_search(model, src, max_len_b=6)
+        got = beam_search(ens, src, beam=3, length_penalty=0.6, max_len_b=6, n_best=3)
+        ref = beam_search(model, src, beam=3, length_penalty=0.6, max_len_b=6, n_best=3)
+        assert [[h for h, _ in x] for x in got] == [[h for h, _ in x] for x in ref]
+        assert [s for x in got for _, s in x] == pytest.approx([s for x in ref for _, s in x], abs=1e-5)
+
+
+def test_ensemble_scores_are_log_mean_probabilities_of_the_members():
+    """Cached, batched ensemble beam search: every hypothesis' score equals its teacher-forced
+    log of the members' mean probabilities (no cache, one sentence at a time); the search also
+    finds hypotheses neither member ranks first on its own."""
+    from aiayn.decode.ensemble import Ensemble
+
+    members = [tiny_model(8), tiny_model(9, d_head=4, d_value=12)]  # different shapes may mix
+    src = random_src(10, 6)
+    ens = Ensemble(members)
+    hyps = beam_search(ens, src, beam=3, length_penalty=0.6, max_len_b=6, n_best=2)
+    for sent, nbest in zip(src, hyps):
+        s = sent[None, : int((sent != PAD).sum())]
+        for ids, score in nbest:
+            tgt = torch.tensor([[BOS] + ids])
+            probs = torch.stack([m(s, tgt).float().softmax(-1)[0] for m in members]).mean(0)  # (T, V)
+            total = sum(math.log(probs[t, y].item()) for t, y in enumerate(ids + [EOS]))
+            assert score == pytest.approx(total / ((5 + len(ids) + 1) / 6) ** 0.6, abs=1e-4)
+    alone = [beam_search(m, src, beam=3, length_penalty=0.6, max_len_b=6) for m in members]
+    assert any(h[0][0] not in (a[0][0], b[0][0]) for h, a, b in zip(hyps, *alone))
+    greedy = greedy_search(ens, src, max_len_b=6)
+    assert [b[0][0] for b in beam_search(ens, src, beam=1, length_penalty=0.0, max_len_b=6)] == greedy
+
+
+def test_ensemble_rejects_members_with_different_vocabularies():
+    from aiayn.decode.ensemble import Ensemble
+    from aiayn.errors import AiaynError
+
+    with pytest.raises(AiaynError, match="share one vocabulary"):
+        Ensemble([tiny_model(0), tiny_model(1, vocab=30)])

@@ -135,3 +135,27 @@ def test_search_defaults_come_from_the_runs_decode_section(run_dir, tmp_path):
         (run_dir / "config.yaml").unlink()
     a = parser.parse_args(["translate", "-c", str(run_dir)])
     assert _search_kw(a)["beam"] == 4  # no config.yaml: the paper's defaults
+
+
+def test_ensemble_on_the_command_line(run_dir, tmp_path):
+    """`-c A B` decodes A and B together (same spm.model); a run with another spm.model is refused."""
+    import shutil
+
+    from aiayn import Translator
+
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    shutil.copy(run_dir / "spm.model", other / "spm.model")
+    torch.manual_seed(1)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=Tokenizer(run_dir / "spm.model").vocab_size,
+                                           max_positions=24)).eval()
+    save_weights(model, other / "checkpoints" / "step_00000007.safetensors", step=7)
+    r = aiayn("translate", "-c", str(run_dir), str(other), "--beam", "3", *SEARCH, stdin="\n".join(LINES).encode())
+    assert r.returncode == 0, r.stderr.decode()
+    ens = Translator.load(run_dir, "cpu", ensemble=[other])
+    assert ens.max_input_len == 24  # the smaller member bounds the input
+    assert r.stdout.decode("utf-8").splitlines() == ens.translate(LINES, beam=3, max_len_b=4)
+
+    Tokenizer.train(LINES * 20, other / "spm.model", vocab_size=300)
+    r = aiayn("translate", "-c", str(run_dir), str(other), *SEARCH, stdin=b"x\n")
+    assert r.returncode == 2 and "need the same spm.model" in r.stderr.decode()

@@ -87,8 +87,8 @@ def test_evaluate_command_translates_src(tmp_path):
     src, ref, hyp = tmp_path / "src", tmp_path / "ref", tmp_path / "hyp"
     src.write_text("\n".join(REFS) + "\n", encoding="utf-8")
     ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
-    for extra in ([], ["--average-last", "2"]):
-        r = aiayn("evaluate", "-c", str(run), "--src", str(src), "--ref", str(ref), "--beam", "2",
+    for members, extra in (([run], []), ([run], ["--average-last", "2"]), ([run, run], ["--average-last", "1"])):
+        r = aiayn("evaluate", "-c", *map(str, members), "--src", str(src), "--ref", str(ref), "--beam", "2",
                   "--max-len-b", "3", "--output", str(hyp), "--json", *extra)
         assert r.returncode == 0, r.stderr
         hyps = hyp.read_text(encoding="utf-8").splitlines()

@@ -87,20 +87,13 @@ def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     return src, ref, tok, lang
 
 
-def _average_last(run_dir: Path, k: int, device):
-    """The model whose weights average the last k step checkpoints of a run (the training layer's)."""
-    from aiayn.train.average import average_last
-
-    if not run_dir.is_dir():
-        raise AiaynError(f"--average-last needs a run directory, got {run_dir}")
-    return average_last(run_dir, k, device)
-
-
 def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None, src: str | None = None,
                  ref: str | None = None, hyp: str | None = None, tokenized: bool = False,
                  lang: str | None = None, average_last: int = 0, output: str | None = None,
-                 device: str | None = None, max_tokens: int | None = None, **search: Any) -> dict[str, Any]:
-    """Translate a split of the run's data (or --src) and score it against its references."""
+                 device: str | None = None, max_tokens: int | None = None, ensemble: Sequence[str] = (),
+                 **search: Any) -> dict[str, Any]:
+    """Translate a split of the run's data (or --src) and score it against its references;
+    `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split."""
     from aiayn.data.io import read_lines
 
     if split is not None and (src or ref):
@@ -131,17 +124,10 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
     else:
         if checkpoint is None:
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
-        from aiayn.checkpoint import find_tokenizer
-        from aiayn.data.tokenizer import Tokenizer
-        from aiayn.decode.translator import Translator, auto_device
+        from aiayn.decode.translator import Translator
 
         kw = {} if max_tokens is None else {"max_tokens": max_tokens}
-        if average_last:
-            dev = auto_device(device)
-            translator = Translator(_average_last(Path(checkpoint), average_last, dev),
-                                    Tokenizer(find_tokenizer(checkpoint)), dev, **kw)
-        else:
-            translator = Translator.load(checkpoint, device=device, **kw)
+        translator = Translator.load(checkpoint, device=device, ensemble=ensemble, average_last=average_last, **kw)
         hyps = translator.translate(src_lines, **search)
     if output is not None:
         Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

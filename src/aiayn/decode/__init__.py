@@ -1,4 +1,4 @@
-"""Decoding: greedy and beam search on the incremental cache, and the text-in/text-out Translator.
+"""Decoding: greedy and beam search on the incremental cache, ensembles, and the text-in/text-out Translator.
 
 Names load lazily (PEP 562) so `aiayn.decode.commands` registers its subcommands without torch.
 """
@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 from aiayn._lazy import lazy_exports
 
 _EXPORTS = {"beam_search": "search", "greedy_search": "search", "max_lengths": "search",
-            "Translator": "translator"}
+            "Ensemble": "ensemble", "load_members": "ensemble", "Translator": "translator"}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from aiayn.decode.ensemble import Ensemble, load_members
     from aiayn.decode.search import beam_search, greedy_search, max_lengths
     from aiayn.decode.translator import Translator

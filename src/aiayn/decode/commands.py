@@ -34,6 +34,11 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
 
 
+def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """-c A [B ...] -> (A, [B, ...]): A's run gives the decode defaults and --split's data."""
+    return (a.checkpoint[0], a.checkpoint[1:]) if a.checkpoint else (None, [])
+
+
 def _decode_defaults(checkpoint: str | None):
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DecodeConfig
@@ -45,7 +50,7 @@ def _decode_defaults(checkpoint: str | None):
 def _search_kw(a: argparse.Namespace) -> dict:
     from aiayn.errors import AiaynError
 
-    d = _decode_defaults(a.checkpoint)
+    d = _decode_defaults(_members(a)[0])
     pick = {"beam": d.beam, "lenpen": d.length_penalty, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
             "max_tokens": d.max_tokens}
     for name, default in pick.items():
@@ -65,7 +70,8 @@ def _translate(a: argparse.Namespace) -> int:
     kw = _search_kw(a)
     if a.input and not os.path.isfile(a.input):
         raise AiaynError(f"input file not found: {a.input}")
-    t = Translator.load(a.checkpoint, device=a.device, max_tokens=a.max_tokens)
+    first, more = _members(a)
+    t = Translator.load(first, device=a.device, ensemble=more, max_tokens=a.max_tokens)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
     seen = 0
@@ -94,10 +100,11 @@ def _evaluate(a: argparse.Namespace) -> int:
     from aiayn.evaluate import evaluate_run
 
     search = _search_kw(a)  # fills a.max_tokens too
+    first, more = _members(a)
     res = evaluate_run(
-        a.checkpoint, split=a.split, src=a.src, ref=a.ref, hyp=a.hyp, tokenized=a.tokenized_bleu,
+        first, split=a.split, src=a.src, ref=a.ref, hyp=a.hyp, tokenized=a.tokenized_bleu,
         lang=a.lang, average_last=a.average_last, output=a.output, device=a.device,
-        max_tokens=a.max_tokens, **search)
+        max_tokens=a.max_tokens, ensemble=more, **search)
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")
     print(res["chrf_str"])
@@ -112,7 +119,9 @@ def _evaluate(a: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate lines (stdin -> stdout, or files) with beam search")
-    p.add_argument("-c", "--checkpoint", required=True, help="run directory or .safetensors weights file")
+    p.add_argument("-c", "--checkpoint", required=True, nargs="+", metavar="RUN",
+                   help="run directory or .safetensors weights file; several: an ensemble (mean of their "
+                        "probabilities; one spm.model)")
     p.add_argument("--input", help="source text file (default: stdin, streamed line by line)")
     p.add_argument("--output", help="output file (default: stdout)")
     p.add_argument("--n-best", type=int, default=1,
@@ -121,7 +130,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_translate)
 
     p = sub.add_parser("evaluate", help="translate a test set and score it: sacreBLEU + chrF (+ tokenized BLEU)")
-    p.add_argument("-c", "--checkpoint", help="run directory or .safetensors weights file")
+    p.add_argument("-c", "--checkpoint", nargs="+", metavar="RUN",
+                   help="run directory or .safetensors weights file; several: an ensemble (the first run's "
+                        "data for --split)")
     p.add_argument("--split", help="test | valid | test_2016_flickr | val: the run's own data (config.yaml)")
     p.add_argument("--src", help="source file (with --ref)")
     p.add_argument("--ref", help="reference file")
@@ -130,7 +141,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also report lowercased Moses-tokenized BLEU (published Multi30k/WMT protocol)")
     p.add_argument("--lang", help="target language for --tokenized-bleu (default: the run's data.tgt_lang)")
     p.add_argument("--average-last", type=int, default=0, metavar="K",
-                   help="evaluate the average of the last K step checkpoints of the run")
+                   help="evaluate the average of the last K step checkpoints of the run (of each run)")
     p.add_argument("--output", help="also write the hypotheses to this file")
     p.add_argument("--json", action="store_true", help="also print the scores as one JSON line")
     _add_search_args(p)

@@ -2,6 +2,7 @@
 
     from aiayn import Translator
     t = Translator.load("run/")                  # run dir or weights file; spm.model found alongside
+    t = Translator.load("a/", ensemble=["b/"], average_last=10)   # two runs' averages, decoded together
     t.translate(["Ein Hund rennt."], beam=4)     # -> ["A dog runs."]
 """
 
@@ -17,7 +18,6 @@ import torch
 from aiayn.config import DecodeConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.search import beam_search, greedy_search
-from aiayn.checkpoint import find_tokenizer
 from aiayn.errors import AiaynError
 
 
@@ -58,12 +58,16 @@ class Translator:
         self.max_input_len = min(max_input_len or limit, limit)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, **kw) -> "Translator":
-        """From a run directory (best.safetensors, else the newest checkpoint) or a weights file."""
-        from aiayn.checkpoint import load_model
+    def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, *,
+             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, **kw) -> "Translator":
+        """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
+        `ensemble`: more runs/weights decoded together with `path` (decode.ensemble); `average_last`
+        K: each run's last K step checkpoints averaged (§6.1) instead of its best weights."""
+        from aiayn.decode.ensemble import load_members
 
         dev = auto_device(device)
-        return cls(load_model(path, dev), Tokenizer(find_tokenizer(path)), dev, **kw)
+        model, spm = load_members([path, *ensemble], dev, average_last)
+        return cls(model, Tokenizer(spm), dev, **kw)
 
     def translate(self, lines: Sequence[str], beam: int = 4, length_penalty: float = 0.6,
                   max_len_a: float = 1.0, max_len_b: float = 50, n_best: int = 1) -> list:
