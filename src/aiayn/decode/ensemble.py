@@ -72,8 +72,6 @@ class Ensemble(nn.Module):
             logits, c = m.decode(tgt_in, cache=c)
             logps.append(torch.log_softmax(logits.float(), dim=-1))  # (rows, T, V)
             caches.append(c)
-        if len(logps) == 1:
-            return logps[0], EnsembleCache(caches)
         mean = torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (rows, T, V)
         return mean, EnsembleCache(caches)
 
@@ -86,14 +84,13 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
     Members must come with byte-identical spm.model files: the same id must mean the same piece.
     """
     from aiayn.checkpoint import find_tokenizer, load_model
+    from aiayn.train.average import average_last as average
 
     if not paths:
         raise AiaynError("no checkpoint given")
     models = []
     for p in paths:
         if average_last:
-            from aiayn.train.average import average_last as average
-
             if not Path(p).is_dir():
                 raise AiaynError(f"--average-last needs run directories, got {p}")
             models.append(average(p, average_last, device))
