@@ -121,6 +121,36 @@ def test_files_corpus_gz_and_plain_and_optional_test(tmp_path):
     assert prep.raw("test") == ([], [])
 
 
+def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
+    a_src, a_tgt = [f"das rote haus {i}" for i in range(60)], [f"the red house {i}" for i in range(60)]
+    (tmp_path / "a").mkdir()
+    first = prepare(files_cfg(tmp_path / "a", (a_src, a_tgt), (a_src[:4], a_tgt[:4]), vocab_size=300),
+                    tmp_path / "run_a")
+    # other training text, another vocab_size setting: the given model encodes it, unchanged
+    b_src, b_tgt = [f"ein blauer hund {i}" for i in range(30)], [f"a blue dog {i}" for i in range(30)]
+    (tmp_path / "b").mkdir()
+    cfg = files_cfg(tmp_path / "b", (b_src, b_tgt), (b_src[:4], b_tgt[:4]), vocab_size=999,
+                    spm_model=str(tmp_path / "run_a"))  # a run directory means its spm.model
+    second = prepare(cfg, tmp_path / "run_b")
+    model_a = (tmp_path / "run_a" / "spm.model").read_bytes()
+    assert (tmp_path / "run_b" / "spm.model").read_bytes() == model_a
+    assert second.tokenizer.vocab_size == first.tokenizer.vocab_size != 999
+    assert second.report["key"] != first.report["key"] and second.report["spm_model"] == cfg.spm_model
+    ids = first.tokenizer.encode_batch(b_tgt)
+    assert [second.splits["train"].pair(i)[1].tolist() for i in range(3)] == ids[:3]
+    # the key follows the model's bytes: the same bytes elsewhere hit the cache, other bytes do not
+    (tmp_path / "copy.model").write_bytes(model_a)
+    cfg.spm_model = str(tmp_path / "copy.model")
+    assert prepare(cfg).report["cached"] is True
+    cfg.spm_model = str(tmp_path / "missing.model")
+    with pytest.raises(DataError, match="missing.model not found"):
+        prepare(cfg)
+    (tmp_path / "bad.model").write_bytes(b"not a model")
+    cfg.spm_model = str(tmp_path / "bad.model")
+    with pytest.raises(DataError, match="is not a sentencepiece model"):
+        prepare(cfg)
+
+
 # -- drops ---------------------------------------------------------------------------------------
 
 def test_bad_training_pairs_are_dropped_counted_and_kept_in_test(tmp_path):

@@ -114,3 +114,27 @@ def test_evaluate_command_split_reads_the_runs_data(tmp_path):
     res = json.loads(r.stdout.splitlines()[-1])
     assert res["sentences"] == 1000 and res["bleu"] == pytest.approx(100)
     assert res["tokenized_bleu"] > 99.9 and res["tokenized_lang"] == "en"
+
+
+def test_evaluate_split_of_a_run_whose_spm_model_has_moved(tmp_path):
+    """A run trained with data.spm_model scores its splits from its own spm.model copy."""
+    src = [f"das rote haus {i}" for i in range(40)]
+    tgt = [f"the red house number {i}" for i in range(40)]
+    for name, lines in (("train.de", src), ("train.en", tgt), ("val.de", src[:5]), ("val.en", tgt[:5])):
+        (tmp_path / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    Tokenizer.train(src + tgt, tmp_path / "shared.model", vocab_size=320)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spm.model").write_bytes((tmp_path / "shared.model").read_bytes())
+    (run / "config.yaml").write_text(
+        f"data:\n  corpus: files\n  src_lang: de\n  tgt_lang: en\n  spm_model: {tmp_path / 'shared.model'}\n"
+        + "".join(f"  {s}_{side}: {tmp_path / f'{f}.{lang}'}\n" for s, f in (("train", "train"), ("valid", "val"))
+                  for side, lang in (("src", "de"), ("tgt", "en"))))
+    (tmp_path / "shared.model").unlink()
+    hyp = tmp_path / "hyp.en"
+    hyp.write_text("".join(x + "\n" for x in tgt[:5]), encoding="utf-8")
+    r = aiayn("evaluate", "-c", str(run), "--split", "val", "--hyp", str(hyp), "--json",
+              env={"AIAYN_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.splitlines()[-1])
+    assert res["sentences"] == 5 and res["bleu"] == pytest.approx(100)

@@ -75,6 +75,8 @@ def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     from aiayn.data import prepare
 
     cfg = _run_data_config(run_dir)
+    if cfg.spm_model is not None:  # the run keeps its own copy: the original may have moved since
+        cfg.spm_model = str(run_dir / "spm.model")
     key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)
     src, ref = prepare(cfg).raw(key)
     lang = lang or cfg.tgt_lang

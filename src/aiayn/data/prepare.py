@@ -7,6 +7,8 @@
   4. otherwise decode strictly (UTF-8 errors name file and line), drop empty training pairs, train one
      sentencepiece BPE on source + target training text (shared vocabulary, §5.1), encode all splits,
      drop over-long / extreme-ratio training pairs (never valid/test), save arrays + report atomically.
+     With `data.spm_model` that model is copied in instead of training one (a vocabulary shared with
+     earlier runs).
 """
 
 from __future__ import annotations
@@ -161,6 +163,9 @@ def _key(cfg: DataConfig, raw: dict[str, Any]) -> str:
                     tgt=cfg.tgt_lang, vocab=cfg.vocab_size, max_len=cfg.max_len, ratio=cfg.max_len_ratio)
     if "embedded" in raw:
         settings["embedded_size"] = cfg.embedded_size
+    if cfg.spm_model is not None:  # the model's bytes, not its path, decide the encoding
+        del settings["vocab"]
+        settings["spm_model"] = hashlib.sha256(_spm_model_bytes(cfg)).hexdigest()
     h.update(json.dumps(settings, sort_keys=True).encode())
     for s, d in raw.get("files", {}).items():
         h.update(s.encode())
@@ -169,6 +174,15 @@ def _key(cfg: DataConfig, raw: dict[str, Any]) -> str:
                 h.update(len(lines).to_bytes(8, "little"))
                 h.update(b"\n".join(lines))
     return h.hexdigest()[:16]
+
+
+def _spm_model_bytes(cfg: DataConfig) -> bytes:
+    path = Path(cfg.spm_model)
+    if path.is_dir():  # a run directory: its spm.model
+        path = path / "spm.model"
+    if not path.is_file():
+        raise DataError(f"data.spm_model: {path} not found")
+    return path.read_bytes()
 
 
 # -- build / load -----------------------------------------------------------------------------------
@@ -183,16 +197,20 @@ def _build(cfg: DataConfig, raw: dict[str, Any], out: Path, key: str, t0: float)
         raise DataError("every training pair has an empty side")
 
     t1 = time.perf_counter()
-    spm_text = [train_src[i] for i in nonempty] + [train_tgt[i] for i in nonempty]
-    try:
-        tok = Tokenizer.train(spm_text, out / "spm.model", vocab_size=cfg.vocab_size)
-    except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
-        raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
-                        f"{str(e).splitlines()[0]}") from None
+    if cfg.spm_model is not None:
+        (out / "spm.model").write_bytes(_spm_model_bytes(cfg))
+        tok = Tokenizer(out / "spm.model")  # refuses a model with other special ids
+    else:
+        spm_text = [train_src[i] for i in nonempty] + [train_tgt[i] for i in nonempty]
+        try:
+            tok = Tokenizer.train(spm_text, out / "spm.model", vocab_size=cfg.vocab_size)
+        except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
+            raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
+                            f"{str(e).splitlines()[0]}") from None
     t2 = time.perf_counter()
 
     report: dict[str, Any] = {"corpus": cfg.corpus, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
-                              "key": key, "vocab_size": tok.vocab_size, "splits": {},
+                              "key": key, "vocab_size": tok.vocab_size, "spm_model": cfg.spm_model, "splits": {},
                               "dropped": {"empty": len(train_src) - len(nonempty), "too_long": 0, "ratio": 0}}
     for split in SPLITS:
         src, tgt = texts[split]

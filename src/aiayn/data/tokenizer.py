@@ -21,7 +21,10 @@ class Tokenizer:
         self.path = Path(model_file)
         if not self.path.is_file():
             raise DataError(f"sentencepiece model not found: {self.path}")
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (RuntimeError, OSError) as e:
+            raise DataError(f"{self.path} is not a sentencepiece model ({str(e).splitlines()[0]})") from None
         got = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise DataError(f"{self.path}: special ids (pad, unk, bos, eos) are {got}, "
