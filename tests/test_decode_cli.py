@@ -97,11 +97,14 @@ def test_translate_streams_before_stdin_closes(run_dir):
 
 def test_translate_files_and_n_best(run_dir, tmp_path):
     src = tmp_path / "src.txt"
-    src.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
+    src.write_text("\n".join(LINES[:3]) + "\nno newline at end", encoding="utf-8")
     out = tmp_path / "out.txt"
     r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
     assert r.returncode == 0, r.stderr.decode()
-    assert len(out.read_text(encoding="utf-8").split("\n")) == 4
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 5
+    assert "4/4" in r.stderr.decode()  # file to file: a progress bar over the input's lines
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), *SEARCH)
+    assert r.stdout.decode().count("\n") == 4 and "4/4" not in r.stderr.decode()
     r = aiayn("translate", "-c", str(run_dir), "--n-best", "2", "--beam", "3", *SEARCH, stdin=b"a\nb\n")
     rows = r.stdout.decode().splitlines()
     assert [row.split(" ||| ")[0] for row in rows] == ["0", "0", "1", "1"]

@@ -24,6 +24,16 @@ def read_line_batches(f: BinaryIO, chunk: int = 1 << 16) -> Iterator[list[str]]:
         yield [rest.rstrip(b"\r").decode("utf-8", "replace")]
 
 
+def _count_lines(path: str) -> int:
+    """Lines as read_line_batches yields them: newlines, plus a last line without one."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
 def _add_search_args(p: argparse.ArgumentParser) -> None:
     # Defaults (None) come from the run's config.yaml `decode` section, else DecodeConfig (§6.1).
     p.add_argument("--beam", type=int, help="beam size; 1 = greedy (default: the run's decode.beam, else 4)")
@@ -74,6 +84,11 @@ def _translate(a: argparse.Namespace) -> int:
     t = Translator.load(first, device=a.device, ensemble=more, max_tokens=a.max_tokens)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
+    bar = None
+    if a.input and a.output:  # file to file: long work, show progress (stdout is not the output)
+        from tqdm import tqdm
+
+        bar = tqdm(total=_count_lines(a.input), unit="line", desc="translate", file=sys.stderr)
     seen = 0
     try:
         for lines in read_line_batches(src):
@@ -86,7 +101,11 @@ def _translate(a: argparse.Namespace) -> int:
             seen += len(lines)
             out.write(text.encode("utf-8"))
             out.flush()
+            if bar is not None:
+                bar.update(len(lines))
     finally:
+        if bar is not None:
+            bar.close()
         if a.input:
             src.close()
         if a.output:
