@@ -270,3 +270,26 @@ def test_time_budget_spans_resumes(home, tmp_path, capfd):
     more = train(cfg(elapsed / 60 + 0.01), run, resume=True)  # another 0.6 s
     last = records(run, "train")[-1]
     assert more["step"] > first["step"] and elapsed + 0.6 <= last["elapsed"] < elapsed + 30
+
+
+def test_relative_data_paths_are_saved_absolute(home, tmp_path, monkeypatch):
+    """A run trained from files named relative to the working directory is usable from anywhere."""
+    from aiayn.data import prepare
+    from aiayn.train import train
+
+    src = [f"das rote haus {i}" for i in range(40)]
+    tgt = [f"the red house number {i}" for i in range(40)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, lines in (("train.de", src), ("train.en", tgt), ("val.de", src[:4]), ("val.en", tgt[:4])):
+        (data / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    files = {"corpus": "files", "src_lang": "de", "tgt_lang": "en", "vocab_size": 320, "train_src": "data/train.de",
+             "train_tgt": "data/train.en", "valid_src": "data/val.de", "valid_tgt": "data/val.en"}
+    cfg = Config.from_dict({**TINY, "data": {**TINY["data"], **files},
+                            "train": {**TINY["train"], "max_steps": 2, "eval_every": 0, "eval_bleu": False}})
+    train(cfg, Path("run"))
+    monkeypatch.chdir(home)
+    saved = Config.load(str(tmp_path / "run" / "config.yaml")).data
+    assert saved.train_src == str(data / "train.de") and saved.valid_tgt == str(data / "val.en")
+    assert prepare(saved).raw("valid") == (src[:4], tgt[:4])

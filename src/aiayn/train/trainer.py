@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import shutil
 import signal
@@ -38,6 +39,9 @@ from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import noam_lr, noam_scheduler
 from aiayn.train.state import (capture_rng, checkpoint_paths, list_checkpoints, load_state, prune,
                                restore_rng, save_state, warn)
+
+# data settings that name files: written absolute into the run's config.yaml
+_DATA_PATHS = ("data_dir", "spm_model", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
 
 STATE_VERSION = 1
 
@@ -208,6 +212,9 @@ class Trainer:
             check_run_dir(run_dir, need_bytes=2 * 16 * n_params)  # weights + Adam moments, twice over
             resolved = cfg.to_dict()
             resolved["model"] = {"preset": cfg.model["preset"], **self.model_config.to_dict()}
+            for k in _DATA_PATHS:  # the run is read again from other directories (evaluate --split, --resume)
+                if resolved["data"].get(k):
+                    resolved["data"][k] = os.path.abspath(resolved["data"][k])
             Config.from_dict(resolved).save(run_dir / "config.yaml")
 
         o = cfg.optim
