@@ -108,8 +108,8 @@ class DataConfig:
     test_src: str | None = None
     test_tgt: str | None = None
     vocab_size: int = 8000  # joint sentencepiece BPE; the paper's WMT EN-DE uses 37000
-    spm_model: str | None = None  # reuse this sentencepiece model (vocab_size then unused): e.g. a
-    #   run's spm.model, so that the new run can be averaged or ensembled with it, or fine-tune it
+    spm_model: str | None = None  # reuse this sentencepiece model (vocab_size then unused), e.g. a
+    #   run directory's spm.model, so that the new run can be ensembled with that run
     max_len: int = 256  # training pairs longer than this (subwords, either side) are dropped
     max_len_ratio: float = 9.0  # ... and pairs whose length ratio exceeds this
     max_tokens: int = 4096  # per batch, counted on padded source and padded target separately
