@@ -293,3 +293,25 @@ def test_relative_data_paths_are_saved_absolute(home, tmp_path, monkeypatch):
     saved = Config.load(str(tmp_path / "run" / "config.yaml")).data
     assert saved.train_src == str(data / "train.de") and saved.valid_tgt == str(data / "val.en")
     assert prepare(saved).raw("valid") == (src[:4], tgt[:4])
+
+
+def test_resume_reads_the_runs_own_tokenizer_after_the_shared_one_moved(home, tmp_path):
+    """A run trained with data.spm_model resumes from its own spm.model copy; config.yaml keeps the original."""
+    from aiayn.data import prepare
+    from aiayn.train import train
+
+    prepare(Config.from_dict(TINY).data, tmp_path / "a")  # a tokenizer to share
+    shared = tmp_path / "shared.model"
+    shared.write_bytes((tmp_path / "a" / "spm.model").read_bytes())
+
+    def cfg(steps: int) -> Config:
+        return Config.from_dict({**TINY, "data": {**TINY["data"], "spm_model": str(shared)},
+                                 "train": {**TINY["train"], "max_steps": steps, "eval_every": 0, "eval_bleu": False,
+                                           "save_every": 2}})
+
+    run = tmp_path / "b"
+    assert train(cfg(2), run)["step"] == 2
+    shared.unlink()
+    assert train(cfg(4), run, resume=True)["step"] == 4
+    assert (run / "spm.model").read_bytes() == (tmp_path / "a" / "spm.model").read_bytes()
+    assert Config.load(str(run / "config.yaml")).data.spm_model == str(shared)

@@ -13,6 +13,7 @@ the batch each compute the same update as one process (up to float rounding).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -181,18 +182,20 @@ class Trainer:
                                     f"`aiayn train --resume {run_dir}` or choose a new run directory")
         distributed.barrier()
 
+        spm, data = run_dir / "spm.model", cfg.data
+        if self.resume and data.spm_model is not None and spm.is_file():  # the original may have moved since
+            data = dataclasses.replace(data, spm_model=str(spm))  # config.yaml still names the original
         # Rank 0 prepares first (trains the tokenizer, encodes); the others then reuse its cache.
         if self.main:
-            spm = run_dir / "spm.model"
             before = spm.read_bytes() if self.resume and spm.is_file() else None
-            self.prepared = prepare(cfg.data, run_dir)  # copies its tokenizer to run_dir/spm.model
+            self.prepared = prepare(data, run_dir)  # copies its tokenizer to run_dir/spm.model
             if before is not None and spm.read_bytes() != before:
                 atomic_write(spm, lambda tmp: Path(tmp).write_bytes(before))  # keep the run's own tokenizer
                 raise TrainingError(f"the prepared data's tokenizer differs from {spm} (data settings changed or "
                                     f"the data cache was rebuilt); resume with the original data settings")
         distributed.barrier()
         if not self.main:
-            self.prepared = prepare(cfg.data, None)
+            self.prepared = prepare(data, None)
         self.tokenizer = self.prepared.tokenizer
         vocab = self.tokenizer.vocab_size
         if "vocab_size" in cfg.model and int(cfg.model["vocab_size"]) != vocab:
