@@ -72,11 +72,9 @@ def _run_data_config(run_dir: Path):
 
 def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     """(src lines, ref lines, tokenized refs or None, target language) of one of the run's splits."""
-    from aiayn.data import prepare
+    from aiayn.data.prepare import prepare, with_run_tokenizer
 
-    cfg = _run_data_config(run_dir)
-    if cfg.spm_model is not None:  # the run keeps its own copy: the original may have moved since
-        cfg.spm_model = str(run_dir / "spm.model")
+    cfg = with_run_tokenizer(_run_data_config(run_dir), run_dir)
     key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)
     src, ref = prepare(cfg).raw(key)
     lang = lang or cfg.tgt_lang

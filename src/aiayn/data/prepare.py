@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,13 @@ def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None) -> Prepar
         _copy_atomic(final / "spm.model", run_dir / "spm.model")
         (run_dir / "data_report.json").write_text(json.dumps(out.report, indent=1) + "\n")
     return out
+
+
+def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfig:
+    """`cfg` for reading a run's data again: a shared `spm_model` becomes the run's own copy of it
+    (written by `prepare(cfg, run_dir)`), since the original may have moved since."""
+    own = Path(run_dir) / "spm.model"
+    return replace(cfg, spm_model=str(own)) if cfg.spm_model is not None and own.is_file() else cfg
 
 
 # -- sources ----------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ the batch each compute the same update as one process (up to float rounding).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -172,7 +171,7 @@ class Trainer:
     # -- setup ------------------------------------------------------------------------------------
     def setup(self) -> None:
         from aiayn.data.batching import BatchIterator
-        from aiayn.data.prepare import prepare
+        from aiayn.data.prepare import prepare, with_run_tokenizer
 
         cfg, run_dir = self.cfg, self.run_dir
         if self.main:
@@ -182,9 +181,8 @@ class Trainer:
                                     f"`aiayn train --resume {run_dir}` or choose a new run directory")
         distributed.barrier()
 
-        spm, data = run_dir / "spm.model", cfg.data
-        if self.resume and data.spm_model is not None and spm.is_file():  # the original may have moved since
-            data = dataclasses.replace(data, spm_model=str(spm))  # config.yaml still names the original
+        spm = run_dir / "spm.model"
+        data = with_run_tokenizer(cfg.data, run_dir) if self.resume else cfg.data  # config.yaml keeps the original
         # Rank 0 prepares first (trains the tokenizer, encodes); the others then reuse its cache.
         if self.main:
             before = spm.read_bytes() if self.resume and spm.is_file() else None
