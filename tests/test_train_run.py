@@ -315,3 +315,41 @@ def test_resume_reads_the_runs_own_tokenizer_after_the_shared_one_moved(home, tm
     assert train(cfg(4), run, resume=True)["step"] == 4
     assert (run / "spm.model").read_bytes() == (tmp_path / "a" / "spm.model").read_bytes()
     assert Config.load(str(run / "config.yaml")).data.spm_model == str(shared)
+
+
+def test_resume_continues_on_new_training_text_of_the_same_size_only(home, tmp_path):
+    """A run can go on with refreshed targets (e.g. a second distillation round) when the pair count is
+    unchanged; a different count is refused with a reason, before any step is taken."""
+    from aiayn.data import DataError, prepare
+    from aiayn.train import train
+
+    src = [f"das rote haus {i}" for i in range(40)]
+    texts = {"a.de": src, "a.en": [f"the red house number {i}" for i in range(40)],
+             "b.en": [f"a red house with the number {i}" for i in range(40)],
+             "c.de": src[:39], "c.en": ["the red house"] * 39, "val.de": src[:4]}
+    texts["val.en"] = texts["a.en"][:4]
+    for name, lines in texts.items():
+        (tmp_path / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    files = {"corpus": "files", "src_lang": "de", "tgt_lang": "en", "vocab_size": 320,
+             "valid_src": str(tmp_path / "val.de"), "valid_tgt": str(tmp_path / "val.en")}
+
+    def data(src: str, tgt: str, **more) -> dict:
+        return {**TINY["data"], **files, "train_src": str(tmp_path / src), "train_tgt": str(tmp_path / tgt), **more}
+
+    prepare(Config.from_dict({**TINY, "data": data("a.de", "a.en")}).data, tmp_path / "tok")
+    shared = str(tmp_path / "tok" / "spm.model")  # students share a tokenizer, so new targets keep the vocabulary
+
+    def cfg(src: str, tgt: str, steps: int) -> Config:
+        return Config.from_dict({**TINY, "data": data(src, tgt, spm_model=shared),
+                                 "train": {**TINY["train"], "max_steps": steps, "eval_every": 0,
+                                           "eval_bleu": False, "save_every": 2}})
+
+    run = tmp_path / "run"
+    assert train(cfg("a.de", "a.en", 2), run)["step"] == 2
+    assert train(cfg("a.de", "b.en", 4), run, resume=True)["step"] == 4
+    saved = Config.load(str(run / "config.yaml")).data
+    assert saved.train_tgt == str(tmp_path / "b.en")
+    assert prepare(saved).raw("train")[1] == texts["b.en"]
+    with pytest.raises(DataError, match="num_examples was 40, now 39 .*changed size"):
+        train(cfg("c.de", "c.en", 6), run, resume=True)
+    assert [s for s, *_ in list_checkpoints(run)] == [2, 4]

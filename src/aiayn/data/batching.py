@@ -182,5 +182,7 @@ class BatchIterator:
         for key in ("seed", "shuffle", "max_tokens", "world_size", "num_examples"):
             mine = self.state_dict()[key]
             if key in state and state[key] != mine:
-                raise DataError(f"cannot resume batches: {key} was {state[key]}, now {mine}")
+                hint = (" (the training data changed size; a run continues on new text only of the same size)"
+                        if key == "num_examples" else "")
+                raise DataError(f"cannot resume batches: {key} was {state[key]}, now {mine}{hint}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
