@@ -349,7 +349,8 @@ def test_resume_continues_on_new_training_text_of_the_same_size_only(home, tmp_p
     assert train(cfg("a.de", "b.en", 4), run, resume=True)["step"] == 4
     saved = Config.load(str(run / "config.yaml")).data
     assert saved.train_tgt == str(tmp_path / "b.en")
-    assert prepare(saved).raw("train")[1] == texts["b.en"]
+    trained_on = json.loads((run / "data_report.json").read_text())["key"]  # what the resumed run prepared
+    assert trained_on == prepare(saved).report["key"] != prepare(cfg("a.de", "a.en", 2).data).report["key"]
     with pytest.raises(DataError, match="num_examples was 40, now 39 .*changed size"):
         train(cfg("c.de", "c.en", 6), run, resume=True)
     assert [s for s, *_ in list_checkpoints(run)] == [2, 4]
