@@ -1,6 +1,6 @@
 """CTranslate2 export: the exported model computes what ours computes, token for token.
 
-A tiny model is trained for a few seconds to reverse sequences, so its outputs are confident and
+A tiny model is trained for about 15 seconds to reverse sequences, so its outputs are confident and
 end with EOS (an untrained model repeats one token to the length limit). Then the same sources
 are scored / translated by aiayn and by CTranslate2 and compared.
 """
@@ -53,22 +53,31 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", V, dropout=0.0))
+    # lr decays to 0: at a constant 3e-3 the loss spikes now and then (0.37 -> 0.52 -> 0.04 around
+    # step 200 on one CPU), so where training stops decided whether the model had learned the task.
+    steps = 300
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is as fast, and immune to spin-waits on a busy machine
     try:
-        for _ in range(200):
+        for _ in range(steps):
             src, tin, tout = _batch(symbols, 64, g)
             loss = torch.nn.functional.cross_entropy(model(src, tin).flatten(0, 1), tout.flatten(), ignore_index=0)
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
+        model.eval()
+        held = _batch(symbols, 256, torch.Generator().manual_seed(2))  # unseen batch: did it learn the task?
+        with torch.no_grad():
+            loss = torch.nn.functional.cross_entropy(model(held[0], held[1]).flatten(0, 1), held[2].flatten(),
+                                                     ignore_index=0)
     finally:
         torch.set_num_threads(threads)
-    model.eval()
 
     run = root / "run"
-    save_weights(model, run / "checkpoints" / "step_00000200.safetensors", step=200)
+    save_weights(model, run / "checkpoints" / f"step_{steps:08d}.safetensors", step=steps)
     shutil.copyfile(root / "spm.model", run / "spm.model")
     ct2_dir = root / "ct2"
     # The real command line, in a subprocess.
@@ -102,7 +111,7 @@ def test_export_writes_a_self_contained_directory(setup: dict) -> None:
     assert (cfg["bos_token"], cfg["eos_token"], cfg["decoder_start_token"]) == ("<s>", "</s>", "<s>")
     assert cfg["add_source_eos"] is True and cfg["layer_norm_epsilon"] == 1e-5
     assert json.loads((d / "shared_vocabulary.json").read_text()) == spm_vocabulary(d / "spm.model")
-    assert setup["loss"] < 0.5, "the reverse task did not train: outputs would be degenerate"
+    assert setup["loss"] < 0.1, "the reverse task did not train: outputs would be degenerate"
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -173,12 +182,13 @@ def test_library_greedy_and_beam_match_ctranslate2(setup: dict) -> None:
     beam = decode.beam_search(model, src, beam=4, length_penalty=0.0, max_len_a=1.0, max_len_b=20)
     ct2 = tr.translate_batch(sources, beam_size=4, length_penalty=0.0, max_decoding_length=30,
                              return_scores=True)
-    for ours, theirs in zip(beam, ct2):
+    # Our score is the exact sum of log-probs, EOS included: CT2's teacher-forced score_batch of the
+    # same hypothesis. Not CT2's own beam score, which runs 0.02-0.8 % above its exact score (4.8.5).
+    exact = tr.score_batch(sources, [r.hypotheses[0] for r in ct2])
+    for ours, theirs, ref in zip(beam, ct2, exact):
         ids, score = ours[0]
         assert ids == _ids(tok, theirs.hypotheses[0])
-        # Our score is the exact sum of log-probs (EOS included; the teacher-forced test shows CT2's
-        # score_batch agrees to 1e-4). CT2's beam scores run a hair higher (<= 0.1 % seen here).
-        assert score == pytest.approx(theirs.scores[0], rel=3e-3, abs=1e-3)
+        assert score == pytest.approx(sum(ref.log_probs), abs=1e-4)
 
 
 def test_int8_export_runs_and_mostly_agrees(setup: dict, tmp_path: Path) -> None:
