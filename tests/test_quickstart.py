@@ -31,7 +31,7 @@ def test_quickstart_falls_back_to_the_embedded_corpus_and_writes_pictures(tmp_pa
 def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_path, monkeypatch, capsys):
     from safetensors.torch import load_file
 
-    from aiayn import quickstart
+    from aiayn import quickstart, viz
     from aiayn.train.state import list_checkpoints
 
     monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
@@ -43,9 +43,17 @@ def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_pat
         return cfg
 
     monkeypatch.setattr(quickstart, "quickstart_config", often)
+    maps = []
+    real_map = viz.attention_map
+    monkeypatch.setattr(viz, "attention_map", lambda *a, **k: maps.append(real_map(*a, **k)) or maps[-1])
     run = tmp_path / "run"
-    quickstart.run(1.0, run, corpus="embedded", beam=1, test_limit=5)
-    assert "decoding with the average of the last 2 checkpoints" in capsys.readouterr().out
+    quickstart.run(1.0, run, corpus="embedded", beam=2, test_limit=5)
+    out = capsys.readouterr().out
+    assert "decoding with the average of the last 2 checkpoints" in out
+    # the heat map shows the pair printed for the first sample, not a translation of its own
+    first = quickstart.SAMPLES["digits"][0]
+    printed = next(line for line in out.splitlines() if line.startswith(f"  {first}  ->  "))
+    assert [(m.source, m.translation) for m in maps] == [(first, printed.split("  ->  ", 1)[1])]
     last_two = [load_file(w) for _, w, _ in list_checkpoints(run)[-2:]]
     avg = load_file(run / "average.safetensors")
     assert avg.keys() == last_two[0].keys()

@@ -117,19 +117,22 @@ def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: 
     print(f"after {summary['step']} updates: {line}  [beam {beam}, length penalty {lp:g}, {len(src)} test sentences]")
 
     samples = SAMPLES["de" if corpus == "multi30k" else "digits"]
-    for s, t in zip(samples, translator.translate(samples, beam=beam, length_penalty=lp)):
+    outputs = translator.translate(samples, beam=beam, length_penalty=lp)
+    for s, t in zip(samples, outputs):
         print(f"  {s}  ->  {t}")
-    result["pictures"] = _pictures(run_dir, translator, samples[0])
+    result["pictures"] = _pictures(run_dir, translator, samples[0], outputs[0])
     return result
 
 
-def _pictures(run_dir: Path, translator, sentence: str) -> list[str]:
+def _pictures(run_dir: Path, translator, sentence: str, translation: str) -> list[str]:
     from aiayn import viz
     from aiayn.errors import AiaynError
 
     try:
         curves = viz.plot_runs([run_dir], run_dir / "plots" / "training.png")
-        amap = viz.attention_map(translator.model, translator.tokenizer, sentence)
+        # The heat map of the translation printed above (beam search), not a greedy one of its own.
+        amap = viz.attention_map(translator.model, translator.tokenizer, sentence,
+                                 target_ids=translator.tokenizer.encode(translation))
         heat = viz.plot_attention(amap, run_dir / "plots" / "attention.png", kind="cross")
     except AiaynError as e:  # matplotlib missing: the numbers above are the result, say how to get pictures
         print(f"no pictures: {e}", file=sys.stderr)
