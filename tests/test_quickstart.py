@@ -43,9 +43,13 @@ def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_pat
         return cfg
 
     monkeypatch.setattr(quickstart, "quickstart_config", often)
-    maps = []
-    real_map = viz.attention_map
-    monkeypatch.setattr(viz, "attention_map", lambda *a, **k: maps.append(real_map(*a, **k)) or maps[-1])
+    maps, real_map = [], viz.attention_map
+
+    def recording_map(*args, **kwargs):  # the real heat map, kept for the assertion below
+        maps.append(real_map(*args, **kwargs))
+        return maps[-1]
+
+    monkeypatch.setattr(viz, "attention_map", recording_map)
     run = tmp_path / "run"
     quickstart.run(1.0, run, corpus="embedded", beam=2, test_limit=5)
     out = capsys.readouterr().out
