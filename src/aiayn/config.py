@@ -113,6 +113,7 @@ class DataConfig:
     max_len: int = 256  # training pairs longer than this (subwords, either side) are dropped
     max_len_ratio: float = 9.0  # ... and pairs whose length ratio exceeds this
     max_tokens: int = 4096  # per batch, counted on padded source and padded target separately
+    bpe_sample_pairs: int = 500_000  # BPE trains on a seeded random sample of this many training pairs
     embedded_size: int = 20000  # pairs in the generated offline corpus
 
 
@@ -175,6 +176,7 @@ class TrainConfig:
     nan_limit: int = 5  # consecutive non-finite updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
+    dist_timeout_s: int = 600  # how long a collective waits for the slowest rank before failing
 
     def __post_init__(self) -> None:
         if self.amp not in ("auto", "none", "bf16", "fp16"):

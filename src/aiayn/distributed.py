@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -33,8 +34,9 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init(device: torch.device) -> DistInfo:
-    """Join the process group when started by torchrun; pick this rank's GPU."""
+def init(device: torch.device, timeout_s: float = 600) -> DistInfo:
+    """Join the process group when started by torchrun; pick this rank's GPU. A collective that waits
+    longer than `timeout_s` for another rank fails instead of hanging."""
     if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
         return DistInfo()
     info = DistInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
@@ -42,7 +44,7 @@ def init(device: torch.device) -> DistInfo:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(info.local_rank)
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     return info
 
 
@@ -57,6 +59,15 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def all_gather_object(obj: object) -> list[object]:
+    """Every rank's `obj`, in rank order; `[obj]` in a single process."""
+    if dist.is_available() and dist.is_initialized():
+        out: list[object] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+    return [obj]
 
 
 def barrier() -> None:

@@ -1,41 +1,56 @@
 """Raw parallel text -> validated, filtered, joint-BPE-encoded splits cached on disk (paper §5.1).
 
-`prepare(cfg, run_dir)`:
-  1. resolve the corpus (Multi30k mirror/cache/download, user files, or the embedded corpus);
-  2. read every file and compare source/target line counts of every split before anything else;
-  3. hash inputs + settings; a cache hit under $AIAYN_HOME/prepared/<hash> is loaded as is;
-  4. otherwise decode strictly (UTF-8 errors name file and line), drop empty training pairs, train one
-     sentencepiece BPE on source + target training text (shared vocabulary, §5.1), encode all splits,
-     drop over-long / extreme-ratio training pairs (never valid/test), save arrays + report atomically.
-     With `data.spm_model` that model is copied in instead of training one (a vocabulary shared with
-     earlier runs).
+`prepare(cfg, run_dir)` streams the corpus, so memory stays flat in corpus size:
+  1. resolve the corpus files (Multi30k mirror/cache/download, user files, or the embedded corpus);
+  2. a cheap key from each file's path, size and modification time plus the settings finds a finished
+     cache under $AIAYN_HOME/prepared without reading the corpus ($AIAYN_HOME/stamps, written by the build);
+  3. otherwise, under a per-key file lock (other processes of this machine wait on it, not in a
+     collective): a scan compares the line counts of every split, hashes the text (the content key, so a
+     moved copy of a corpus reuses its cache) and keeps a seeded reservoir sample of training pairs;
+  4. one sentencepiece BPE is trained on that sample of source + target text (shared vocabulary, §5.1;
+     the whole training text when it is smaller than the sample), or `data.spm_model` is copied in;
+  5. worker processes decode strictly (UTF-8 errors name file and line), encode chunks of lines, drop
+     empty, over-long and extreme-ratio training pairs (counted; never valid/test), and the main process
+     appends their ids to the memory-mapped arrays of a temporary directory, renamed into place when
+     complete, so nothing half-written is ever taken for a finished cache.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import sentencepiece
 
-from aiayn.config import DataConfig
+from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import embedded, multi30k
-from aiayn.data.encoded import EncodedSplit
+from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
-from aiayn.data.io import check_counts, decode_lines, read_bytes_lines
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
+from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder
 
 SPLITS = ("train", "valid", "test")
-_FORMAT = 1  # bump when the on-disk layout or the filtering changes
+_FORMAT = 2  # bump when the on-disk layout or the filtering changes
+CHUNK_PAIRS = 20_000  # lines per side handed to a worker at once
+_SAMPLE_SEED = 0  # the reservoir's seed: every node draws the same BPE sample
+
+# a split's text: (source path, target path), in-memory lines (the embedded corpus), or None (no test set)
+Source = tuple[Path, Path] | tuple[list[bytes], list[bytes]] | None
 
 
 @dataclass
@@ -55,34 +70,35 @@ class Prepared:
         if split not in self.splits:
             raise DataError(f"unknown split {split!r}; have {sorted(self.splits)}")
         if split not in self._texts:
-            self._texts.update(_decode_all(_read_all(self.cfg, [split])))
+            self._texts[split] = _split_text(_sources(self.cfg, [split])[split])
         src, tgt = self._texts[split]
         idx = self.splits[split].index.tolist()
         return [src[i] for i in idx], [tgt[i] for i in idx]
 
 
-def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None) -> Prepared:
-    """Validate, encode and cache the corpus described by `cfg`; copy spm.model into `run_dir`."""
+def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, workers: int | None = None,
+            progress: bool | None = None, chunk_pairs: int = CHUNK_PAIRS) -> Prepared:
+    """Validate, encode and cache the corpus described by `cfg`; copy spm.model into `run_dir`.
+
+    `workers` encoding processes (default: all cores; 1 encodes in this process); `progress` shows
+    bars on stderr (default: when stderr is a terminal). Safe to call from many processes at once:
+    one builds a cache, the others wait for it and load it.
+    """
     t0 = time.perf_counter()
-    raw = _read_all(cfg)  # errors for missing files / line-count mismatches happen here, first
-    key = _key(cfg, raw)
+    sources = _sources(cfg)  # missing files and unknown settings fail here, first
+    settings = _settings(cfg)
+    stamp = _stamp_key(settings, sources)
     root = multi30k.aiayn_home() / "prepared"
-    final = root / key
-    if not (final / "report.json").is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-        try:
-            _build(cfg, raw, tmp, key, t0)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process finished the same key first: use theirs
-                if not (final / "report.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        cached = False
-    else:
-        cached = True
+    final = _find_stamped(stamp)
+    cached = final is not None
+    if final is None:
+        with _lock(multi30k.aiayn_home() / "locks" / f"{stamp}.lock"):
+            final = _find_stamped(stamp)  # built by the process we waited for
+            cached = final is not None
+            if final is None:
+                final, cached = _build(cfg, sources, settings, stamp, root, t0, workers=workers,
+                                       progress=sys.stderr.isatty() if progress is None else progress,
+                                       chunk_pairs=chunk_pairs)
     out = _load(cfg, final)
     out.report["cached"] = cached
     out.report["seconds_total"] = round(time.perf_counter() - t0, 3)
@@ -132,31 +148,26 @@ def _check_lang_hint(path: Path, lang: str, role: str) -> None:
         raise DataError(f"{path} looks like {m.group(1)!r} text but the {role} language is {lang!r}")
 
 
-def _read_all(cfg: DataConfig, splits: list[str] | None = None) -> dict[str, Any]:
-    """Raw bytes lines of every split, or of `splits` only (the embedded corpus is generated whole),
-    with line counts checked."""
+def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Source]:
     if cfg.corpus == "embedded":
-        return {"embedded": embedded.corpus(cfg.src_lang, cfg.tgt_lang, cfg.embedded_size)}
-    pairs = {s: p for s, p in _file_pairs(cfg).items() if splits is None or s in splits}
-    data = {s: None if p is None else (p, read_bytes_lines(p[0]), read_bytes_lines(p[1])) for s, p in pairs.items()}
-    for s, d in data.items():
-        if d is not None:
-            (sp, tp), sb, tb = d
-            check_counts(sp, len(sb), tp, len(tb))
-    return {"files": data}
+        text = embedded.corpus(cfg.src_lang, cfg.tgt_lang, cfg.embedded_size)
+        return {s: ([x.encode() for x in text[s][0]], [x.encode() for x in text[s][1]]) for s in splits}
+    pairs = {s: p for s, p in _file_pairs(cfg).items() if s in splits}
+    for pair in pairs.values():
+        for path in pair or ():
+            if not path.is_file():
+                raise DataError(f"file not found: {path}")
+    return pairs
 
 
-def _decode_all(raw: dict[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
-    if "embedded" in raw:
-        return raw["embedded"]
-    out = {}
-    for s, d in raw["files"].items():
-        if d is None:
-            out[s] = ([], [])
-            continue
-        (sp, tp), sb, tb = d
-        out[s] = ([_clean(x) for x in decode_lines(sp, sb)], [_clean(x) for x in decode_lines(tp, tb)])
-    return out
+def _split_text(source: Source) -> tuple[list[str], list[str]]:
+    if source is None:
+        return [], []
+    if isinstance(source[0], Path):
+        src, tgt = read_parallel(*source)
+    else:
+        src, tgt = [x.decode() for x in source[0]], [x.decode() for x in source[1]]
+    return [_clean(x) for x in src], [_clean(x) for x in tgt]
 
 
 def _clean(line: str) -> str:
@@ -164,23 +175,55 @@ def _clean(line: str) -> str:
     return " ".join(line.split())
 
 
-def _key(cfg: DataConfig, raw: dict[str, Any]) -> str:
-    h = hashlib.sha256()
-    settings = dict(format=_FORMAT, spm=sentencepiece.__version__, corpus=cfg.corpus, src=cfg.src_lang,
-                    tgt=cfg.tgt_lang, vocab=cfg.vocab_size, max_len=cfg.max_len, ratio=cfg.max_len_ratio)
-    if "embedded" in raw:
+# -- keys, stamps, lock -----------------------------------------------------------------------------
+
+def _settings(cfg: DataConfig) -> dict[str, Any]:
+    settings: dict[str, Any] = dict(format=_FORMAT, spm=sentencepiece.__version__, corpus=cfg.corpus,
+                                    src=cfg.src_lang, tgt=cfg.tgt_lang, vocab=cfg.vocab_size, max_len=cfg.max_len,
+                                    ratio=cfg.max_len_ratio, bpe_sample_pairs=cfg.bpe_sample_pairs)
+    if cfg.corpus == "embedded":
         settings["embedded_size"] = cfg.embedded_size
     if cfg.spm_model is not None:  # the model's bytes, not its path, decide the encoding
-        del settings["vocab"]
+        del settings["vocab"], settings["bpe_sample_pairs"]
         settings["spm_model"] = hashlib.sha256(_spm_model_bytes(cfg)).hexdigest()
-    h.update(json.dumps(settings, sort_keys=True).encode())
-    for s, d in raw.get("files", {}).items():
-        h.update(s.encode())
-        if d is not None:
-            for lines in d[1:]:
-                h.update(len(lines).to_bytes(8, "little"))
-                h.update(b"\n".join(lines))
-    return h.hexdigest()[:16]
+    return settings
+
+
+def _stamp_key(settings: dict[str, Any], sources: dict[str, Source]) -> str:
+    """Settings plus each file's absolute path, size and modification time: decided without reading."""
+    files = {}
+    for split, source in sources.items():
+        if source is not None and isinstance(source[0], Path):
+            files[split] = [[str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns] for p in source]
+    blob = json.dumps({"settings": settings, "files": files}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _find_stamped(stamp: str) -> Path | None:
+    """The cache directory a finished build recorded for this cheap key, if it is still complete."""
+    try:
+        key = (multi30k.aiayn_home() / "stamps" / stamp).read_text().strip()
+    except OSError:
+        return None
+    d = multi30k.aiayn_home() / "prepared" / key
+    return d if (d / "report.json").is_file() else None
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (released by the OS if this process dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"aiayn: another process is preparing this corpus; waiting for it ({path})",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _spm_model_bytes(cfg: DataConfig) -> bytes:
@@ -192,60 +235,300 @@ def _spm_model_bytes(cfg: DataConfig) -> bytes:
     return path.read_bytes()
 
 
-# -- build / load -----------------------------------------------------------------------------------
+# -- reading ----------------------------------------------------------------------------------------
 
-def _build(cfg: DataConfig, raw: dict[str, Any], out: Path, key: str, t0: float) -> None:
-    texts = _decode_all(raw)
-    train_src, train_tgt = texts["train"]
-    if not train_src:
+def _chunks(source: Source, n: int) -> Iterator[tuple[int, list[bytes], list[bytes], int]]:
+    """(index of the first line, source lines, target lines, bytes of the files read so far) in chunks of
+    n aligned lines; a line-count mismatch raises DataError with both counts."""
+    if source is None:
+        return
+    if not isinstance(source[0], Path):
+        for i in range(0, len(source[0]), n):
+            yield i, source[0][i:i + n], source[1][i:i + n], 0
+        return
+    with LineStream(source[0]) as a, LineStream(source[1]) as b:
+        while True:
+            s, t = a.take(n), b.take(n)
+            if len(s) != len(t):
+                check_counts(source[0], a.count_rest(), source[1], b.count_rest())
+            if not s:
+                return
+            yield a.lines_read - len(s), s, t, a.position + b.position
+
+
+def _size(source: Source) -> int:
+    return sum(p.stat().st_size for p in source) if source is not None and isinstance(source[0], Path) else 0
+
+
+class _Progress:
+    """One bar over the bytes of a pass's files (so its ETA comes from file sizes), showing pairs/s."""
+
+    def __init__(self, enabled: bool, desc: str, sources: dict[str, Source]) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            total = sum(map(_size, sources.values()))
+            self.bar = tqdm(total=total or None, desc=desc, unit="B", unit_scale=True, dynamic_ncols=True,
+                            file=sys.stderr)
+        self.pairs, self.t0, self.offset = 0, time.perf_counter(), 0
+
+    def update(self, pairs: int, position: int) -> None:
+        """`pairs` more done; `position` bytes read of the current split's files."""
+        self.pairs += pairs
+        if self.bar is not None:
+            self.bar.update(max(0, self.offset + position - self.bar.n))
+            self.bar.set_postfix_str(f"{self.pairs / max(1e-9, time.perf_counter() - self.t0):,.0f} pairs/s",
+                                     refresh=False)
+
+    def split_done(self, source: Source) -> None:
+        self.offset += _size(source)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Reservoir:
+    """A uniform sample of k training pairs over a stream of unknown length (Algorithm R), seeded."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.seen = k, 0
+        self.rng = np.random.default_rng(_SAMPLE_SEED)
+        self.items: list[tuple[int, bytes, bytes]] = []
+
+    def add(self, src: list[bytes], tgt: list[bytes]) -> None:
+        fill = max(0, min(len(src), self.k - len(self.items)))
+        self.items.extend((self.seen + i, src[i], tgt[i]) for i in range(fill))
+        if fill < len(src):  # item g replaces a random slot with probability k / (g + 1)
+            g = np.arange(self.seen + fill, self.seen + len(src))
+            slot = self.rng.integers(0, g + 1)
+            for j in np.flatnonzero(slot < self.k).tolist():
+                self.items[int(slot[j])] = (int(g[j]), src[fill + j], tgt[fill + j])
+        self.seen += len(src)
+
+    def pairs(self) -> list[tuple[int, bytes, bytes]]:
+        return sorted(self.items)  # corpus order, so a corpus below k gives exactly its own text
+
+
+def _scan(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any], progress: bool,
+          chunk_pairs: int) -> tuple[str, dict[str, int], _Reservoir | None]:
+    """Pass 1: line counts of every split (small splits first, so their errors come fast), the content
+    key, and the BPE sample of the training pairs."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    sample = _Reservoir(cfg.bpe_sample_pairs) if cfg.spm_model is None else None
+    counts: dict[str, int] = {}
+    bar = _Progress(progress, "aiayn data: scan", sources)
+    try:
+        for split in ("valid", "test", "train"):
+            hs, ht, n = hashlib.sha256(), hashlib.sha256(), 0
+            for _, s, t, pos in _chunks(sources[split], chunk_pairs):
+                hs.update(b"\n".join(s) + b"\n")
+                ht.update(b"\n".join(t) + b"\n")
+                if split == "train" and sample is not None:
+                    sample.add(s, t)
+                n += len(s)
+                bar.update(len(s), pos)
+            bar.split_done(sources[split])
+            counts[split] = n
+            h.update(f"{split}:{n}:".encode() + hs.digest() + ht.digest())
+    finally:
+        bar.close()
+    return h.hexdigest()[:16], counts, sample
+
+
+# -- build ------------------------------------------------------------------------------------------
+
+def _build(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any], stamp: str, root: Path,
+           t0: float, *, workers: int | None, progress: bool, chunk_pairs: int) -> tuple[Path, bool]:
+    """Scan, then (unless the content is cached already) train BPE and encode into a temporary
+    directory renamed into place; finally stamp the cheap key. Runs under the key's lock."""
+    key, counts, sample = _scan(cfg, sources, settings, progress, chunk_pairs)
+    if counts["train"] == 0:
         raise DataError("the training split is empty")
-    nonempty = [i for i, (s, t) in enumerate(zip(train_src, train_tgt)) if s and t]
-    if not nonempty:
-        raise DataError("every training pair has an empty side")
+    final = root / key
+    cached = (final / "report.json").is_file()  # the same text elsewhere (a moved copy, touched files)
+    if not cached:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f".{stamp}.*"):  # left by a builder that was killed while holding this lock
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", dir=root))
+        try:
+            _build_into(cfg, sources, counts, sample, tmp, key, t0, workers, progress, chunk_pairs)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another machine sharing this directory finished the same key first
+                if not (final / "report.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    stamps = multi30k.aiayn_home() / "stamps"
+    stamps.mkdir(parents=True, exist_ok=True)
+    _write_atomic(stamps / stamp, key.encode())
+    return final, cached
 
+
+def _build_into(cfg: DataConfig, sources: dict[str, Source], counts: dict[str, int], sample: _Reservoir | None,
+                out: Path, key: str, t0: float, workers: int | None, progress: bool, chunk_pairs: int) -> None:
     t1 = time.perf_counter()
-    if cfg.spm_model is not None:
+    sampled = None
+    if sample is None:
         (out / "spm.model").write_bytes(_spm_model_bytes(cfg))
         tok = Tokenizer(out / "spm.model")  # refuses a model with other special ids
     else:
-        spm_text = [train_src[i] for i in nonempty] + [train_tgt[i] for i in nonempty]
-        try:
-            tok = Tokenizer.train(spm_text, out / "spm.model", vocab_size=cfg.vocab_size)
-        except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
-            raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
-                            f"{str(e).splitlines()[0]}") from None
+        sampled = len(sample.items)
+        tok = _train_bpe(cfg, sources["train"], sample, out / "spm.model")  # empties the sample
     t2 = time.perf_counter()
 
     report: dict[str, Any] = {"corpus": cfg.corpus, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
                               "key": key, "vocab_size": tok.vocab_size, "spm_model": cfg.spm_model, "splits": {},
-                              "dropped": {"empty": len(train_src) - len(nonempty), "too_long": 0, "ratio": 0}}
-    for split in SPLITS:
-        src, tgt = texts[split]
-        keep = nonempty if split == "train" else list(range(len(src)))
-        src_ids = tok.encode_batch([src[i] for i in keep])
-        tgt_ids = tok.encode_batch([tgt[i] for i in keep])
-        if split == "train":  # over-long and extreme-ratio pairs leave training only
-            sl = np.fromiter(map(len, src_ids), np.int64, len(keep))
-            tl = np.fromiter(map(len, tgt_ids), np.int64, len(keep))
-            too_long = (sl > cfg.max_len) | (tl > cfg.max_len)
-            ratio = ~too_long & (np.maximum(sl, tl) > cfg.max_len_ratio * np.minimum(sl, tl))
-            report["dropped"]["too_long"] = int(too_long.sum())
-            report["dropped"]["ratio"] = int(ratio.sum())
-            ok = np.flatnonzero(~(too_long | ratio)).tolist()
-            keep = [keep[j] for j in ok]
-            src_ids = [src_ids[j] for j in ok]
-            tgt_ids = [tgt_ids[j] for j in ok]
-            if not keep:
-                raise DataError("every training pair was dropped (length / ratio filters)")
-        enc = EncodedSplit.from_ids(src_ids, tgt_ids, vocab_size=tok.vocab_size, index=keep)
-        enc.save(out, split)
-        report["splits"][split] = {"lines": len(src), "pairs": len(enc),
-                                   "src_tokens": int(enc.src_lengths.sum()), "tgt_tokens": int(enc.tgt_lengths.sum())}
+                              "dropped": {"empty": 0, "too_long": 0, "ratio": 0},
+                              "bpe_sample_pairs": sampled}
+    n_workers = max(1, workers if workers is not None else len(os.sched_getaffinity(0)))
+    parallel = n_workers > 1 and counts["train"] > chunk_pairs  # one chunk: starting processes costs more
+    init = (out.joinpath("spm.model").read_bytes(), cfg.spm_model is None, cfg.max_len, cfg.max_len_ratio)
+    pool = (ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker,
+                                initargs=init) if parallel else None)
+    if pool is None:
+        _init_worker(*init)
+    bar = _Progress(progress, "aiayn data: encode", sources)
+    try:
+        for split in SPLITS:
+            report["splits"][split] = _encode_split(split, sources[split], out, id_dtype(tok.vocab_size),
+                                                    report["dropped"], pool, n_workers, chunk_pairs, bar)
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    if report["splits"]["train"]["pairs"] == 0:
+        raise DataError("every training pair has an empty side" if report["dropped"]["empty"] == counts["train"]
+                        else "every training pair was dropped (length / ratio filters)")
     report["dropped"]["total"] = sum(report["dropped"].values())
-    report["seconds"] = {"bpe": round(t2 - t1, 3), "encode": round(time.perf_counter() - t2, 3),
-                         "prepare": round(time.perf_counter() - t0, 3)}
+    report["workers"] = n_workers if parallel else 1
+    report["seconds"] = {"scan_and_bpe": round(t2 - t0, 3), "bpe": round(t2 - t1, 3),
+                         "encode": round(time.perf_counter() - t2, 3), "prepare": round(time.perf_counter() - t0, 3)}
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
 
+
+def _train_bpe(cfg: DataConfig, source: Source, sample: _Reservoir, model_file: Path) -> Tokenizer:
+    """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target."""
+    src, tgt = [], []
+    names = source if isinstance(source[0], Path) else ("train source", "train target")
+    pairs, sample.items = sample.pairs(), []  # the encoding pass runs beside the workers: hold no corpus
+    for i, s, t in pairs:
+        s_text, t_text = _clean(decode_blob(names[0], s, i + 1)), _clean(decode_blob(names[1], t, i + 1))
+        if s_text and t_text:
+            src.append(s_text)
+            tgt.append(t_text)
+    del pairs
+    if not src:
+        raise DataError("every training pair has an empty side")
+    try:
+        return Tokenizer.train(src + tgt, model_file, vocab_size=cfg.vocab_size,
+                               max_sentences=max(2_000_000, 2 * len(src)))
+    except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
+        raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
+                        f"{str(e).splitlines()[0]}") from None
+
+
+def _encode_split(split: str, source: Source, out: Path, dtype: type, dropped: dict[str, int],
+                  pool: ProcessPoolExecutor | None, n_workers: int, chunk_pairs: int,
+                  bar: _Progress) -> dict[str, int]:
+    """Encode one split chunk by chunk (in order, at most 2 chunks per worker in flight) and append the
+    results to its arrays: flat ids, offsets, lengths and the kept lines' numbers."""
+    names = ("src", "tgt", "src_offsets", "tgt_offsets", "index", "src_lengths", "tgt_lengths")
+    dtypes = (dtype, dtype, np.int64, np.int64, np.int64, np.int32, np.int32)
+    w = {k: NpyAppender(out / f"{split}.{k}.npy", dt) for k, dt in zip(names, dtypes)}
+    w["src_offsets"].append(np.zeros(1, np.int64))
+    w["tgt_offsets"].append(np.zeros(1, np.int64))
+    ends = {"src": 0, "tgt": 0}
+    lines = 0
+    paths = (str(source[0]), str(source[1])) if source is not None and isinstance(source[0], Path) else ("", "")
+    tasks = ((split == "train", first, paths, b"\n".join(s), b"\n".join(t), pos)
+             for first, s, t, pos in _chunks(source, chunk_pairs))
+    for r in _map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
+        for side in ("src", "tgt"):
+            w[side].append(r[side])
+            w[f"{side}_lengths"].append(r[f"{side}_lengths"])
+            w[f"{side}_offsets"].append(np.cumsum(r[f"{side}_lengths"], dtype=np.int64) + ends[side])
+            ends[side] += len(r[side])
+        w["index"].append(r["index"])
+        lines += r["lines"]
+        for k in ("empty", "too_long", "ratio"):
+            dropped[k] += r[k]
+        bar.update(r["lines"], r["pos"])
+    bar.split_done(source)
+    for a in w.values():
+        a.close()
+    pairs = w["index"].length
+    return {"lines": lines, "pairs": pairs, "src_tokens": ends["src"], "tgt_tokens": ends["tgt"]}
+
+
+def _map_ordered(pool: ProcessPoolExecutor | None, fn: Callable[[Any], Any], tasks: Iterator[Any],
+                 window: int) -> Iterator[Any]:
+    """fn over tasks, results in task order; at most `window` tasks submitted ahead (bounded memory)."""
+    if pool is None:
+        yield from map(fn, tasks)
+        return
+    pending: deque[Future] = deque()
+    for task in tasks:
+        pending.append(pool.submit(fn, task))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+# -- the encoding worker (a process of its own, or this one) ----------------------------------------
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(model: bytes, trained_here: bool, max_len: int, max_len_ratio: float) -> None:
+    sp = sentencepiece.SentencePieceProcessor(model_proto=model)
+    _worker.update(sp=sp, words=WordCacheEncoder(sp) if trained_here else None, max_len=max_len,
+                   ratio=max_len_ratio, dtype=id_dtype(sp.get_piece_size()))
+
+
+def _encode_lines(lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(flat ids, lengths, empty mask) of raw lines, whitespace normalised as `_clean` does."""
+    if _worker["words"] is not None:
+        flat, lengths = _worker["words"].encode(lines)
+        empty = np.fromiter((not x or x.isspace() for x in lines), dtype=bool, count=len(lines))
+        return flat, lengths, empty
+    clean = [_clean(x) for x in lines]
+    ids = _worker["sp"].encode(clean)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter((t for row in ids for t in row), dtype=np.int64, count=int(lengths.sum()))
+    empty = np.fromiter((not x for x in clean), dtype=bool, count=len(clean))
+    return flat, lengths, empty
+
+
+def _encode_chunk(task: tuple[bool, int, tuple[str, str], bytes, bytes, int]) -> dict[str, Any]:
+    """Decode, encode and (training split) filter one chunk of aligned lines."""
+    filtering, first, (src_name, tgt_name), src_blob, tgt_blob, pos = task
+    src_lines = decode_blob(src_name or "train source", src_blob, first + 1).split("\n")
+    tgt_lines = decode_blob(tgt_name or "train target", tgt_blob, first + 1).split("\n")
+    s_flat, sl, s_empty = _encode_lines(src_lines)
+    t_flat, tl, t_empty = _encode_lines(tgt_lines)
+    keep = np.ones(len(sl), dtype=bool)
+    counts = {"empty": 0, "too_long": 0, "ratio": 0}
+    if filtering:  # over-long and extreme-ratio pairs leave training only; empty ones first
+        empty = s_empty | t_empty
+        too_long = ~empty & ((sl > _worker["max_len"]) | (tl > _worker["max_len"]))
+        ratio = ~empty & ~too_long & (np.maximum(sl, tl) > _worker["ratio"] * np.minimum(sl, tl))
+        keep = ~(empty | too_long | ratio)
+        counts = {"empty": int(empty.sum()), "too_long": int(too_long.sum()), "ratio": int(ratio.sum())}
+    sl_k, tl_k = sl[keep], tl[keep]
+    s_kept = s_flat[np.repeat(keep, sl)]
+    src = np.insert(s_kept, np.cumsum(sl_k), EOS_ID)  # EOS after every source sentence
+    tgt = t_flat[np.repeat(keep, tl)]
+    dtype = _worker["dtype"]
+    return {"src": src.astype(dtype), "tgt": tgt.astype(dtype), "src_lengths": (sl_k + 1).astype(np.int32),
+            "tgt_lengths": tl_k.astype(np.int32), "index": first + np.flatnonzero(keep), "lines": len(sl), "pos": pos, **counts}
+
+
+# -- load -------------------------------------------------------------------------------------------
 
 def _load(cfg: DataConfig, d: Path) -> Prepared:
     report = json.loads((d / "report.json").read_text())
@@ -253,12 +536,16 @@ def _load(cfg: DataConfig, d: Path) -> Prepared:
                     report=report, cache_dir=d, cfg=cfg)
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
+def _write_atomic(dst: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
-    os.close(fd)
     try:
-        shutil.copyfile(src, tmp)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, dst)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    _write_atomic(dst, src.read_bytes())

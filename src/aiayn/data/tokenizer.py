@@ -6,10 +6,13 @@ encodable (unseen characters become byte pieces, not <unk>).
 
 from __future__ import annotations
 
+import io
 import os
+from itertools import chain
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import sentencepiece as spm
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -34,22 +37,22 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], model_file: str | os.PathLike, vocab_size: int = 8000,
               max_sentences: int = 2_000_000, threads: int | None = None) -> "Tokenizer":
-        """Train a BPE model on an iterator of lines (source and target text together)."""
+        """Train a BPE model on an iterator of lines (source and target text together).
+
+        The model is written through `model_writer`, so no path is stored in it: the same text gives
+        the same bytes on every machine (multi-node caches and ensembles compare them)."""
         model_file = Path(model_file)
         model_file.parent.mkdir(parents=True, exist_ok=True)
-        prefix = str(model_file.with_suffix(""))
+        proto = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_prefix=prefix, model_type="bpe",
+            sentence_iterator=iter(texts), model_writer=proto, model_type="bpe",
             vocab_size=vocab_size, character_coverage=1.0, byte_fallback=True,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
             num_threads=threads or os.cpu_count() or 1, minloglevel=2,
             hard_vocab_limit=False,
         )
-        written = Path(prefix + ".model")
-        if written != model_file:
-            written.replace(model_file)
-        Path(prefix + ".vocab").unlink(missing_ok=True)
+        model_file.write_bytes(proto.getvalue())
         return cls(model_file)
 
     @property
@@ -71,3 +74,51 @@ class Tokenizer:
 
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
         return [self.decode(ids) for ids in batch]
+
+
+class WordCacheEncoder:
+    """Encodes whitespace-split text word by word through a bounded cache of each word's pieces.
+
+    A BPE model trained with sentencepiece's default `split_by_whitespace` never merges across a space,
+    so a sentence's ids are the concatenation of its words' ids (each word encoded alone gets the same
+    leading "▁"). Corpora repeat words, so most words are looked up instead of encoded; the result
+    equals `Tokenizer.encode_batch` of the whitespace-normalised text (tested on Multi30k and random
+    text). Only for models trained here (`Tokenizer.train`), whose settings are known.
+    """
+
+    def __init__(self, sp: spm.SentencePieceProcessor, max_words: int = 300_000) -> None:
+        self.sp, self.max_words = sp, max_words
+        self.word_id: dict[str, int] = {}
+        self._pieces: list[list[int]] = []
+        self._flat = np.zeros(0, dtype=np.int64)  # pieces of every cached word, concatenated
+        self._start = np.zeros(0, dtype=np.int64)  # (W,) where word w's pieces start in _flat
+        self._len = np.zeros(0, dtype=np.int64)  # (W,) how many pieces word w has
+
+    def encode(self, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, per-line lengths) of `lines`, split on any whitespace."""
+        words_per_line = list(map(str.split, lines))
+        counts = np.fromiter(map(len, words_per_line), dtype=np.int64, count=len(lines))
+        words = list(chain.from_iterable(words_per_line))
+        new = set(words).difference(self.word_id)
+        if len(self.word_id) + len(new) > self.max_words:  # full: start over rather than grow without bound
+            self.word_id, self._pieces = {}, []
+            new = set(words)
+        if new:
+            new_words = list(new)
+            for w, ids in zip(new_words, self.sp.encode(new_words)):
+                self.word_id[w] = len(self._pieces)
+                self._pieces.append(ids)
+            lengths = np.fromiter(map(len, self._pieces), dtype=np.int64, count=len(self._pieces))
+            self._len = lengths
+            self._start = np.cumsum(lengths) - lengths
+            self._flat = np.fromiter(chain.from_iterable(self._pieces), dtype=np.int64, count=int(lengths.sum()))
+        wid = np.fromiter(map(self.word_id.__getitem__, words), dtype=np.int64, count=len(words))  # (Nw,)
+        plen = self._len[wid]  # (Nw,) pieces per word
+        cum = np.zeros(len(wid) + 1, dtype=np.int64)
+        np.cumsum(plen, out=cum[1:])
+        last = np.cumsum(counts)  # one past each line's last word
+        line_len = cum[last] - cum[last - counts]  # (L,)
+        total = int(cum[-1])
+        within = np.arange(total, dtype=np.int64) - np.repeat(cum[:-1], plen)
+        flat = self._flat[np.repeat(self._start[wid], plen) + within]
+        return flat, line_len

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn._cli_args import collect_overrides
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         return 130 if summary["interrupted"] else 0
 
     p.set_defaults(run=run)
-    _collect_overrides(p)
+    collect_overrides(p)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a run (paper §6.1)")
     p.add_argument("run_dir")
@@ -57,16 +59,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         return 0
 
     p.set_defaults(run=run_average)
-
-
-def _collect_overrides(parser: argparse.ArgumentParser) -> None:
-    """Let `--section.field VALUE` pairs through: unknown arguments become `args.overrides`
-    (validated by Config.load, which names the known fields), instead of an argparse error."""
-    parse = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
-        ns, extra = parse(args, namespace)
-        ns.overrides = list(getattr(ns, "overrides", None) or []) + extra
-        return ns, []
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]

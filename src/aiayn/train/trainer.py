@@ -13,6 +13,7 @@ the batch each compute the same update as one process (up to float rounding).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -149,7 +150,7 @@ class Trainer:
         self.cfg, self.run_dir, self.resume = config, Path(run_dir), resume
         c = config.train
         device = resolve_device(c.device)
-        self.dist = distributed.init(device)
+        self.dist = distributed.init(device, c.dist_timeout_s)
         self.device = distributed.local_device(device, self.dist)
         self.main = self.dist.is_main
         self.amp = resolve_amp(c.amp, self.device)
@@ -183,17 +184,15 @@ class Trainer:
 
         spm = run_dir / "spm.model"
         data = with_run_tokenizer(cfg.data, run_dir) if self.resume else cfg.data  # config.yaml keeps the original
-        # Rank 0 prepares first (trains the tokenizer, encodes); the others then reuse its cache.
-        if self.main:
-            before = spm.read_bytes() if self.resume and spm.is_file() else None
-            self.prepared = prepare(data, run_dir)  # copies its tokenizer to run_dir/spm.model
-            if before is not None and spm.read_bytes() != before:
-                atomic_write(spm, lambda tmp: Path(tmp).write_bytes(before))  # keep the run's own tokenizer
-                raise TrainingError(f"the prepared data's tokenizer differs from {spm} (data settings changed or "
-                                    f"the data cache was rebuilt); resume with the original data settings")
-        distributed.barrier()
-        if not self.main:
-            self.prepared = prepare(data, None)
+        # Every rank prepares, outside any collective: one process per cache builds it under a file lock
+        # while the others wait on the lock (a cold WMT cache takes longer than a collective's timeout).
+        before = spm.read_bytes() if self.main and self.resume and spm.is_file() else None
+        self.prepared = prepare(data, run_dir if self.main else None)  # rank 0 copies spm.model to run_dir
+        if before is not None and spm.read_bytes() != before:
+            atomic_write(spm, lambda tmp: Path(tmp).write_bytes(before))  # keep the run's own tokenizer
+            raise TrainingError(f"the prepared data's tokenizer differs from {spm} (data settings changed or "
+                                f"the data cache was rebuilt); resume with the original data settings")
+        self._check_ranks_agree_on_data()
         self.tokenizer = self.prepared.tokenizer
         vocab = self.tokenizer.vocab_size
         if "vocab_size" in cfg.model and int(cfg.model["vocab_size"]) != vocab:
@@ -249,6 +248,15 @@ class Trainer:
                   f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {o.update_freq} x "
                   f"{self.dist.world_size} x {cfg.data.max_tokens} tokens (<= {eff:,}) | device {self.device}, "
                   f"amp {self.amp}" + (f" | resumed at step {self.step}" if self.step else ""), flush=True)
+
+    def _check_ranks_agree_on_data(self) -> None:
+        """Node-local caches must hold the same ids: every rank compares its cache key and tokenizer."""
+        mine = (self.prepared.report["key"], hashlib.sha256(self.prepared.tokenizer.path.read_bytes()).hexdigest())
+        seen = distributed.all_gather_object(mine)
+        if any(other != seen[0] for other in seen):
+            detail = "; ".join(f"rank {r}: cache {k}, spm.model sha256 {h[:12]}" for r, (k, h) in enumerate(seen))
+            raise TrainingError(f"ranks prepared different data ({detail}); give every node the same corpus and "
+                                f"data settings, or one shared AIAYN_HOME")
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:

@@ -1,0 +1,153 @@
+"""Corpus-scale data preparation: wall time, pairs/s, peak RSS of the whole process tree, disk size,
+cached start and batch-plan time, on a synthetic WMT-like corpus.
+
+    python bench/data_scale.py --pairs 500000 4500000 --corpus-dir /tmp/synth --json bench/results/data_scale.json
+
+The corpus joins Multi30k training captions two by two (about 24 words and 270 bytes a pair, like
+WMT14 news sentences); Multi30k comes from $AIAYN_DATA_DIR. Each measurement runs in a fresh
+subprocess with its own empty $AIAYN_HOME; RSS is sampled from /proc every 50 ms over the process
+and all its descendants (the encoding workers), summed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from aiayn.config import DataConfig
+from aiayn.data import prepare
+from aiayn.data.batching import BatchIterator
+cfg = DataConfig(**json.loads(sys.argv[1]))
+prep = prepare(cfg, workers=int(sys.argv[2]) or None)
+t1 = time.perf_counter()
+out = {"prepare_s": round(t1 - t0, 3), "report": prep.report}
+if sys.argv[3] == "plan":
+    it = BatchIterator(prep.splits["train"], cfg.max_tokens, seed=1)
+    t = time.perf_counter()
+    n = len(it)
+    out["plan_s"], out["batches"] = round(time.perf_counter() - t, 3), n
+print(json.dumps(out))
+"""
+
+
+def make_corpus(n: int, out: Path, multi30k: Path, seed: int = 0) -> dict[str, str]:
+    """train.{de,en} of n joined pairs, plus Multi30k's own val and test."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {f"{s}_{side}": str(out / f"{s}.{lang}") for s in ("train", "valid", "test")
+             for side, lang in (("src", "en"), ("tgt", "de"))}
+    if Path(files["train_src"]).is_file() and sum(1 for _ in open(files["train_src"], "rb")) == n:
+        return files
+    de = gzip.decompress((multi30k / "train.de.gz").read_bytes()).decode().splitlines()
+    en = gzip.decompress((multi30k / "train.en.gz").read_bytes()).decode().splitlines()
+    rng = random.Random(seed)
+    with open(files["train_src"], "w") as fs, open(files["train_tgt"], "w") as ft:
+        for _ in range(0, n, 100_000):
+            idx = [(rng.randrange(len(de)), rng.randrange(len(de))) for _ in range(min(100_000, n))]
+            fs.write("".join(f"{en[i]} {en[j]}\n" for i, j in idx))
+            ft.write("".join(f"{de[i]} {de[j]}\n" for i, j in idx))
+            n -= len(idx)
+    for split, stem in (("valid", "val"), ("test", "test_2016_flickr")):
+        for side, lang in (("src", "en"), ("tgt", "de")):
+            Path(files[f"{split}_{side}"]).write_bytes(gzip.decompress((multi30k / f"{stem}.{lang}.gz").read_bytes()))
+    return files
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of `pid` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) * 1024
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def run_child(cfg: dict, home: str, workers: int, plan: bool) -> dict:
+    env = {**os.environ, "AIAYN_HOME": home}
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg), str(workers), "plan" if plan else "-"],
+                         env=env, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, tree_rss(p.pid))
+            time.sleep(0.05)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, _ = p.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    if p.returncode:
+        raise SystemExit(f"child failed ({p.returncode})")
+    res = json.loads(out.strip().splitlines()[-1])
+    res.update(wall_s=round(wall, 2), peak_rss_mb=round(peak / 2**20))
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, nargs="+", default=[500_000])
+    ap.add_argument("--corpus-dir", default=None, help="keep the synthetic corpora here (default: a temp dir)")
+    ap.add_argument("--workers", type=int, default=0, help="encoding processes (0: all cores)")
+    ap.add_argument("--vocab-size", type=int, default=32000)
+    ap.add_argument("--max-tokens", type=int, default=25000)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    multi30k = Path(os.environ.get("AIAYN_DATA_DIR", ""))
+    if not (multi30k / "train.de.gz").is_file():
+        raise SystemExit("set AIAYN_DATA_DIR to a Multi30k mirror")
+    base = Path(a.corpus_dir or tempfile.mkdtemp(prefix="aiayn-synth-"))
+    rows = []
+    for n in a.pairs:
+        files = make_corpus(n, base / f"pairs{n}", multi30k)
+        cfg = {"corpus": "files", "src_lang": "en", "tgt_lang": "de", "vocab_size": a.vocab_size,
+               "max_tokens": a.max_tokens, **files}
+        home = tempfile.mkdtemp(prefix="aiayn-home-")
+        cold = run_child(cfg, home, a.workers, plan=False)
+        warm = run_child(cfg, home, a.workers, plan=True)
+        disk = sum(f.stat().st_size for f in Path(cold["report"]["cache_dir"] if "cache_dir" in cold["report"]
+                                                   else Path(home, "prepared")).rglob("*") if f.is_file())
+        row = {"pairs": n, "cold_wall_s": cold["wall_s"], "pairs_per_s": round(n / cold["wall_s"]),
+               "peak_rss_mb": cold["peak_rss_mb"], "seconds": cold["report"].get("seconds"),
+               "workers": cold["report"].get("workers"), "disk_mb": round(disk / 2**20, 1),
+               "cached_start_s": warm["report"]["seconds_total"], "cached_wall_s": warm["wall_s"],
+               "cached_peak_rss_mb": warm["peak_rss_mb"], "plan_s": warm["plan_s"], "batches": warm["batches"],
+               "bytes_per_pair_rss": round(cold["peak_rss_mb"] * 2**20 / n), "cpu_count": os.cpu_count()}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
