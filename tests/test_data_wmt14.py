@@ -365,3 +365,13 @@ def test_cli_data_get_wmt14(server, home, monkeypatch, capsys):
     assert err[0] == f"downloading {server.url}/gone/training-parallel-un.tgz (0 MiB)"
     assert err[1].startswith(f"error: download of {server.url}/gone/training-parallel-un.tgz failed: HTTP Error 404")
     assert len(err) == 2
+
+
+def test_wmt14_configs_read_the_prepared_corpus():
+    from aiayn.config import Config
+
+    for name in ("base", "big"):
+        cfg = Config.load(Path(__file__).resolve().parents[1] / "configs" / f"wmt14_en_de_{name}.yaml")
+        d = cfg.data
+        assert (d.corpus, d.src_lang, d.tgt_lang, d.vocab_size) == ("wmt14", "en", "de", 37000)
+        assert d.train_src is d.valid_src is d.test_src is d.data_dir is None
