@@ -13,8 +13,9 @@ release that is not WMT 2014 data.
 valid = newstest2013 (dev/newstest2013.* of WMT19's dev.tgz, the archive TFDS takes it from);
 test = newstest2014 as sacreBLEU's `wmt14/full` provides it (test-full.tgz, all 3,003 sentences), since
 that is what BLEU is reported against. Its SGM is read as sacreBLEU reads it: the text between `<seg ...>`
-and `</seg>` with whitespace runs collapsed and entities left as they are (sacreBLEU does not unescape
-them, and the WMT14 files contain none). The test files follow the paper's direction, en->X:
+and `</seg>` with whitespace runs collapsed and entities left as they are: sacreBLEU does not unescape
+them (its author: WMT test sets have not used such escapes since 2009), and matching its references
+byte for byte matters more here than tidy text. The test files follow the paper's direction, en->X:
 newstest2014-deen-src.en.sgm and newstest2014-deen-ref.de.sgm (fren for French).
 
 Files, in `$AIAYN_HOME/wmt14/<pair>/`: train.*, valid.*, test.* (one sentence per line, line-aligned) and
