@@ -96,10 +96,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 class DataConfig:
     """Where parallel text comes from and how it becomes batches (paper §5.1)."""
 
-    corpus: Literal["multi30k", "files", "embedded"] = "multi30k"
+    corpus: Literal["multi30k", "files", "embedded", "wmt14"] = "multi30k"  # wmt14: `aiayn data get wmt14` first
     src_lang: str = "de"
     tgt_lang: str = "en"
     data_dir: str | None = None  # offline mirror laid out like Multi30k; else $AIAYN_DATA_DIR, cache, download
+    #   (wmt14: where the downloaded archives are, as `aiayn data get wmt14 --data-dir`; the prepared
+    #   files are always read from $AIAYN_HOME/wmt14/<pair>/)
     # corpus == "files": plain or gzipped line-aligned text
     train_src: str | None = None
     train_tgt: str | None = None

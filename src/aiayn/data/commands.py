@@ -1,4 +1,5 @@
 """`aiayn data get multi30k`: download Multi30k into the cache, or verify an offline mirror.
+`aiayn data get wmt14 --pair en-de`: download WMT14 and write its train/valid/test files into the cache.
 `aiayn data prepare --config C`: validate, train BPE and encode a config's corpus into the cache
 (what `aiayn train` does implicitly), with worker processes and a progress bar."""
 
@@ -15,11 +16,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     dsub = p.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
 
     g = dsub.add_parser("get", help="download a corpus into the cache ($AIAYN_HOME) or verify a mirror")
-    g.add_argument("corpus", choices=["multi30k"])
+    g.add_argument("corpus", choices=["multi30k", "wmt14"])
     g.add_argument("--data-dir", default=None,
-                   help="offline mirror laid out like multi30k/data/task1/raw (default: $AIAYN_DATA_DIR)")
-    g.add_argument("--langs", default="cs,de,en,fr", help="comma-separated languages (default: all four)")
-    g.add_argument("--base-url", default=None, help="download from here instead of the dataset repository")
+                   help="multi30k: offline mirror laid out like multi30k/data/task1/raw (default: $AIAYN_DATA_DIR); "
+                        "wmt14: a directory holding already-downloaded archives")
+    g.add_argument("--langs", default="cs,de,en,fr", help="multi30k: comma-separated languages (default: all four)")
+    g.add_argument("--pair", default="en-de", choices=["en-de", "en-fr"],
+                   help="wmt14: language pair (default: en-de; its files serve both directions)")
+    g.add_argument("--base-url", default=None,
+                   help="download the same file names from here instead of the dataset's own site")
     g.set_defaults(run=_get)
 
     p = dsub.add_parser("prepare", help="validate, train BPE and encode a config's corpus into the cache",
@@ -34,7 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _get(a: argparse.Namespace) -> int:
-    from aiayn.data import multi30k
+    from aiayn.data import multi30k, wmt14
+
+    if a.corpus == "wmt14":
+        wmt14.get(a.pair, data_dir=a.data_dir, base_url=a.base_url, log=lambda m: print(m, file=sys.stderr))
+        print(wmt14.summary(a.pair))
+        return 0
 
     langs = [x for x in a.langs.split(",") if x]
     mirror = multi30k.mirror_dir(a.data_dir)

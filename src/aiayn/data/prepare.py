@@ -38,7 +38,7 @@ import numpy as np
 import sentencepiece
 
 from aiayn.config import EOS_ID, DataConfig
-from aiayn.data import embedded, multi30k
+from aiayn.data import embedded, multi30k, wmt14
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
@@ -124,6 +124,8 @@ def _file_pairs(cfg: DataConfig) -> dict[str, tuple[Path, Path] | None]:
         d = multi30k.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
         return {s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz", d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
                 for s in SPLITS}
+    if cfg.corpus == "wmt14":  # prepared by `aiayn data get wmt14`; DataError with that command otherwise
+        return dict(wmt14.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir))
     if cfg.corpus == "files":
         pairs: dict[str, tuple[Path, Path] | None] = {}
         for s in SPLITS:
@@ -137,7 +139,7 @@ def _file_pairs(cfg: DataConfig) -> dict[str, tuple[Path, Path] | None]:
             _check_lang_hint(Path(tgt), cfg.tgt_lang, "target")
             pairs[s] = (Path(src), Path(tgt))
         return pairs
-    raise DataError(f"unknown corpus {cfg.corpus!r}; choose multi30k, files or embedded")
+    raise DataError(f"unknown corpus {cfg.corpus!r}; choose multi30k, wmt14, files or embedded")
 
 
 def _check_lang_hint(path: Path, lang: str, role: str) -> None:
