@@ -213,13 +213,12 @@ def _train_config(tmp: Path, data: DataConfig, **train) -> Path:
 def test_ranks_prepare_outside_collectives_a_build_longer_than_the_timeout(tmp_path):
     """A cold cache that takes longer to build than the process group's timeout: the ranks wait on the
     build lock, not in a collective, so training starts."""
-    cfg = corpus(tmp_path / "c", 80_000)
+    cfg = corpus(tmp_path / "c", 300_000)
     home = tmp_path / "home"
-    t0 = time.time()
-    done = _two_ranks(_train_config(tmp_path, cfg, dist_timeout_s=2), tmp_path / "run", (home, home))
+    done = _two_ranks(_train_config(tmp_path, cfg, dist_timeout_s=1), tmp_path / "run", (home, home))
     assert all(p.returncode == 0 for p in done), done[1].stderr[-2000:] + done[0].stderr[-2000:]
     report = json.loads((tmp_path / "run" / "data_report.json").read_text())
-    assert report["seconds"]["prepare"] > 2 and time.time() - t0 > 2  # the build outlasted the timeout
+    assert report["seconds"]["prepare"] > 1  # the build outlasted the timeout
     assert len(list((home / "prepared").iterdir())) == 1
 
 

@@ -178,7 +178,7 @@ class TrainConfig:
     nan_limit: int = 5  # consecutive non-finite updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
-    dist_timeout_s: int = 600  # how long a collective waits for the slowest rank before failing
+    dist_timeout_s: float = 600  # how long a collective waits for the slowest rank before failing
 
     def __post_init__(self) -> None:
         if self.amp not in ("auto", "none", "bf16", "fp16"):
