@@ -1,9 +1,11 @@
 """Suite-wide rules that depend on where the tests run.
 
 Under CI (`CI` set to anything but "", 0, false or no, as CI services do and .ci/run does):
-a test marked `needs_mirror` fails when the Multi30k mirror ($AIAYN_DATA_DIR) is missing, instead
-of skipping: a CI run that silently skipped the real-data tests would report green for less.
-Outside CI a missing mirror skips with the reason.
+- a test marked `needs_mirror` fails when the Multi30k mirror ($AIAYN_DATA_DIR) is missing, instead
+  of skipping: a CI run that silently skipped the real-data tests would report green for less;
+- Hypothesis runs derandomized (the same examples every run, no example database), so a red CI run
+  is a real regression that reproduces, not a newly drawn example.
+Outside CI a missing mirror skips with the reason, and Hypothesis draws fresh examples.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 
 def in_ci() -> bool:
@@ -24,6 +27,13 @@ def multi30k_mirror() -> Path | None:
     if d and Path(d, "train.de.gz").is_file() and Path(d, "tok").is_dir():
         return Path(d)
     return None
+
+
+# Hypothesis >= 6.1xx loads a built-in profile like this one by itself when CI is in the environment;
+# registering it here keeps the rule for every hypothesis>=6 that pyproject allows, and in one place.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+if in_ci():
+    settings.load_profile("ci")
 
 
 def pytest_configure(config: pytest.Config) -> None:
