@@ -23,7 +23,10 @@ TINY = {
              "vocab_size": 400, "max_tokens": 512},
     "optim": {"warmup": 40, "lr_scale": 1.0},
     "train": {"max_steps": 30, "log_every": 1, "eval_every": 10, "save_every": 5, "keep_last": 3,
-              "eval_max_sentences": 16, "threads": 1, "progress": False, "seed": 3},
+              "eval_max_sentences": 16, "threads": 1, "progress": False, "seed": 3,
+              # pinned: with device auto a GPU host would train in CUDA/bf16, where the bitwise resume
+              # and DDP-vs-single-process comparisons below do not hold
+              "device": "cpu", "amp": "none"},
 }
 
 
@@ -114,6 +117,7 @@ def test_uninterrupted_run_learns_and_writes_a_complete_run_dir(reference):
     assert (run / "spm.model").is_file() and (run / "best.safetensors").is_file()
     saved = Config.load(run / "config.yaml")
     assert saved.model["d_model"] == 64 and saved.model["vocab_size"] > 4 and saved.train.max_steps == 150
+    assert (saved.train.device, saved.train.amp) == ("cpu", "none")
 
 
 def test_resuming_a_finished_run_changes_nothing(reference):
@@ -236,6 +240,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
                        capture_output=True, text=True, env=env, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "update = 1 x 2 x 480" in p.stdout  # one banner: only rank 0 prints and writes
+    assert "device cpu, amp none" in p.stdout
 
     one = Config.load(cfg, {"optim.update_freq": 2})
     train(one, tmp_path / "single")
