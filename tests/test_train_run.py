@@ -226,12 +226,17 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
         train(Config.from_dict(TINY), run)
 
 
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path):
+@pytest.mark.parametrize("clip_norm", [0.0, 2.0], ids=["no-clip", "clip"])
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm):
     """torchrun, 2 ranks x 1 micro-batch per update == 1 process x update_freq 2 (dropout off, so the
-    only difference is the order of floating-point sums)."""
+    only difference is the order of floating-point sums). Without clipping Adam is nearly blind to a
+    constant gradient factor (a wrong scale across ranks). Clipping at 2.0 cuts the first 3 of the 8
+    updates (norms 4.6, 4.3, 3.2, then 2.1 ... 1.1): a wrong scale moves that boundary and changes
+    the relative weight of the updates in Adam's moments, so it shows in the losses. (A norm cut at
+    every update would hide it again: each clipped gradient has the same length whatever its scale.)"""
     from aiayn.train import train
 
-    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480},
+    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480}, "optim": {"clip_norm": clip_norm},
               "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False}}
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
