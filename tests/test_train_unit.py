@@ -233,3 +233,25 @@ def test_average_is_the_parameter_mean(tmp_path):
     via_cli = load_model(tmp_path / "avg3.safetensors")
     for (n1, p1), (_, p2) in zip(via_cli.named_parameters(), three.named_parameters()):
         assert torch.equal(p1, p2), n1
+
+
+# -- mixed precision --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("major, emulated, expected", [(8, True, "bf16"), (9, True, "bf16"), (7, True, "fp16"),
+                                                       (6, False, "fp16")])
+def test_amp_auto_picks_bf16_only_where_the_gpu_has_it(monkeypatch, major, emulated, expected):
+    """A V100/T4 (compute capability 7.x) runs bf16 only by emulation, yet torch.cuda.is_bf16_supported()
+    says True there; auto must choose fp16 with loss scaling instead. The CUDA queries are faked."""
+    from types import SimpleNamespace
+
+    from aiayn.train.trainer import resolve_amp
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: SimpleNamespace(major=major, minor=0))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda d: emulated)  # the emulation probe
+    assert resolve_amp("auto", torch.device("cuda", 0)) == expected
+    assert resolve_amp("auto", torch.device("cpu")) == "none"
+    assert resolve_amp("bf16", torch.device("cuda", 0)) == "bf16"  # an explicit choice is kept

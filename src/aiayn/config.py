@@ -164,7 +164,7 @@ class TrainConfig:
     max_minutes: float | None = None  # wall-clock budget of the run, resumes included (then evaluate, save, finish)
     seed: int = 1
     device: str = "auto"  # auto = cuda if available else cpu
-    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on CUDA, none on CPU
+    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on GPUs with native bf16, else fp16; none on CPU
     compile: bool = False  # torch.compile the training forward
     log_every: int = 100
     eval_every: int = 1000  # validation loss + greedy BLEU; 0 = only at the end

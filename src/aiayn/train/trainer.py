@@ -66,8 +66,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_amp(amp: str, device: torch.device) -> str:
+    """`auto`: bf16 where the GPU computes in bf16 (compute capability >= 8, or ROCm); fp16 with loss
+    scaling on older GPUs, where torch only emulates bf16 (slower than fp32) and its plain
+    `is_bf16_supported()` still says yes; none on CPU."""
     if amp == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
+        if device.type != "cuda":
+            return "none"
+        return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
     if amp == "fp16" and device.type != "cuda":
         raise TrainingError("train.amp=fp16 needs CUDA (use bf16 or none on CPU)")
     return amp
