@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -205,6 +206,66 @@ def test_nan_losses_are_skipped_then_stop_training_keeping_the_last_good_checkpo
     assert [s["step"] for s in skips] == [4, 8, 8, 8] and [s["consecutive"] for s in skips] == [1, 1, 2, 3]
     assert [r["step"] for r in records(run, "train")] == list(range(1, 8))  # step 4 retried with new data
     assert [c[0] for c in list_checkpoints(run)] == [5]  # nothing written after the failure
+
+
+def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limit(home, tmp_path, monkeypatch):
+    """fp16 on CPU (autocast + GradScaler("cpu")): an inf gradient skips the update without moving the
+    optimizer or the schedule and halves the loss scale; the scale is checkpointed and restored; and
+    gradients that keep overflowing stop training after train.nan_limit updates instead of halving
+    the scale forever."""
+    import torch
+
+    import aiayn.train.trainer as trainer_mod
+    from aiayn.train import train
+    from aiayn.train.schedule import noam_lr
+    from aiayn.train.state import load_state
+    from aiayn.train.trainer import TrainingError
+
+    class InfGrad(torch.autograd.Function):  # identity forward; backward sends inf into every gradient
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * math.inf
+
+    real = trainer_mod.label_smoothed_nll
+    calls, bad = {"n": 0}, {3}  # training forward passes (1-based) whose gradients overflow
+
+    def overflowing(logits, target, eps, pad):
+        loss, nll, n = real(logits, target, eps, pad)
+        if logits.requires_grad:
+            calls["n"] += 1
+            if calls["n"] in bad:
+                loss = InfGrad.apply(loss)  # the loss itself stays finite: only fp16 gradients overflow
+        return loss, nll, n
+
+    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", overflowing)
+
+    def cfg(steps: int) -> Config:
+        return Config.from_dict({**TINY, "train": {**TINY["train"], "amp": "fp16", "max_steps": steps, "eval_every": 0,
+                                                   "eval_bleu": False, "save_every": 3, "nan_limit": 3}})
+
+    run = tmp_path / "run"
+    assert train(cfg(6), run)["step"] == 6  # 7 attempts, one skipped
+    skip, = records(run, "skip")
+    assert (skip["step"], skip["reason"], skip["scale"]) == (3, "fp16 gradient overflow", 2.0**15)
+    lrs = [r["lr"] for r in records(run, "train")]
+    assert lrs == [noam_lr(s, 64, 40, 1.0) for s in range(1, 7)]  # the schedule did not advance on the skip
+    state = load_state(checkpoint_paths(run, 6)[1])
+    assert state["scaler"]["scale"] == 2.0**15 and state["scheduler"]["last_epoch"] == 6
+    assert {int(v["step"]) for v in state["optimizer"]["state"].values()} == {6}  # Adam stepped 6 times, not 7
+
+    calls["n"], bad = 0, set(range(1, 1000))  # from now on every update overflows
+    with pytest.raises(TrainingError, match=r"fp16 gradients overflowed in 3 consecutive updates \(after step 6; "
+                                            r"loss scale down to 4096\)[\s\S]*step_00000006\.safetensors"):
+        train(cfg(100), run, resume=True)
+    skips = records(run, "skip")
+    # the resumed scaler continues from the checkpoint's 2^15 (a fresh one would start at 2^16)
+    assert [(r["step"], r["scale"], r["consecutive"]) for r in skips] == [(3, 2.0**15, 1), (7, 2.0**14, 1),
+                                                                          (7, 2.0**13, 2), (7, 2.0**12, 3)]
+    assert calls["n"] == 3 and [c[0] for c in list_checkpoints(run)] == [3, 6]
 
 
 def test_unwritable_run_dir_fails_before_training(home, tmp_path):

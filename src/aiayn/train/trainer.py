@@ -73,9 +73,7 @@ def resolve_amp(amp: str, device: torch.device) -> str:
         if device.type != "cuda":
             return "none"
         return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
-    if amp == "fp16" and device.type != "cuda":
-        raise TrainingError("train.amp=fp16 needs CUDA (use bf16 or none on CPU)")
-    return amp
+    return amp  # fp16 on CPU works too (autocast + GradScaler("cpu")), slowly: it is how the tests reach that path
 
 
 def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
@@ -228,7 +226,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=o.betas, eps=o.eps,
                                           weight_decay=o.weight_decay, fused=self.device.type in ("cpu", "cuda"))
         self.scheduler = noam_scheduler(self.optimizer, self.model_config.d_model, o.warmup, o.lr_scale)
-        self.scaler = torch.amp.GradScaler("cuda") if self.amp == "fp16" else None
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.amp == "fp16" else None
 
         self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=seed, shuffle=True,
                                       rank=self.dist.rank, world_size=self.dist.world_size)
@@ -454,25 +452,35 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if ok:
             self.scheduler.step()
-        elif finite_loss and self.scaler:
-            self._print(f"step {self.step + 1}: fp16 gradient overflow, update skipped (scale "
-                        f"{self.scaler.get_scale():g})")
-            return False, loss_sum, nll_sum, global_tokens, lr
-        elif not ok:
-            self._non_finite(loss_sum, gnorm.item())
+        else:
+            # fp16 overflow (finite loss, the scaler skipped the step and halved its scale) counts like
+            # any other skipped update: a few while the scale calibrates are harmless, but gradients
+            # that stay non-finite would otherwise halve the scale towards 0 forever.
+            self._non_finite(loss_sum, gnorm.item(), overflow=self.scaler is not None and finite_loss)
         return ok, loss_sum, nll_sum, global_tokens, lr
 
-    def _non_finite(self, loss_sum: float, gnorm: float) -> None:
+    def _non_finite(self, loss_sum: float, gnorm: float, overflow: bool = False) -> None:
+        """Count a skipped update; `train.nan_limit` consecutive ones stop training."""
         self.nan_total += 1
         self.nan_consecutive += 1
         what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
-        self.metrics.write({"kind": "skip", "step": self.step + 1, "reason": f"non-finite {what}",
-                            "consecutive": self.nan_consecutive, "total": self.nan_total})
-        self._print(f"step {self.step + 1}: non-finite {what}, update skipped "
+        rec: dict[str, Any] = {"kind": "skip", "step": self.step + 1, "reason": f"non-finite {what}",
+                               "consecutive": self.nan_consecutive, "total": self.nan_total}
+        if overflow:
+            scale = self.scaler.get_scale()  # already halved by scaler.update()
+            what = f"fp16 gradient overflow (loss scale now {scale:g})"
+            rec.update(reason="fp16 gradient overflow", scale=scale)
+        self.metrics.write(rec)
+        self._print(f"step {self.step + 1}: {what if overflow else 'non-finite ' + what}, update skipped "
                     f"({self.nan_consecutive} in a row, {self.nan_total} in total)", err=True)
         limit = self.cfg.train.nan_limit
         if self.nan_consecutive >= limit:
             last = self.last_saved or "none (no checkpoint was written yet)"
+            if overflow:
+                raise TrainingError(f"fp16 gradients overflowed in {limit} consecutive updates (after step "
+                                    f"{self.step}; loss scale down to {scale:g}); training stopped. Last good "
+                                    f"checkpoint: {last}. Try a lower optim.lr_scale, optim.clip_norm, a higher "
+                                    f"train.nan_limit, or train.amp=bf16 / none instead of fp16")
             raise TrainingError(f"{what} was NaN/inf for {limit} consecutive updates (after step {self.step}); "
                                 f"training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
                                 f"optim.clip_norm, or train.amp=bf16 instead of fp16")
