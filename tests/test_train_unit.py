@@ -200,6 +200,52 @@ def test_state_round_trip_is_weights_only_and_restores_rng(tmp_path):
         load_state(tmp_path / "cut.pt")
 
 
+class FakeCuda:
+    """Stands in for torch.cuda's RNG calls on a machine without a GPU: `n` visible devices, each with
+    a byte state; like torch, a device index past the visible ones raises IndexError."""
+
+    def __init__(self, monkeypatch, n: int) -> None:
+        self.n = n
+        self.states = {i: torch.full((8,), 10 + i, dtype=torch.uint8) for i in range(n)}
+
+        def index(device) -> int:
+            i = torch.device("cuda", device).index if isinstance(device, int) else torch.device(device).index or 0
+            if i >= self.n:
+                raise IndexError(f"tuple index out of range (cuda:{i}, {self.n} visible)")
+            return i
+
+        def set_state(state, device="cuda"):
+            self.states[index(device)] = state.clone()
+
+        for name, fn in {"is_available": lambda: True, "is_initialized": lambda: True, "device_count": lambda: n,
+                         "current_device": lambda: 0,
+                         "get_rng_state": lambda device="cuda": self.states[index(device)].clone(),
+                         "set_rng_state": set_state,
+                         "get_rng_state_all": lambda: [self.states[i].clone() for i in range(n)],
+                         "set_rng_state_all": lambda states: [set_state(s, i) for i, s in enumerate(states)]}.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
+
+
+def test_cuda_rng_state_is_the_ranks_own_device_and_resumes_on_fewer_gpus(tmp_path, monkeypatch):
+    """A rank saves and restores only its own GPU's generator: a checkpoint written where 2 GPUs were
+    visible resumes where 1 is (old checkpoints, with every GPU's state in a list, included)."""
+    two = FakeCuda(monkeypatch, 2)
+    saved = capture_rng(torch.device("cuda", 1))  # rank 1 of a run on 2 GPUs
+    assert torch.equal(saved["cuda"], two.states[1])
+    save_state(tmp_path / "s.pt", {"step": 1, "rng": [saved]})
+    old_form = {**saved, "cuda": [two.states[0].clone(), two.states[1].clone()]}  # what get_rng_state_all wrote
+
+    one = FakeCuda(monkeypatch, 1)  # the resumed process sees one GPU
+    restore_rng(load_state(tmp_path / "s.pt")["rng"][0], torch.device("cuda", 0))
+    assert torch.equal(one.states[0], two.states[1])  # rank 1's stream continues on this process's GPU
+    one.states[0].zero_()
+    restore_rng(old_form, torch.device("cuda", 0))  # no IndexError
+    assert torch.equal(one.states[0], two.states[0])
+    restore_rng(old_form, torch.device("cpu"))  # resumed on CPU: the GPU's stream is not touched
+    assert torch.equal(one.states[0], two.states[0])
+    assert "cuda" not in capture_rng(torch.device("cpu"))
+
+
 # -- averaging --------------------------------------------------------------------------------------
 
 

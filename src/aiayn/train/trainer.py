@@ -255,7 +255,7 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        rngs = capture_rng()
+        rngs = capture_rng(self.device)
         if self.dist.enabled:  # every rank's RNG, so dropout streams continue per rank
             gathered: list[Any] = [None] * self.dist.world_size
             torch.distributed.all_gather_object(gathered, rngs)
@@ -329,7 +329,7 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.iterator.load_state_dict(state["data"])
         rngs = state["rng"]
-        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0])
+        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0], self.device)
         self.step = int(state["step"])
         c = state["counters"]
         self.nan_total, self.nan_consecutive, self.elapsed = int(c["nan_total"]), int(c["nan_consecutive"]), float(c["elapsed"])
