@@ -268,6 +268,27 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
     assert calls["n"] == 3 and [c[0] for c in list_checkpoints(run)] == [3, 6]
 
 
+def test_deterministic_setting_switches_torch_to_deterministic_kernels(home, tmp_path, monkeypatch):
+    """train.deterministic: torch.use_deterministic_algorithms(True), cuDNN deterministic without
+    benchmarking, cuBLAS' fixed workspace; and the CPU training step has no op that then refuses."""
+    import torch
+
+    from aiayn.train import train
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark)
+    try:
+        cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "deterministic": True, "max_steps": 2,
+                                                   "eval_every": 0, "eval_bleu": False}})
+        assert train(cfg, tmp_path / "run")["step"] == 2
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert not torch.backends.cudnn.benchmark and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:  # process-wide switches: leave them as the other tests expect
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
+
+
 def test_unwritable_run_dir_fails_before_training(home, tmp_path):
     from aiayn.train import train
     from aiayn.train.trainer import TrainingError

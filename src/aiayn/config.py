@@ -176,6 +176,9 @@ class TrainConfig:
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
+    # Deterministic kernels only (torch.use_deterministic_algorithms; an op without one raises), for
+    # bitwise-exact resume on GPU. On CPU, resume is bitwise already; on GPU without this it is not.
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if self.amp not in ("auto", "none", "bf16", "fp16"):

@@ -65,6 +65,15 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def set_deterministic() -> None:
+    """train.deterministic: only deterministic kernels, so a GPU run continues bitwise after a resume
+    as a CPU run does anyway. cuBLAS reads its workspace setting when its first handle is made."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
 def resolve_amp(amp: str, device: torch.device) -> str:
     """`auto`: bf16 where the GPU computes in bf16 (compute capability >= 8, or ROCm); fp16 with loss
     scaling on older GPUs, where torch only emulates bf16 (slower than fp32) and its plain
@@ -151,6 +160,8 @@ class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False) -> None:
         self.cfg, self.run_dir, self.resume = config, Path(run_dir), resume
         c = config.train
+        if c.deterministic:
+            set_deterministic()  # before any CUDA work
         device = resolve_device(c.device)
         self.dist = distributed.init(device)
         self.device = distributed.local_device(device, self.dist)
