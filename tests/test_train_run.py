@@ -342,6 +342,78 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     assert a[0][1] != a[-1][1]  # it did train
 
 
+RESUME_WORKER = """
+import json, os, sys
+from pathlib import Path
+
+import aiayn.train.trainer as T
+from aiayn.checkpoint import CheckpointError
+from aiayn.config import Config
+from aiayn.train import train
+from aiayn.train.state import checkpoint_paths
+
+rank, run, extra, mode = int(os.environ["RANK"]), Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+if rank == 1:  # this rank's view of the shared run directory differs (a lagging or per-node file system)
+    real_list, real_load = T.list_checkpoints, T.load_state
+    # it also lists a newer checkpoint that rank 0 does not see ...
+    T.list_checkpoints = lambda run_dir: real_list(run_dir) + [(12, *checkpoint_paths(extra, 12))]
+
+    def load_state(path):  # ... and cannot read step 8's state (mode 'none': no state at all)
+        if mode == "none" or "step_00000008" in str(path):
+            raise CheckpointError(f"corrupted or truncated training state {path} (as rank 1 sees it)")
+        return real_load(path)
+    T.load_state = load_state
+
+real_load_latest = T.Trainer._load_latest
+def load_latest(self):  # record where each rank resumed
+    real_load_latest(self)
+    (run.parent / f"resumed_rank{rank}").write_text(str(self.step))
+T.Trainer._load_latest = load_latest
+train(Config.load(run / "config.yaml", {"train.max_steps": 10}), run, resume=True)
+"""
+
+
+def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_together(home, tmp_path):
+    """Rank 0 chooses the step and every rank loads exactly that one. Here rank 1 lists an extra, newer
+    checkpoint (step 12) and cannot read step 8: both ranks resume from step 4 together. When rank 1 can
+    read nothing, every rank stops with the same TrainingError instead of one hanging."""
+    import shutil
+
+    from aiayn.train.state import load_state, save_state
+
+    cfg = config_file(tmp_path, model={"dropout": 0.0}, data={"max_tokens": 480},
+                      train={"max_steps": 8, "eval_every": 0, "save_every": 4, "eval_bleu": False})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+    def torchrun(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                               *args], capture_output=True, text=True, env=env, timeout=180)
+
+    run = tmp_path / "run"
+    p = torchrun("-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(run))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [c[0] for c in list_checkpoints(run)] == [4, 8]
+    # the newer checkpoint only rank 1 sees: step 8's files, relabelled as step 12
+    extra = tmp_path / "extra"
+    w12, s12 = checkpoint_paths(extra, 12)
+    w12.parent.mkdir(parents=True)
+    shutil.copy(checkpoint_paths(run, 8)[0], w12)
+    save_state(s12, {**load_state(checkpoint_paths(run, 8)[1]), "step": 12})
+    worker = tmp_path / "worker.py"
+    worker.write_text(RESUME_WORKER)
+
+    p = torchrun(str(worker), str(run), str(extra), "step8")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [(tmp_path / f"resumed_rank{r}").read_text() for r in (0, 1)] == ["4", "4"]
+    assert "rank 1: corrupted or truncated training state" in p.stderr and "older checkpoint" in p.stderr
+    assert [c[0] for c in list_checkpoints(run)] == [4, 8, 10]  # 8 rewritten by the resumed run; no 12
+    assert records(run, "train")[-1]["step"] == 10
+
+    p = torchrun(str(worker), str(run), str(extra), "none")
+    assert p.returncode != 0
+    assert p.stderr.count("TrainingError: no usable checkpoint to resume from on every rank") == 2, p.stderr[-3000:]
+
+
 def test_max_epochs_stops_after_whole_passes(home, tmp_path):
     from aiayn.train import train
 

@@ -300,14 +300,26 @@ class Trainer:
         self.last_saved_step = self.step
 
     def _load_latest(self) -> None:
-        """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones."""
-        ckpts = list_checkpoints(self.run_dir)
-        if not ckpts:
+        """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones.
+
+        Rank 0 lists the checkpoints and every rank tries the same step, in the same order: ranks that
+        each picked their own newest (a file system that lags on one node) would resume at different
+        steps and hang in their first collective. A step counts only if it loaded on every rank."""
+        steps: list[int] = [step for step, _, _ in reversed(list_checkpoints(self.run_dir))] if self.main else []
+        if self.dist.enabled:
+            box: list[Any] = [steps]
+            torch.distributed.broadcast_object_list(box, src=0)
+            steps = box[0]
+        if not steps:
             warn(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 0")
             self.metrics.truncate(0)
             return
+        who = f"rank {self.dist.rank}: " if self.dist.enabled else ""
         errors = []
-        for step, weights, state_path in reversed(ckpts):
+        for step in steps:
+            weights, state_path = checkpoint_paths(self.run_dir, step)
+            failure: BaseException | None = None
+            damaged = False
             try:
                 read_metadata(weights)
                 state = load_state(state_path)
@@ -316,16 +328,32 @@ class Trainer:
                 except Exception as e:
                     raise CheckpointError(f"cannot load weights from {weights}: {e}") from None
                 self._restore(state)
-            except CheckpointError as e:
-                warn(f"{e}; trying an older checkpoint")
-                errors.append(str(e))
+            except CheckpointError as e:  # damaged or missing here: all ranks try an older one
+                damaged = True
+                errors.append(f"{who}{e}")
+                warn(f"{who}{e}; trying an older checkpoint")
+            except Exception as e:  # anything else (settings that no longer fit) stops every rank
+                failure = e
+            # One all-reduce: each rank's verdict on this step (0 loaded, 1 damaged, 2 other error).
+            verdict = torch.zeros(self.dist.world_size, device=self.device)
+            verdict[self.dist.rank] = 2.0 if failure is not None else float(damaged)
+            codes = [int(c) for c in distributed.all_reduce_sum(verdict).tolist()]
+            if 2 in codes:
+                if failure is not None:
+                    raise failure
+                raise TrainingError(f"resuming from step {step} failed on rank(s) "
+                                    f"{[r for r, c in enumerate(codes) if c == 2]}; see their error")
+            if any(codes):
+                if not damaged:
+                    errors.append(f"step {step}: unusable on rank(s) {[r for r, c in enumerate(codes) if c]}")
                 continue
             if errors and self.main:
                 warn(f"resuming from the older checkpoint {weights}")
             self.last_saved, self.last_saved_step = weights, step
             self.metrics.truncate(step)
             return
-        raise TrainingError("no usable checkpoint to resume from:\n  " + "\n  ".join(errors))
+        raise TrainingError("no usable checkpoint to resume from" + (" on every rank" if self.dist.enabled else "")
+                            + ":\n  " + "\n  ".join(errors))
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
