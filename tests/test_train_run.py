@@ -289,6 +289,43 @@ def test_deterministic_setting_switches_torch_to_deterministic_kernels(home, tmp
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
 
 
+@pytest.mark.parametrize("amp", ["none", "fp16"])
+def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
+    """Every tensor-to-Python conversion (.item(), .tolist(), float(t), bool(t), ...) makes the host wait
+    for the GPU. A single-process update needs one: the loss sums, the stop/time votes and the gradient
+    norm's finiteness come back together (under DDP the token count's all-reduce before backward adds a
+    second). Counted on CPU, where conversions are visible even though nothing waits."""
+    import torch
+
+    import aiayn.train.trainer as trainer_mod
+    from aiayn.train import train
+
+    seen: list[list[str]] = []
+    inside = [False]
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):
+        def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):
+            if inside[0]:
+                seen[-1].append(_name)
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    real_update = trainer_mod.Trainer.update
+
+    def update(self, micro):
+        seen.append([])
+        inside[0] = True
+        try:
+            return real_update(self, micro)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(trainer_mod.Trainer, "update", update)
+    cfg = Config.from_dict({**TINY, "optim": {**TINY["optim"], "update_freq": 2, "clip_norm": 1.0},
+                            "train": {**TINY["train"], "amp": amp, "max_steps": 3, "eval_every": 0,
+                                      "eval_bleu": False, "save_every": 100}})
+    assert train(cfg, tmp_path / "run")["step"] == 3
+    assert seen == [["tolist"]] * 3, seen
+
+
 def test_unwritable_run_dir_fails_before_training(home, tmp_path):
     from aiayn.train import train
     from aiayn.train.trainer import TrainingError

@@ -448,7 +448,8 @@ class Trainer:
         Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
         o, pad = self.cfg.optim, self.model_config.pad_id
         local_tokens = float(sum(b.tgt_tokens for b in micro))
-        global_tokens = _sum_stats([local_tokens], self.device)[0]
+        # The normaliser is needed before backward: one all-reduce (and host sync) under DDP, none alone.
+        global_tokens = _sum_stats([local_tokens], self.device)[0] if self.dist.enabled else local_tokens
         scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
         loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
         for i, b in enumerate(micro):
@@ -461,33 +462,30 @@ class Trainer:
                 (self.scaler.scale(obj) if self.scaler else obj).backward()
             loss_sum = loss_sum + loss.detach()
             nll_sum = nll_sum + nll.detach()
-        # Stop requests and the time budget are decided together by all ranks, at the same update.
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm if o.clip_norm > 0 else math.inf)
+        # One host sync for everything else: loss sums, the stop requests and time budget (decided by all
+        # ranks together, at the same update) and the gradient norm, which DDP made equal on every rank,
+        # so its sum over ranks is finite exactly when it is.
         budget = self.cfg.train.max_minutes
         late = budget is not None and self.elapsed + time.perf_counter() - self._t0 > 60 * budget  # across resumes
-        loss_sum, nll_sum, stop, late = _sum_stats([loss_sum, nll_sum, float(self._stop_requested), float(late)],
-                                                   self.device)
+        loss_sum, nll_sum, stop, late, gnorm_sum = _sum_stats(
+            [loss_sum, nll_sum, float(self._stop_requested), float(late), gnorm], self.device)
         if stop:
             self._stop_requested = True
         if late:
             self._out_of_time = True
 
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm if o.clip_norm > 0 else math.inf)
         finite_loss = math.isfinite(loss_sum)
-        if self.scaler and finite_loss:  # fp16: overflowing gradients are the scaler's business
-            before = self.scaler.get_scale()
+        ok = finite_loss and math.isfinite(gnorm_sum)
+        if ok and self.scaler:  # gradients known finite; with fused Adam the scaler's step adds no sync
             self.scaler.step(self.optimizer)
-            self.scaler.update()
-            ok = self.scaler.get_scale() >= before
-        elif finite_loss and math.isfinite(gnorm.item()):
+        elif ok:
             self.optimizer.step()
-            ok = True
-        else:
-            ok = False
-            if self.scaler:
-                self.scaler.update()
+        if self.scaler:
+            self.scaler.update()  # after an overflow (inf found by unscale_) this halves the scale
         self.optimizer.zero_grad(set_to_none=True)
         if ok:
             self.scheduler.step()
@@ -495,7 +493,8 @@ class Trainer:
             # fp16 overflow (finite loss, the scaler skipped the step and halved its scale) counts like
             # any other skipped update: a few while the scale calibrates are harmless, but gradients
             # that stay non-finite would otherwise halve the scale towards 0 forever.
-            self._non_finite(loss_sum, gnorm.item(), overflow=self.scaler is not None and finite_loss)
+            self._non_finite(loss_sum, gnorm_sum / self.dist.world_size,
+                             overflow=self.scaler is not None and finite_loss)
         return ok, loss_sum, nll_sum, global_tokens, lr
 
     def _non_finite(self, loss_sum: float, gnorm: float, overflow: bool = False) -> None:
