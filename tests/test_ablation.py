@@ -148,7 +148,7 @@ def test_markdown_table_like_the_paper():
 
 
 def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
-    pytest.importorskip("matplotlib")
+    import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
     from aiayn.config import Config
 
     cfg = Config.load(None, {"model.preset": "tiny", "data.corpus": "embedded", "train.max_steps": 40,
@@ -189,7 +189,7 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
     import subprocess
     import sys
 
-    pytest.importorskip("matplotlib")
+    import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
     from aiayn.checkpoint import load_model
 
     out = tmp_path / "abl"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -61,12 +63,23 @@ def test_truncated_or_foreign_files_give_clear_errors(tmp_path):
 def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
     model = make()
     path = save_weights(model, tmp_path / "w.safetensors", step=1)
+    before = path.read_bytes()
     import aiayn.checkpoint as ck
 
-    def boom(*a, **k):
+    real = ck._st_save_model
+    written = []
+
+    def dies_halfway(model, filename, metadata=None):  # a full disk: half the file, then the error
+        real(model, filename, metadata=metadata)
+        data = open(filename, "rb").read()
+        with open(filename, "wb") as f:
+            f.write(data[: len(data) // 2])
+        written.append(filename)
         raise OSError("disk full")
-    monkeypatch.setattr(ck, "_st_save_model", boom)
+    monkeypatch.setattr(ck, "_st_save_model", dies_halfway)
     with pytest.raises(OSError, match="disk full"):
         save_weights(model, path, step=2)
-    assert read_metadata(path)["step"] == "1"
-    assert not list(tmp_path.glob("*.tmp"))
+    assert written and written[0] != str(path)  # it really wrote somewhere: a temp file next to the target
+    assert Path(written[0]).parent == tmp_path
+    assert path.read_bytes() == before and read_metadata(path)["step"] == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]  # no temp file left, hidden or not

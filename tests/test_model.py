@@ -347,12 +347,23 @@ def test_keep_projects_only_the_chosen_positions_in_values_and_gradients():
 
 def test_attention_weights_shapes_and_logits_unchanged():
     model = tiny()
-    src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 8, 9]])
+    # the second row is padded on both sides: the explicit path must mask what SDPA masks
+    src, tgt = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]]), torch.tensor([[2, 8, 9], [2, 6, 0]])
     w = model.attention_weights(src, tgt)
-    assert [x.shape for x in w["encoder"]] == [(1, 4, 4, 4)] * 2
-    assert [x.shape for x in w["decoder"]] == [(1, 4, 3, 3)] * 2
-    assert [x.shape for x in w["cross"]] == [(1, 4, 3, 4)] * 2
+    assert [x.shape for x in w["encoder"]] == [(2, 4, 4, 4)] * 2
+    assert [x.shape for x in w["decoder"]] == [(2, 4, 3, 3)] * 2
+    assert [x.shape for x in w["cross"]] == [(2, 4, 3, 4)] * 2
     assert torch.triu(w["decoder"][0][0, 0], diagonal=1).abs().sum() == 0
+    assert w["cross"][0][1, :, :, 2:].abs().sum() == 0  # no weight on padded source positions
+    for x in w["encoder"] + w["decoder"] + w["cross"]:
+        torch.testing.assert_close(x.sum(-1), torch.ones(x.shape[:-1]))
+    # The explicit-softmax path (plots) computes the same logits as the fused SDPA path (training).
+    recorded: dict = {"encoder": [], "decoder": [], "cross": []}
+    with torch.no_grad():
+        explicit, plain = model(src, tgt, attention=recorded), model(src, tgt)
+    assert [len(v) for v in recorded.values()] == [2, 2, 2]
+    real = tgt != 0  # at padded target positions the two masks differ by design (see Transformer.decode)
+    torch.testing.assert_close(explicit[real], plain[real], rtol=1e-5, atol=1e-5)
 
 
 # -- it learns ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -23,7 +24,10 @@ TINY = {
              "vocab_size": 400, "max_tokens": 512},
     "optim": {"warmup": 40, "lr_scale": 1.0},
     "train": {"max_steps": 30, "log_every": 1, "eval_every": 10, "save_every": 5, "keep_last": 3,
-              "eval_max_sentences": 16, "threads": 1, "progress": False, "seed": 3},
+              "eval_max_sentences": 16, "threads": 1, "progress": False, "seed": 3,
+              # pinned: with device auto a GPU host would train in CUDA/bf16, where the bitwise resume
+              # and DDP-vs-single-process comparisons below do not hold
+              "device": "cpu", "amp": "none"},
 }
 
 
@@ -38,6 +42,9 @@ def home(tmp_path_factory):
         os.environ.pop("AIAYN_HOME", None)
     else:
         os.environ["AIAYN_HOME"] = old
+
+
+REF_TRAIN = {"max_steps": 150, "eval_every": 50, "save_every": 10}  # the reference run's schedule
 
 
 def config_file(tmp_path: Path, **sections) -> Path:
@@ -86,7 +93,9 @@ def losses(run_dir: Path) -> list[tuple]:
 def reference(home, tmp_path_factory):
     """An uninterrupted run through the CLI: its losses are what every resumed run must reproduce."""
     tmp = tmp_path_factory.mktemp("ref")
-    cfg = config_file(tmp)
+    # lr 0.2x the schedule (d_model 64 makes the plain §5.3 peak ~0.02, too hot to learn to translate)
+    # and 150 updates: enough for the greedy BLEU to leave 0 (11-16 measured), not just the loss to fall
+    cfg = config_file(tmp, optim={"lr_scale": 0.2}, train=REF_TRAIN)
     code, out, err = finish(cli("train", "--config", str(cfg), "--run-dir", str(tmp / "run")))
     assert code == 0, err
     return cfg, tmp / "run"
@@ -95,23 +104,28 @@ def reference(home, tmp_path_factory):
 def test_uninterrupted_run_learns_and_writes_a_complete_run_dir(reference):
     cfg, run = reference
     train, valid = records(run, "train"), records(run, "valid")
-    assert [r["step"] for r in train] == list(range(1, 31))
-    assert [r["step"] for r in valid] == [10, 20, 30]
-    # ln(vocab) ~ 6 at the start; a working loop gets far below within 30 updates
-    assert train[0]["nll"] > 5.0 and valid[-1]["nll"] < 3.6 and valid[-1]["nll"] < valid[0]["nll"]
-    assert all(r["bleu"] is None or r["bleu"] >= 0 for r in valid)
+    assert [r["step"] for r in train] == list(range(1, 151))
+    assert [r["step"] for r in valid] == [50, 100, 150]
+    # ln(vocab) ~ 6 at the start; a working loop gets far below within 150 updates (1.3 measured)
+    assert train[0]["nll"] > 5.0 and valid[-1]["nll"] < 2.0 and valid[-1]["nll"] < valid[0]["nll"]
+    # and it translates: greedy BLEU on 16 validation sentences was 14.1 here (11-16 over seeds and
+    # schedules; 0.0 at steps 50 and 100). 8 leaves room for other CPUs' rounding but not for a broken
+    # decoder: the same hypotheses scored against the wrong references give 4.6 (shared number words)
+    bleus = [(r["step"], r["bleu"]) for r in valid]
+    assert all(isinstance(b, float) for _, b in bleus) and bleus[-1][1] > 8.0, bleus
     assert set(train[-1]) >= {"kind", "step", "loss", "nll", "ppl", "lr", "tokens_per_s", "elapsed"}
-    assert [c[0] for c in list_checkpoints(run)] == [20, 25, 30]  # keep_last 3
+    assert [c[0] for c in list_checkpoints(run)] == [130, 140, 150]  # keep_last 3
     assert (run / "spm.model").is_file() and (run / "best.safetensors").is_file()
     saved = Config.load(run / "config.yaml")
-    assert saved.model["d_model"] == 64 and saved.model["vocab_size"] > 4 and saved.train.max_steps == 30
+    assert saved.model["d_model"] == 64 and saved.model["vocab_size"] > 4 and saved.train.max_steps == 150
+    assert (saved.train.device, saved.train.amp) == ("cpu", "none")
 
 
 def test_resuming_a_finished_run_changes_nothing(reference):
     cfg, run = reference
     before = (run / "metrics.jsonl").read_text()
     code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0 and "already finished at step 30" in err, err
+    assert code == 0 and "already finished at step 150" in err, err
     assert (run / "metrics.jsonl").read_text() == before
 
 
@@ -126,7 +140,7 @@ def test_resume_after_ctrl_c_and_kill_9_reproduces_the_losses_exactly(reference,
     assert code == 130, err
     assert f"aiayn train --resume {run}" in err
     stopped = records(run, "train")[-1]["step"]
-    assert 7 <= stopped < 30 and list_checkpoints(run)[-1][0] == stopped
+    assert 7 <= stopped < 150 and list_checkpoints(run)[-1][0] == stopped
     # resume, then kill -9 (no handler runs, files may be half written), resume again
     p = cli("train", "--resume", str(run))
     wait_for_step(run, stopped + 6, p)
@@ -148,19 +162,19 @@ def test_corrupted_checkpoint_is_named_and_an_older_one_is_used(reference, tmp_p
     _, ref = reference
     run = tmp_path / "run"
     shutil.copytree(ref, run)
-    weights, state = checkpoint_paths(run, 30)
+    weights, state = checkpoint_paths(run, 150)
     weights.write_bytes(weights.read_bytes()[:1000])  # truncated
-    cfg = Config.load(run / "config.yaml", {"train.max_steps": 30, "train.eval_every": 0})
+    cfg = Config.load(run / "config.yaml", {"train.max_steps": 150, "train.eval_every": 0})
     summary = train(cfg, run, resume=True)
     err = capfd.readouterr().err
     assert str(weights) in err and "older checkpoint" in err
-    assert summary["step"] == 30
-    # 30 was replayed from 25: the same losses as the original run
-    assert losses(run)[-5:] == losses(ref)[-5:]
+    assert summary["step"] == 150
+    # 141..150 were replayed from 140: the same losses as the original run
+    assert losses(run)[-10:] == losses(ref)[-10:]
 
     for _, w, s in list_checkpoints(run):
         s.write_bytes(b"not a zip file")
-    with pytest.raises(TrainingError, match=r"no usable checkpoint[\s\S]*step_00000030\.state\.pt"):
+    with pytest.raises(TrainingError, match=r"no usable checkpoint[\s\S]*step_00000150\.state\.pt"):
         train(cfg, run, resume=True)
 
 
@@ -194,6 +208,124 @@ def test_nan_losses_are_skipped_then_stop_training_keeping_the_last_good_checkpo
     assert [c[0] for c in list_checkpoints(run)] == [5]  # nothing written after the failure
 
 
+def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limit(home, tmp_path, monkeypatch):
+    """fp16 on CPU (autocast + GradScaler("cpu")): an inf gradient skips the update without moving the
+    optimizer or the schedule and halves the loss scale; the scale is checkpointed and restored; and
+    gradients that keep overflowing stop training after train.nan_limit updates instead of halving
+    the scale forever."""
+    import torch
+
+    import aiayn.train.trainer as trainer_mod
+    from aiayn.train import train
+    from aiayn.train.schedule import noam_lr
+    from aiayn.train.state import load_state
+    from aiayn.train.trainer import TrainingError
+
+    class InfGrad(torch.autograd.Function):  # identity forward; backward sends inf into every gradient
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * math.inf
+
+    real = trainer_mod.label_smoothed_nll
+    calls, bad = {"n": 0}, {3}  # training forward passes (1-based) whose gradients overflow
+
+    def overflowing(logits, target, eps, pad):
+        loss, nll, n = real(logits, target, eps, pad)
+        if logits.requires_grad:
+            calls["n"] += 1
+            if calls["n"] in bad:
+                loss = InfGrad.apply(loss)  # the loss itself stays finite: only fp16 gradients overflow
+        return loss, nll, n
+
+    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", overflowing)
+
+    def cfg(steps: int) -> Config:
+        return Config.from_dict({**TINY, "train": {**TINY["train"], "amp": "fp16", "max_steps": steps, "eval_every": 0,
+                                                   "eval_bleu": False, "save_every": 3, "nan_limit": 3}})
+
+    run = tmp_path / "run"
+    assert train(cfg(6), run)["step"] == 6  # 7 attempts, one skipped
+    skip, = records(run, "skip")
+    assert (skip["step"], skip["reason"], skip["scale"]) == (3, "fp16 gradient overflow", 2.0**15)
+    lrs = [r["lr"] for r in records(run, "train")]
+    assert lrs == [noam_lr(s, 64, 40, 1.0) for s in range(1, 7)]  # the schedule did not advance on the skip
+    state = load_state(checkpoint_paths(run, 6)[1])
+    assert state["scaler"]["scale"] == 2.0**15 and state["scheduler"]["last_epoch"] == 6
+    assert {int(v["step"]) for v in state["optimizer"]["state"].values()} == {6}  # Adam stepped 6 times, not 7
+
+    calls["n"], bad = 0, set(range(1, 1000))  # from now on every update overflows
+    with pytest.raises(TrainingError, match=r"fp16 gradients overflowed in 3 consecutive updates \(after step 6; "
+                                            r"loss scale down to 4096\)[\s\S]*step_00000006\.safetensors"):
+        train(cfg(100), run, resume=True)
+    skips = records(run, "skip")
+    # the resumed scaler continues from the checkpoint's 2^15 (a fresh one would start at 2^16)
+    assert [(r["step"], r["scale"], r["consecutive"]) for r in skips] == [(3, 2.0**15, 1), (7, 2.0**14, 1),
+                                                                          (7, 2.0**13, 2), (7, 2.0**12, 3)]
+    assert calls["n"] == 3 and [c[0] for c in list_checkpoints(run)] == [3, 6]
+
+
+def test_deterministic_setting_switches_torch_to_deterministic_kernels(home, tmp_path, monkeypatch):
+    """train.deterministic: torch.use_deterministic_algorithms(True), cuDNN deterministic without
+    benchmarking, cuBLAS' fixed workspace; and the CPU training step has no op that then refuses."""
+    import torch
+
+    from aiayn.train import train
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark)
+    try:
+        cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "deterministic": True, "max_steps": 2,
+                                                   "eval_every": 0, "eval_bleu": False}})
+        assert train(cfg, tmp_path / "run")["step"] == 2
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert not torch.backends.cudnn.benchmark and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:  # process-wide switches: leave them as the other tests expect
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
+
+
+@pytest.mark.parametrize("amp", ["none", "fp16"])
+def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
+    """Every tensor-to-Python conversion (.item(), .tolist(), float(t), bool(t), ...) makes the host wait
+    for the GPU. A single-process update needs one: the loss sums, the stop/time votes and the gradient
+    norm's finiteness come back together (under DDP the token count's all-reduce before backward adds a
+    second). Counted on CPU, where conversions are visible even though nothing waits."""
+    import torch
+
+    import aiayn.train.trainer as trainer_mod
+    from aiayn.train import train
+
+    seen: list[list[str]] = []
+    inside = [False]
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):
+        def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):
+            if inside[0]:
+                seen[-1].append(_name)
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    real_update = trainer_mod.Trainer.update
+
+    def update(self, micro):
+        seen.append([])
+        inside[0] = True
+        try:
+            return real_update(self, micro)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(trainer_mod.Trainer, "update", update)
+    cfg = Config.from_dict({**TINY, "optim": {**TINY["optim"], "update_freq": 2, "clip_norm": 1.0},
+                            "train": {**TINY["train"], "amp": amp, "max_steps": 3, "eval_every": 0,
+                                      "eval_bleu": False, "save_every": 100}})
+    assert train(cfg, tmp_path / "run")["step"] == 3
+    assert seen == [["tolist"]] * 3, seen
+
+
 def test_unwritable_run_dir_fails_before_training(home, tmp_path):
     from aiayn.train import train
     from aiayn.train.trainer import TrainingError
@@ -213,12 +345,17 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
         train(Config.from_dict(TINY), run)
 
 
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path):
+@pytest.mark.parametrize("clip_norm", [0.0, 2.0], ids=["no-clip", "clip"])
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm):
     """torchrun, 2 ranks x 1 micro-batch per update == 1 process x update_freq 2 (dropout off, so the
-    only difference is the order of floating-point sums)."""
+    only difference is the order of floating-point sums). Without clipping Adam is nearly blind to a
+    constant gradient factor (a wrong scale across ranks). Clipping at 2.0 cuts the first 3 of the 8
+    updates (norms 4.6, 4.3, 3.2, then 2.1 ... 1.1): a wrong scale moves that boundary and changes
+    the relative weight of the updates in Adam's moments, so it shows in the losses. (A norm cut at
+    every update would hide it again: each clipped gradient has the same length whatever its scale.)"""
     from aiayn.train import train
 
-    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480},
+    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480}, "optim": {"clip_norm": clip_norm},
               "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False}}
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -227,6 +364,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
                        capture_output=True, text=True, env=env, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "update = 1 x 2 x 480" in p.stdout  # one banner: only rank 0 prints and writes
+    assert "device cpu, amp none" in p.stdout
 
     one = Config.load(cfg, {"optim.update_freq": 2})
     train(one, tmp_path / "single")
@@ -239,6 +377,78 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     assert [r["loss"] for r in va] == pytest.approx([r["loss"] for r in vb], rel=1e-4)
     assert [c[0] for c in list_checkpoints(tmp_path / "ddp")] == [4, 8]
     assert a[0][1] != a[-1][1]  # it did train
+
+
+RESUME_WORKER = """
+import json, os, sys
+from pathlib import Path
+
+import aiayn.train.trainer as T
+from aiayn.checkpoint import CheckpointError
+from aiayn.config import Config
+from aiayn.train import train
+from aiayn.train.state import checkpoint_paths
+
+rank, run, extra, mode = int(os.environ["RANK"]), Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+if rank == 1:  # this rank's view of the shared run directory differs (a lagging or per-node file system)
+    real_list, real_load = T.list_checkpoints, T.load_state
+    # it also lists a newer checkpoint that rank 0 does not see ...
+    T.list_checkpoints = lambda run_dir: real_list(run_dir) + [(12, *checkpoint_paths(extra, 12))]
+
+    def load_state(path):  # ... and cannot read step 8's state (mode 'none': no state at all)
+        if mode == "none" or "step_00000008" in str(path):
+            raise CheckpointError(f"corrupted or truncated training state {path} (as rank 1 sees it)")
+        return real_load(path)
+    T.load_state = load_state
+
+real_load_latest = T.Trainer._load_latest
+def load_latest(self):  # record where each rank resumed
+    real_load_latest(self)
+    (run.parent / f"resumed_rank{rank}").write_text(str(self.step))
+T.Trainer._load_latest = load_latest
+train(Config.load(run / "config.yaml", {"train.max_steps": 10}), run, resume=True)
+"""
+
+
+def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_together(home, tmp_path):
+    """Rank 0 chooses the step and every rank loads exactly that one. Here rank 1 lists an extra, newer
+    checkpoint (step 12) and cannot read step 8: both ranks resume from step 4 together. When rank 1 can
+    read nothing, every rank stops with the same TrainingError instead of one hanging."""
+    import shutil
+
+    from aiayn.train.state import load_state, save_state
+
+    cfg = config_file(tmp_path, model={"dropout": 0.0}, data={"max_tokens": 480},
+                      train={"max_steps": 8, "eval_every": 0, "save_every": 4, "eval_bleu": False})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+    def torchrun(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                               *args], capture_output=True, text=True, env=env, timeout=180)
+
+    run = tmp_path / "run"
+    p = torchrun("-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(run))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [c[0] for c in list_checkpoints(run)] == [4, 8]
+    # the newer checkpoint only rank 1 sees: step 8's files, relabelled as step 12
+    extra = tmp_path / "extra"
+    w12, s12 = checkpoint_paths(extra, 12)
+    w12.parent.mkdir(parents=True)
+    shutil.copy(checkpoint_paths(run, 8)[0], w12)
+    save_state(s12, {**load_state(checkpoint_paths(run, 8)[1]), "step": 12})
+    worker = tmp_path / "worker.py"
+    worker.write_text(RESUME_WORKER)
+
+    p = torchrun(str(worker), str(run), str(extra), "step8")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [(tmp_path / f"resumed_rank{r}").read_text() for r in (0, 1)] == ["4", "4"]
+    assert "rank 1: corrupted or truncated training state" in p.stderr and "older checkpoint" in p.stderr
+    assert [c[0] for c in list_checkpoints(run)] == [4, 8, 10]  # 8 rewritten by the resumed run; no 12
+    assert records(run, "train")[-1]["step"] == 10
+
+    p = torchrun(str(worker), str(run), str(extra), "none")
+    assert p.returncode != 0
+    assert p.stderr.count("TrainingError: no usable checkpoint to resume from on every rank") == 2, p.stderr[-3000:]
 
 
 def test_max_epochs_stops_after_whole_passes(home, tmp_path):

@@ -200,6 +200,52 @@ def test_state_round_trip_is_weights_only_and_restores_rng(tmp_path):
         load_state(tmp_path / "cut.pt")
 
 
+class FakeCuda:
+    """Stands in for torch.cuda's RNG calls on a machine without a GPU: `n` visible devices, each with
+    a byte state; like torch, a device index past the visible ones raises IndexError."""
+
+    def __init__(self, monkeypatch, n: int) -> None:
+        self.n = n
+        self.states = {i: torch.full((8,), 10 + i, dtype=torch.uint8) for i in range(n)}
+
+        def index(device) -> int:
+            i = torch.device("cuda", device).index if isinstance(device, int) else torch.device(device).index or 0
+            if i >= self.n:
+                raise IndexError(f"tuple index out of range (cuda:{i}, {self.n} visible)")
+            return i
+
+        def set_state(state, device="cuda"):
+            self.states[index(device)] = state.clone()
+
+        for name, fn in {"is_available": lambda: True, "is_initialized": lambda: True, "device_count": lambda: n,
+                         "current_device": lambda: 0,
+                         "get_rng_state": lambda device="cuda": self.states[index(device)].clone(),
+                         "set_rng_state": set_state,
+                         "get_rng_state_all": lambda: [self.states[i].clone() for i in range(n)],
+                         "set_rng_state_all": lambda states: [set_state(s, i) for i, s in enumerate(states)]}.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
+
+
+def test_cuda_rng_state_is_the_ranks_own_device_and_resumes_on_fewer_gpus(tmp_path, monkeypatch):
+    """A rank saves and restores only its own GPU's generator: a checkpoint written where 2 GPUs were
+    visible resumes where 1 is (old checkpoints, with every GPU's state in a list, included)."""
+    two = FakeCuda(monkeypatch, 2)
+    saved = capture_rng(torch.device("cuda", 1))  # rank 1 of a run on 2 GPUs
+    assert torch.equal(saved["cuda"], two.states[1])
+    save_state(tmp_path / "s.pt", {"step": 1, "rng": [saved]})
+    old_form = {**saved, "cuda": [two.states[0].clone(), two.states[1].clone()]}  # what get_rng_state_all wrote
+
+    one = FakeCuda(monkeypatch, 1)  # the resumed process sees one GPU
+    restore_rng(load_state(tmp_path / "s.pt")["rng"][0], torch.device("cuda", 0))
+    assert torch.equal(one.states[0], two.states[1])  # rank 1's stream continues on this process's GPU
+    one.states[0].zero_()
+    restore_rng(old_form, torch.device("cuda", 0))  # no IndexError
+    assert torch.equal(one.states[0], two.states[0])
+    restore_rng(old_form, torch.device("cpu"))  # resumed on CPU: the GPU's stream is not touched
+    assert torch.equal(one.states[0], two.states[0])
+    assert "cuda" not in capture_rng(torch.device("cpu"))
+
+
 # -- averaging --------------------------------------------------------------------------------------
 
 
@@ -233,3 +279,25 @@ def test_average_is_the_parameter_mean(tmp_path):
     via_cli = load_model(tmp_path / "avg3.safetensors")
     for (n1, p1), (_, p2) in zip(via_cli.named_parameters(), three.named_parameters()):
         assert torch.equal(p1, p2), n1
+
+
+# -- mixed precision --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("major, emulated, expected", [(8, True, "bf16"), (9, True, "bf16"), (7, True, "fp16"),
+                                                       (6, False, "fp16")])
+def test_amp_auto_picks_bf16_only_where_the_gpu_has_it(monkeypatch, major, emulated, expected):
+    """A V100/T4 (compute capability 7.x) runs bf16 only by emulation, yet torch.cuda.is_bf16_supported()
+    says True there; auto must choose fp16 with loss scaling instead. The CUDA queries are faked."""
+    from types import SimpleNamespace
+
+    from aiayn.train.trainer import resolve_amp
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: SimpleNamespace(major=major, minor=0))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda d: emulated)  # the emulation probe
+    assert resolve_amp("auto", torch.device("cuda", 0)) == expected
+    assert resolve_amp("auto", torch.device("cpu")) == "none"
+    assert resolve_amp("bf16", torch.device("cuda", 0)) == "bf16"  # an explicit choice is kept

@@ -167,7 +167,8 @@ class TrainConfig:
     max_minutes: float | None = None  # wall-clock budget of the run, resumes included (then evaluate, save, finish)
     seed: int = 1
     device: str = "auto"  # auto = cuda if available else cpu
-    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on CUDA, none on CPU
+    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on GPUs with native bf16, else fp16; none on CPU
+    #   (fp16 also runs on CPU, slowly, with GradScaler("cpu"))
     compile: bool = False  # torch.compile the training forward
     log_every: int = 100
     eval_every: int = 1000  # validation loss + greedy BLEU; 0 = only at the end
@@ -175,10 +176,13 @@ class TrainConfig:
     keep_last: int = 5  # step checkpoints kept (plus best.safetensors); >= 5 lets `average --last 5` work
     eval_max_sentences: int = 500  # greedy-BLEU subset of the validation set (0 = all)
     eval_bleu: bool = True
-    nan_limit: int = 5  # consecutive non-finite updates before training stops
+    nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
     dist_timeout_s: float = 600  # how long a collective waits for the slowest rank before failing
+    # Deterministic kernels only (torch.use_deterministic_algorithms; an op without one raises), for
+    # bitwise-exact resume on GPU. On CPU, resume is bitwise already; on GPU without this it is not.
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if self.amp not in ("auto", "none", "bf16", "fp16"):

@@ -1,8 +1,12 @@
-"""Process-group plumbing for `torchrun --nproc_per_node=N -m aiayn train ...`.
+"""Process-group plumbing for `torchrun --nproc_per_node=N -m aiayn train ...` and
+`srun python -m aiayn train ...` (SLURM).
 
-torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT; without them this is
-a single process and every helper is a no-op. NCCL on GPU, gloo on CPU. The model never imports
-this module: the trainer wraps the model in DistributedDataParallel from outside.
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT. Without them, SLURM's
+per-task variables give the rank (SLURM_PROCID), the world (SLURM_STEP_NUM_TASKS, else
+SLURM_NTASKS) and the local rank (SLURM_LOCALID); the rendezvous address then has to be exported
+(MASTER_ADDR / MASTER_PORT), since SLURM does not set it. With neither this is a single process and
+every helper is a no-op. NCCL on GPU, gloo on CPU. The model never imports this module: the trainer
+wraps the model in DistributedDataParallel from outside.
 """
 
 from __future__ import annotations
@@ -10,9 +14,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Mapping
 
 import torch
 import torch.distributed as dist
+
+from aiayn.errors import AiaynError
+
+
+class LaunchError(AiaynError, RuntimeError):
+    """The launcher's environment does not describe a usable process group."""
 
 
 @dataclass(frozen=True)
@@ -30,21 +41,56 @@ class DistInfo:
         return self.world_size > 1
 
 
-def launched_by_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+def launched_by_torchrun(env: Mapping[str, str] = os.environ) -> bool:
+    return "RANK" in env and "WORLD_SIZE" in env
+
+
+def launch_info(env: Mapping[str, str] = os.environ) -> DistInfo:
+    """Rank, world size and local rank from torchrun's variables, else from SLURM's (srun). Without
+    either, a single process. Each srun task that saw no SLURM support would train alone and
+    all of them would write the same run directory: so SLURM is read, not ignored."""
+    def number(name: str) -> int:
+        try:
+            return int(env[name])
+        except ValueError:
+            raise LaunchError(f"{name}={env[name]!r} is not an integer") from None
+
+    if launched_by_torchrun(env):
+        info = DistInfo(number("RANK"), number("WORLD_SIZE"), number("LOCAL_RANK") if "LOCAL_RANK" in env else 0)
+    elif "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+        # srun sets SLURM_STEP_NUM_TASKS for its step; a batch script only has the job's SLURM_NTASKS
+        world = number("SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS")
+        info = DistInfo(number("SLURM_PROCID"), world, number("SLURM_LOCALID") if "SLURM_LOCALID" in env else 0)
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
+        if info.enabled and missing:
+            raise LaunchError(f"started by SLURM as task {info.rank} of {info.world_size} but {' and '.join(missing)} "
+                              f"{'is' if len(missing) == 1 else 'are'} not set; export MASTER_ADDR (the first node's "
+                              f"host name) and MASTER_PORT (a free port) before srun, or launch with torchrun")
+    else:
+        return DistInfo()
+    if not 0 <= info.rank < info.world_size or info.local_rank < 0:
+        raise LaunchError(f"rank {info.rank} / local rank {info.local_rank} do not fit world size {info.world_size}")
+    return info
 
 
 def init(device: torch.device, timeout_s: float = 600) -> DistInfo:
-    """Join the process group when started by torchrun; pick this rank's GPU. A collective that waits
-    longer than `timeout_s` for another rank fails instead of hanging."""
-    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+    """Join the process group when started by torchrun or srun; pick this rank's GPU. A collective that
+    waits longer than `timeout_s` for another rank fails instead of hanging."""
+    info = launch_info()
+    if not info.enabled:
         return DistInfo()
-    info = DistInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
+    if device.type == "cuda" and info.local_rank >= torch.cuda.device_count():
+        raise LaunchError(f"local rank {info.local_rank} needs GPU {info.local_rank} but this node shows "
+                          f"{torch.cuda.device_count()}; start at most that many processes per node "
+                          f"(--nproc_per_node / --ntasks-per-node) and let each see all the node's GPUs")
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(info.local_rank)
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+        # rank and world size explicitly: under SLURM they are not in the environment (env:// reads
+        # only MASTER_ADDR / MASTER_PORT then)
+        dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
+                                timeout=timedelta(seconds=timeout_s))
     return info
 
 

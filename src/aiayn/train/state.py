@@ -51,7 +51,9 @@ def prune(run_dir: str | Path, keep_last: int) -> None:
 
 # -- RNG --------------------------------------------------------------------------------------------
 
-def capture_rng() -> dict[str, Any]:
+def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
+    """Host RNGs, plus the CUDA generator of `device` (this rank's GPU) when training on one. Only
+    that one: saving every visible GPU's state made a resume with fewer visible GPUs fail."""
     np_state = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
@@ -59,20 +61,31 @@ def capture_rng() -> dict[str, Any]:
                   "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
         "python": _plain(random.getstate()),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def restore_rng(state: dict[str, Any]) -> None:
+def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Inverse of `capture_rng`. The CUDA state goes to `device` only; checkpoints from before this
+    rule hold a list with one state per visible GPU, of which this rank's own (by index) is used."""
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
     np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                          n["cached_gaussian"]))
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is None or device is None or device.type != "cuda":
+        return  # saved on CPU, or resumed on CPU: no GPU stream to continue
+    if isinstance(cuda, (list, tuple)):  # old form: every visible GPU's state
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= len(cuda):
+            warn(f"the checkpoint holds CUDA RNG states for {len(cuda)} GPU(s), none for {device}; "
+                 f"its dropout stream starts afresh")
+            return
+        cuda = cuda[index]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 def _plain(obj: Any) -> Any:

@@ -66,12 +66,24 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def set_deterministic() -> None:
+    """train.deterministic: only deterministic kernels, so a GPU run continues bitwise after a resume
+    as a CPU run does anyway. cuBLAS reads its workspace setting when its first handle is made."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
 def resolve_amp(amp: str, device: torch.device) -> str:
+    """`auto`: bf16 where the GPU computes in bf16 (compute capability >= 8, or ROCm); fp16 with loss
+    scaling on older GPUs, where torch only emulates bf16 (slower than fp32) and its plain
+    `is_bf16_supported()` still says yes; none on CPU."""
     if amp == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
-    if amp == "fp16" and device.type != "cuda":
-        raise TrainingError("train.amp=fp16 needs CUDA (use bf16 or none on CPU)")
-    return amp
+        if device.type != "cuda":
+            return "none"
+        return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
+    return amp  # fp16 on CPU works too (autocast + GradScaler("cpu")), slowly: it is how the tests reach that path
 
 
 def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
@@ -149,6 +161,8 @@ class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False) -> None:
         self.cfg, self.run_dir, self.resume = config, Path(run_dir), resume
         c = config.train
+        if c.deterministic:
+            set_deterministic()  # before any CUDA work
         device = resolve_device(c.device)
         self.dist = distributed.init(device, c.dist_timeout_s)
         self.device = distributed.local_device(device, self.dist)
@@ -222,7 +236,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=o.betas, eps=o.eps,
                                           weight_decay=o.weight_decay, fused=self.device.type in ("cpu", "cuda"))
         self.scheduler = noam_scheduler(self.optimizer, self.model_config.d_model, o.warmup, o.lr_scale)
-        self.scaler = torch.amp.GradScaler("cuda") if self.amp == "fp16" else None
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.amp == "fp16" else None
 
         self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=seed, shuffle=True,
                                       rank=self.dist.rank, world_size=self.dist.world_size)
@@ -260,7 +274,7 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        rngs = capture_rng()
+        rngs = capture_rng(self.device)
         if self.dist.enabled:  # every rank's RNG, so dropout streams continue per rank
             gathered: list[Any] = [None] * self.dist.world_size
             torch.distributed.all_gather_object(gathered, rngs)
@@ -294,14 +308,26 @@ class Trainer:
         self.last_saved_step = self.step
 
     def _load_latest(self) -> None:
-        """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones."""
-        ckpts = list_checkpoints(self.run_dir)
-        if not ckpts:
+        """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones.
+
+        Rank 0 lists the checkpoints and every rank tries the same step, in the same order: ranks that
+        each picked their own newest (a file system that lags on one node) would resume at different
+        steps and hang in their first collective. A step counts only if it loaded on every rank."""
+        steps: list[int] = [step for step, _, _ in reversed(list_checkpoints(self.run_dir))] if self.main else []
+        if self.dist.enabled:
+            box: list[Any] = [steps]
+            torch.distributed.broadcast_object_list(box, src=0)
+            steps = box[0]
+        if not steps:
             warn(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 0")
             self.metrics.truncate(0)
             return
+        who = f"rank {self.dist.rank}: " if self.dist.enabled else ""
         errors = []
-        for step, weights, state_path in reversed(ckpts):
+        for step in steps:
+            weights, state_path = checkpoint_paths(self.run_dir, step)
+            failure: BaseException | None = None
+            damaged = False
             try:
                 read_metadata(weights)
                 state = load_state(state_path)
@@ -310,16 +336,32 @@ class Trainer:
                 except Exception as e:
                     raise CheckpointError(f"cannot load weights from {weights}: {e}") from None
                 self._restore(state)
-            except CheckpointError as e:
-                warn(f"{e}; trying an older checkpoint")
-                errors.append(str(e))
+            except CheckpointError as e:  # damaged or missing here: all ranks try an older one
+                damaged = True
+                errors.append(f"{who}{e}")
+                warn(f"{who}{e}; trying an older checkpoint")
+            except Exception as e:  # anything else (settings that no longer fit) stops every rank
+                failure = e
+            # One all-reduce: each rank's verdict on this step (0 loaded, 1 damaged, 2 other error).
+            verdict = torch.zeros(self.dist.world_size, device=self.device)
+            verdict[self.dist.rank] = 2.0 if failure is not None else float(damaged)
+            codes = [int(c) for c in distributed.all_reduce_sum(verdict).tolist()]
+            if 2 in codes:
+                if failure is not None:
+                    raise failure
+                raise TrainingError(f"resuming from step {step} failed on rank(s) "
+                                    f"{[r for r, c in enumerate(codes) if c == 2]}; see their error")
+            if any(codes):
+                if not damaged:
+                    errors.append(f"step {step}: unusable on rank(s) {[r for r, c in enumerate(codes) if c]}")
                 continue
             if errors and self.main:
                 warn(f"resuming from the older checkpoint {weights}")
             self.last_saved, self.last_saved_step = weights, step
             self.metrics.truncate(step)
             return
-        raise TrainingError("no usable checkpoint to resume from:\n  " + "\n  ".join(errors))
+        raise TrainingError("no usable checkpoint to resume from" + (" on every rank" if self.dist.enabled else "")
+                            + ":\n  " + "\n  ".join(errors))
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -334,7 +376,7 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.iterator.load_state_dict(state["data"])
         rngs = state["rng"]
-        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0])
+        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0], self.device)
         self.step = int(state["step"])
         c = state["counters"]
         self.nan_total, self.nan_consecutive, self.elapsed = int(c["nan_total"]), int(c["nan_consecutive"]), float(c["elapsed"])
@@ -414,7 +456,8 @@ class Trainer:
         Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
         o, pad = self.cfg.optim, self.model_config.pad_id
         local_tokens = float(sum(b.tgt_tokens for b in micro))
-        global_tokens = _sum_stats([local_tokens], self.device)[0]
+        # The normaliser is needed before backward: one all-reduce (and host sync) under DDP, none alone.
+        global_tokens = _sum_stats([local_tokens], self.device)[0] if self.dist.enabled else local_tokens
         scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
         loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
         for i, b in enumerate(micro):
@@ -427,55 +470,63 @@ class Trainer:
                 (self.scaler.scale(obj) if self.scaler else obj).backward()
             loss_sum = loss_sum + loss.detach()
             nll_sum = nll_sum + nll.detach()
-        # Stop requests and the time budget are decided together by all ranks, at the same update.
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm if o.clip_norm > 0 else math.inf)
+        # One host sync for everything else: loss sums, the stop requests and time budget (decided by all
+        # ranks together, at the same update) and the gradient norm, which DDP made equal on every rank,
+        # so its sum over ranks is finite exactly when it is.
         budget = self.cfg.train.max_minutes
         late = budget is not None and self.elapsed + time.perf_counter() - self._t0 > 60 * budget  # across resumes
-        loss_sum, nll_sum, stop, late = _sum_stats([loss_sum, nll_sum, float(self._stop_requested), float(late)],
-                                                   self.device)
+        loss_sum, nll_sum, stop, late, gnorm_sum = _sum_stats(
+            [loss_sum, nll_sum, float(self._stop_requested), float(late), gnorm], self.device)
         if stop:
             self._stop_requested = True
         if late:
             self._out_of_time = True
 
-        lr = self.optimizer.param_groups[0]["lr"]
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.clip_norm if o.clip_norm > 0 else math.inf)
         finite_loss = math.isfinite(loss_sum)
-        if self.scaler and finite_loss:  # fp16: overflowing gradients are the scaler's business
-            before = self.scaler.get_scale()
+        ok = finite_loss and math.isfinite(gnorm_sum)
+        if ok and self.scaler:  # gradients known finite; with fused Adam the scaler's step adds no sync
             self.scaler.step(self.optimizer)
-            self.scaler.update()
-            ok = self.scaler.get_scale() >= before
-        elif finite_loss and math.isfinite(gnorm.item()):
+        elif ok:
             self.optimizer.step()
-            ok = True
-        else:
-            ok = False
-            if self.scaler:
-                self.scaler.update()
+        if self.scaler:
+            self.scaler.update()  # after an overflow (inf found by unscale_) this halves the scale
         self.optimizer.zero_grad(set_to_none=True)
         if ok:
             self.scheduler.step()
-        elif finite_loss and self.scaler:
-            self._print(f"step {self.step + 1}: fp16 gradient overflow, update skipped (scale "
-                        f"{self.scaler.get_scale():g})")
-            return False, loss_sum, nll_sum, global_tokens, lr
-        elif not ok:
-            self._non_finite(loss_sum, gnorm.item())
+        else:
+            # fp16 overflow (finite loss, the scaler skipped the step and halved its scale) counts like
+            # any other skipped update: a few while the scale calibrates are harmless, but gradients
+            # that stay non-finite would otherwise halve the scale towards 0 forever.
+            self._non_finite(loss_sum, gnorm_sum / self.dist.world_size,
+                             overflow=self.scaler is not None and finite_loss)
         return ok, loss_sum, nll_sum, global_tokens, lr
 
-    def _non_finite(self, loss_sum: float, gnorm: float) -> None:
+    def _non_finite(self, loss_sum: float, gnorm: float, overflow: bool = False) -> None:
+        """Count a skipped update; `train.nan_limit` consecutive ones stop training."""
         self.nan_total += 1
         self.nan_consecutive += 1
         what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
-        self.metrics.write({"kind": "skip", "step": self.step + 1, "reason": f"non-finite {what}",
-                            "consecutive": self.nan_consecutive, "total": self.nan_total})
-        self._print(f"step {self.step + 1}: non-finite {what}, update skipped "
+        rec: dict[str, Any] = {"kind": "skip", "step": self.step + 1, "reason": f"non-finite {what}",
+                               "consecutive": self.nan_consecutive, "total": self.nan_total}
+        if overflow:
+            scale = self.scaler.get_scale()  # already halved by scaler.update()
+            what = f"fp16 gradient overflow (loss scale now {scale:g})"
+            rec.update(reason="fp16 gradient overflow", scale=scale)
+        self.metrics.write(rec)
+        self._print(f"step {self.step + 1}: {what if overflow else 'non-finite ' + what}, update skipped "
                     f"({self.nan_consecutive} in a row, {self.nan_total} in total)", err=True)
         limit = self.cfg.train.nan_limit
         if self.nan_consecutive >= limit:
             last = self.last_saved or "none (no checkpoint was written yet)"
+            if overflow:
+                raise TrainingError(f"fp16 gradients overflowed in {limit} consecutive updates (after step "
+                                    f"{self.step}; loss scale down to {scale:g}); training stopped. Last good "
+                                    f"checkpoint: {last}. Try a lower optim.lr_scale, optim.clip_norm, a higher "
+                                    f"train.nan_limit, or train.amp=bf16 / none instead of fp16")
             raise TrainingError(f"{what} was NaN/inf for {limit} consecutive updates (after step {self.step}); "
                                 f"training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
                                 f"optim.clip_norm, or train.amp=bf16 instead of fp16")
