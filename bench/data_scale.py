@@ -2,6 +2,7 @@
 cached start and batch-plan time, on a synthetic WMT-like corpus.
 
     python bench/data_scale.py --pairs 500000 4500000 --corpus-dir /tmp/synth --json bench/results/data_scale.json
+    python bench/data_scale.py --pairs 500000 --src /tmp/old/src     # the same on another checkout's code
 
 The corpus joins Multi30k training captions two by two (about 24 words and 270 bytes a pair, like
 WMT14 news sentences); Multi30k comes from $AIAYN_DATA_DIR. Each measurement runs in a fresh
@@ -24,13 +25,15 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import json, sys, time
+import inspect, json, sys, time
 t0 = time.perf_counter()
 from aiayn.config import DataConfig
 from aiayn.data import prepare
 from aiayn.data.batching import BatchIterator
-cfg = DataConfig(**json.loads(sys.argv[1]))
-prep = prepare(cfg, workers=int(sys.argv[2]) or None)
+fields = json.loads(sys.argv[1])
+cfg = DataConfig(**{k: v for k, v in fields.items() if k in DataConfig.__dataclass_fields__})
+kw = {"workers": int(sys.argv[2]) or None} if "workers" in inspect.signature(prepare).parameters else {}
+prep = prepare(cfg, **kw)
 t1 = time.perf_counter()
 out = {"prepare_s": round(t1 - t0, 3), "report": prep.report}
 if sys.argv[3] == "plan":
@@ -87,8 +90,10 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run_child(cfg: dict, home: str, workers: int, plan: bool) -> dict:
+def run_child(cfg: dict, home: str, workers: int, plan: bool, src: str | None) -> dict:
     env = {**os.environ, "AIAYN_HOME": home}
+    if src:
+        env["PYTHONPATH"] = src
     t0 = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg), str(workers), "plan" if plan else "-"],
                          env=env, stdout=subprocess.PIPE, text=True)
@@ -122,6 +127,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--max-tokens", type=int, default=25000)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--src", default=None, help="import aiayn from this directory (e.g. an older checkout's src)")
     a = ap.parse_args()
     multi30k = Path(os.environ.get("AIAYN_DATA_DIR", ""))
     if not (multi30k / "train.de.gz").is_file():
@@ -133,11 +139,10 @@ def main() -> None:
         cfg = {"corpus": "files", "src_lang": "en", "tgt_lang": "de", "vocab_size": a.vocab_size,
                "max_tokens": a.max_tokens, **files}
         home = tempfile.mkdtemp(prefix="aiayn-home-")
-        cold = run_child(cfg, home, a.workers, plan=False)
-        warm = run_child(cfg, home, a.workers, plan=True)
-        disk = sum(f.stat().st_size for f in Path(cold["report"]["cache_dir"] if "cache_dir" in cold["report"]
-                                                   else Path(home, "prepared")).rglob("*") if f.is_file())
-        row = {"pairs": n, "cold_wall_s": cold["wall_s"], "pairs_per_s": round(n / cold["wall_s"]),
+        cold = run_child(cfg, home, a.workers, plan=False, src=a.src)
+        warm = run_child(cfg, home, a.workers, plan=True, src=a.src)
+        disk = sum(f.stat().st_size for f in Path(home, "prepared").rglob("*") if f.is_file())
+        row = {"pairs": n, "code": a.src or "this checkout", "cold_wall_s": cold["wall_s"], "pairs_per_s": round(n / cold["wall_s"]),
                "peak_rss_mb": cold["peak_rss_mb"], "seconds": cold["report"].get("seconds"),
                "workers": cold["report"].get("workers"), "disk_mb": round(disk / 2**20, 1),
                "cached_start_s": warm["report"]["seconds_total"], "cached_wall_s": warm["wall_s"],
