@@ -236,3 +236,23 @@ def test_ranks_with_different_caches_fail_together_in_one_line(tmp_path):
         assert p.returncode == 2, p.stderr[-2000:]
         last = p.stderr.strip().splitlines()[-1]
         assert last.startswith("error: ranks prepared different data (rank 0: cache ") and "rank 1: cache" in last
+
+
+def test_data_prepare_command_prepares_once_then_finds_the_cache(tmp_path, monkeypatch, capsys):
+    from aiayn.cli import main
+
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    cfg = corpus(tmp_path / "c", 1500)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "tiny"}, "data": {**cfg.__dict__, "vocab_size": 999}}))
+    args = ["data", "prepare", "--config", str(path), "--data.vocab_size", "400", "--workers", "1"]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    assert first.out.startswith("prepared ") and "train 1,293, valid 100, test 100 pairs" in first.out
+    assert "vocabulary 400" in first.out and '"empty": 4, "too_long": 3' in first.out
+    assert "aiayn data: encode" in first.err  # the progress bar
+    assert main(args + ["--no-progress"]) == 0
+    again = capsys.readouterr()
+    assert again.out.startswith("cached ") and again.err == ""
+    assert main(["data", "prepare", "--config", str(path), "--data.nonsense", "1"]) == 2
+    assert "nonsense" in capsys.readouterr().err
