@@ -188,16 +188,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_ranks(cfg_file: Path, run_dir: Path, homes: tuple[Path, Path]) -> list[subprocess.CompletedProcess]:
-    """Two training ranks started by hand (as two nodes would be), each with its own AIAYN_HOME."""
+def _start_ranks(cfg_file: Path, run_dir: Path, homes: tuple[Path, Path],
+                 logs: list[Path] | None = None) -> tuple[int, list[subprocess.Popen]]:
+    """Two training ranks started by hand (as two nodes would be), each with its own AIAYN_HOME;
+    stderr to `logs` (files) when given, else pipes."""
     port = _free_port()
     procs = []
     for rank in (0, 1):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port), "AIAYN_HOME": str(homes[rank]), "OMP_NUM_THREADS": "1"}
+        err = open(logs[rank], "w") if logs else subprocess.PIPE
         procs.append(subprocess.Popen([sys.executable, "-m", "aiayn", "train", "--config", str(cfg_file),
-                                       "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+                                       "--run-dir", str(run_dir)], env=env, stdout=subprocess.DEVNULL if logs
+                                      else subprocess.PIPE, stderr=err, text=True))
+    return port, procs
+
+
+def _two_ranks(cfg_file: Path, run_dir: Path, homes: tuple[Path, Path]) -> list[subprocess.CompletedProcess]:
+    _, procs = _start_ranks(cfg_file, run_dir, homes)
     return [subprocess.CompletedProcess(p.args, p.wait(timeout=240), *p.communicate()) for p in procs]
 
 
@@ -210,16 +218,34 @@ def _train_config(tmp: Path, data: DataConfig, **train) -> Path:
     return path
 
 
-def test_ranks_prepare_outside_collectives_a_build_longer_than_the_timeout(tmp_path):
-    """A cold cache that takes longer to build than the process group's timeout: the ranks wait on the
-    build lock, not in a collective, so training starts."""
-    cfg = corpus(tmp_path / "c", 300_000)
+def test_ranks_wait_for_a_build_outside_collectives_longer_than_their_timeout(tmp_path):
+    """Another process holds the build lock (as a cold WMT build would) for twice the process group's
+    timeout: both ranks wait on the lock, not in a collective, so neither times out; then they train."""
+    import fcntl
+
+    from aiayn.data.prepare import build_lock
+
+    cfg = corpus(tmp_path / "c", 2000)
     home = tmp_path / "home"
-    done = _two_ranks(_train_config(tmp_path, cfg, dist_timeout_s=1), tmp_path / "run", (home, home))
-    assert all(p.returncode == 0 for p in done), done[1].stderr[-2000:] + done[0].stderr[-2000:]
-    report = json.loads((tmp_path / "run" / "data_report.json").read_text())
-    assert report["seconds"]["prepare"] > 1  # the build outlasted the timeout
-    assert len(list((home / "prepared").iterdir())) == 1
+    os.environ["AIAYN_HOME"], old = str(home), os.environ.get("AIAYN_HOME")
+    try:
+        lock = build_lock(cfg)
+    finally:
+        os.environ.pop("AIAYN_HOME") if old is None else os.environ.__setitem__("AIAYN_HOME", old)
+    lock.parent.mkdir(parents=True)
+    logs = [tmp_path / f"rank{r}.err" for r in (0, 1)]
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _, procs = _start_ranks(_train_config(tmp_path, cfg, dist_timeout_s=3), tmp_path / "run", (home, home), logs)
+        t0 = time.time()
+        while not all("another process is preparing this corpus; waiting" in log.read_text() for log in logs):
+            assert all(p.poll() is None for p in procs) and time.time() - t0 < 120, [x.read_text() for x in logs]
+            time.sleep(0.05)
+        time.sleep(6)  # twice the timeout, both ranks waiting on the lock
+        assert all(p.poll() is None for p in procs), [x.read_text()[-2000:] for x in logs]  # waiting, not failed
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert all(p.wait(timeout=240) == 0 for p in procs), [x.read_text()[-2000:] for x in logs]
+    assert (tmp_path / "run" / "checkpoints").is_dir() and len(list((home / "prepared").iterdir())) == 1
 
 
 def test_ranks_with_different_caches_fail_together_in_one_line(tmp_path):

@@ -92,7 +92,7 @@ def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, worker
     final = _find_stamped(stamp)
     cached = final is not None
     if final is None:
-        with _lock(multi30k.aiayn_home() / "locks" / f"{stamp}.lock"):
+        with _lock(_lock_path(stamp)):
             final = _find_stamped(stamp)  # built by the process we waited for
             cached = final is not None
             if final is None:
@@ -209,6 +209,16 @@ def _find_stamped(stamp: str) -> Path | None:
         return None
     d = multi30k.aiayn_home() / "prepared" / key
     return d if (d / "report.json").is_file() else None
+
+
+def build_lock(cfg: DataConfig) -> Path:
+    """The file whose exclusive lock (fcntl.flock) the builder of `cfg`'s cache holds; the other
+    processes preparing the same data wait on it."""
+    return _lock_path(_stamp_key(_settings(cfg), _sources(cfg)))
+
+
+def _lock_path(stamp: str) -> Path:
+    return multi30k.aiayn_home() / "locks" / f"{stamp}.lock"
 
 
 @contextmanager
