@@ -218,3 +218,7 @@ def test_a_model_with_d_v_unlike_d_k_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="d_v = d_k; this model has d_k=8, d_v=16"):
         save_ctranslate2(model, [f"t{i}" for i in range(8)], tmp_path / "ct2")
     assert not (tmp_path / "ct2").exists()
+    windowed = Transformer(ModelConfig.preset("tiny", vocab_size=8, attention_window=4))
+    with pytest.raises(ConfigError, match="no restricted self-attention; this model's attention_window is 4"):
+        save_ctranslate2(windowed, [f"t{i}" for i in range(8)], tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()

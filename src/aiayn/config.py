@@ -36,6 +36,7 @@ class ModelConfig:
     tie_embeddings: bool = True  # §3.4: one matrix for both embeddings and the pre-softmax projection
     d_head: int | None = None  # d_k (and d_v); None means d_model / n_heads (§3.2.2). Table 3 (B) sets it.
     d_value: int | None = None  # d_v when it differs from d_k (Table 3 (B) keeps d_v = 64); None = d_k
+    attention_window: int | None = None  # Table 1's restricted self-attention: see keys <= r positions away
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
@@ -45,6 +46,8 @@ class ModelConfig:
             raise ConfigError(f"vocab_size={self.vocab_size} is too small for the special ids")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.attention_window is not None and self.attention_window < 1:
+            raise ConfigError(f"attention_window must be >= 1 (or null for full attention), not {self.attention_window}")
         if (self.d_head is not None and self.d_head < 1) or (self.d_value is not None and self.d_value < 1):
             raise ConfigError(f"d_head and d_value must be >= 1, got {self.d_head} and {self.d_value}")
         if self.positional not in ("sinusoidal", "learned"):

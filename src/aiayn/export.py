@@ -64,10 +64,13 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     if len(vocabulary) != c.vocab_size:
         raise ValueError(f"vocabulary has {len(vocabulary)} pieces but the model has vocab_size={c.vocab_size}")
     pre = c.norm == "pre"
-    if c.value_dim != c.head_dim:
-        from aiayn.config import ConfigError
+    from aiayn.config import ConfigError
 
+    if c.value_dim != c.head_dim:
         raise ConfigError(f"CTranslate2 needs d_v = d_k; this model has d_k={c.head_dim}, d_v={c.value_dim}")
+    if c.attention_window is not None:
+        raise ConfigError(f"CTranslate2's encoder-decoder has no restricted self-attention; this model's "
+                          f"attention_window is {c.attention_window}")
     head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
     common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=head_dim)
     encoder = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, **common)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.cache import KV, DecoderCache
-from aiayn.model.masks import causal_mask
+from aiayn.model.masks import band_mask, causal_mask
 
 
 def attention(
@@ -42,6 +43,48 @@ def attention(
     return F.dropout(probs, dropout, training=dropout > 0) @ v
 
 
+def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool,
+                       key_mask: Tensor | None = None, dropout: float = 0.0) -> Tensor:
+    """Restricted self-attention (Table 1): query i attends to keys j with |i - j| <= r (i - r <= j <= i
+    when `causal`), in O(n * r) time and memory instead of O(n^2).
+
+    The sequence is cut into blocks of r queries; each block attends to its own keys plus r on each
+    side (r to the left only when causal), gathered as strided views, so the score tensor is
+    (B, h, n/r, r, 3r) rather than (B, h, n, n). q, k, v (B, h, T, d); key_mask (B, 1, 1, T) bool,
+    True = a real token. Equals `attention` with `band_mask` ANDed into the mask at real positions.
+    """
+    B, h, T, d = q.shape
+    blk = max(1, min(window, T))
+    nb = -(-T // blk)  # blocks
+    tail = nb * blk - T
+    left, right = window, 0 if causal else window
+    W = left + blk + right  # keys one block of queries can see
+
+    def windows(x: Tensor) -> Tensor:  # (B, h, T, d) -> (B, h, nb, W, d), overlapping views
+        return F.pad(x, (0, 0, left, tail + right)).unfold(2, W, blk).transpose(-1, -2)
+
+    qb = F.pad(q, (0, 0, 0, tail)).view(B, h, nb, blk, d)  # (B, h, nb, blk, d)
+    qpos = torch.arange(nb * blk, device=q.device).view(nb, blk, 1)
+    kpos = (torch.arange(nb, device=q.device) * blk - left)[:, None, None] + torch.arange(W, device=q.device)
+    rel = kpos - qpos  # (nb, blk, W)
+    allowed = (rel >= -window) & (rel <= right) & (kpos >= 0) & (kpos < T)
+    if key_mask is not None:
+        real = F.pad(key_mask.reshape(B, T), (left, tail + right)).unfold(1, W, blk)  # (B, nb, W)
+        allowed = allowed & real[:, None, :, None, :]  # (B, 1, nb, blk, W)
+    allowed = allowed | (rel == 0)  # every query keeps a key: no all -inf row (pad queries see themselves)
+    out = F.scaled_dot_product_attention(qb, windows(k), windows(v), attn_mask=allowed, dropout_p=dropout)
+    return out.reshape(B, h, nb * blk, -1)[:, :, :T]  # (B, h, T, d_v)
+
+
+def restrict(mask: Tensor | str | None, size_q: int, size_k: int, window: int, device: torch.device) -> Tensor:
+    """`mask` (bool, None or CAUSAL) AND the band of restricted self-attention, as one explicit mask;
+    every query keeps its own position, as in `windowed_attention` (a pad query whose window holds
+    only pad keys would otherwise give NaN, which the next layer spreads through the values)."""
+    base = causal_mask(size_q, device) if isinstance(mask, str) else mask
+    band = band_mask(size_q, size_k, window, device)
+    return band if base is None else (base & band) | band_mask(size_q, size_k, 0, device)
+
+
 class _Heads(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float, d_value: int | None = None) -> None:
         super().__init__()
@@ -63,11 +106,15 @@ class _Heads(nn.Module):
 
 class SelfAttention(_Heads):
     """Encoder or decoder self-attention. With a cache, the new keys/values are appended to those of
-    earlier positions (layer `layer` of the cache) and the queries attend to all of them."""
+    earlier positions (layer `layer` of the cache) and the queries attend to all of them.
+
+    `window` r restricts each position to keys at most r positions away (Table 1's restricted
+    self-attention; a causal mask makes it look back only)."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
-                 d_value: int | None = None) -> None:
+                 d_value: int | None = None, window: int | None = None) -> None:
         super().__init__(d_model, n_heads, d_head, dropout, d_value)
+        self.window = window
         self.sizes = [n_heads * d_head, n_heads * d_head, n_heads * self.d_v]
         self.qkv = nn.Linear(d_model, sum(self.sizes))  # [W^Q | W^K | W^V] for all heads
 
@@ -78,6 +125,15 @@ class SelfAttention(_Heads):
         q, k, v = (self.split(t) for t in self.qkv(x).split(self.sizes, dim=-1))  # (B, h, T, d_k|d_k|d_v)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, h, t+T, d_k|d_v)
+        if self.window is not None:
+            r, T = self.window, q.size(2)
+            if cache is not None and T == 1:  # one new position: its window is the last r + 1 keys
+                k, v = k[:, :, -(r + 1):], v[:, :, -(r + 1):]
+            elif cache is None and weights is None and (isinstance(mask, str) or mask is None or mask.size(2) == 1):
+                key_mask = None if isinstance(mask, str) else mask
+                return self.merge(windowed_attention(q, k, v, r, isinstance(mask, str), key_mask, self.p))
+            else:  # plots and several cached positions: the band spelled out
+                mask = restrict(mask, T, k.size(2), r, q.device)
         return self.merge(attention(q, k, v, mask, self.p, weights))
 
 

@@ -41,9 +41,9 @@ class EncoderLayer(nn.Module):
     """Self-attention, then FFN (§3.1)."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attention_dropout: float, norm: str, d_value: int | None = None) -> None:
+                 attention_dropout: float, norm: str, d_value: int | None = None, window: int | None = None) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value)
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value, window)
         self.ffn = FeedForward(d_model, d_ff)
         self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
 
@@ -56,9 +56,9 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, then FFN (§3.1)."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attention_dropout: float, norm: str, d_value: int | None = None) -> None:
+                 attention_dropout: float, norm: str, d_value: int | None = None, window: int | None = None) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value)
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value, window)
         self.cross_attn = CrossAttention(d_model, n_heads, d_head, attention_dropout, d_value)
         self.ffn = FeedForward(d_model, d_ff)
         self.r1, self.r2, self.r3 = (Residual(d_model, dropout, norm) for _ in range(3))

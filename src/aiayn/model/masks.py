@@ -5,6 +5,8 @@ Masks are boolean, True = may attend, and broadcast to the attention scores `(B,
 - encoder self-attention and cross-attention keys: `padding_mask(src)` -> `(B, 1, 1, S)`
 - decoder self-attention: `decoder_mask(tgt)` -> `(B, 1, T, T)` (causal AND key padding)
 - cross-attention spelled out per query: `cross_mask(src, T)` -> `(B, 1, T, S)`
+- restricted self-attention (Table 1), spelled out: `band_mask(T, S, r)` -> `(1, 1, T, S)`, combined with
+  the masks above by AND (the blocked kernel in attention.py never builds it for long sequences)
 
 With right padding every query row keeps at least one key (position 0 of the target is BOS,
 and a source always holds at least its EOS), so no softmax row is all -inf.
@@ -42,3 +44,11 @@ def decoder_mask(tgt: Tensor, pad_id: int) -> Tensor:
 def cross_mask(src: Tensor, tgt_len: int, pad_id: int) -> Tensor:
     """(B, S) source ids -> (B, 1, T, S): every target query sees the real source tokens."""
     return padding_mask(src, pad_id).expand(-1, -1, tgt_len, -1)
+
+
+def band_mask(size_q: int, size_k: int, window: int, device: torch.device | None = None) -> Tensor:
+    """(1, 1, T, S): query t (at absolute position S-T+t) sees keys within `window` positions of it, on
+    either side (restricted self-attention, Table 1); AND it with a causal mask to look back only."""
+    q = torch.arange(size_k - size_q, size_k, device=device)[:, None]
+    k = torch.arange(size_k, device=device)[None, :]
+    return ((k - q).abs() <= window)[None, None]

@@ -35,7 +35,8 @@ class Transformer(nn.Module):
         self.src_embed = Embedding(src_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.tgt_embed = Embedding(tgt_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
 
-        args = (c.d_model, c.n_heads, d_head, c.d_ff, c.dropout, c.attention_dropout, c.norm, c.value_dim)
+        args = (c.d_model, c.n_heads, d_head, c.d_ff, c.dropout, c.attention_dropout, c.norm, c.value_dim,
+                c.attention_window)
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(c.n_decoder_layers))
         # Pre-LN stacks end with a LayerNorm; post-LN outputs are normalised already.
