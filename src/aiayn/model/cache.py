@@ -39,12 +39,19 @@ class DecoderCache:
     _written: list[int] = field(default_factory=lambda: [0], repr=False)
 
     def __post_init__(self) -> None:
-        n = len(self.cross_kv)
+        n = len(self.self_k) or len(self.cross_kv)  # a decoder-only model has layers but no cross K/V
         for name in ("self_k", "self_v"):
             if not getattr(self, name):
                 setattr(self, name, [None] * n)
         if not self._spare:
             self._spare = [None] * (2 * n)
+
+    @classmethod
+    def self_only(cls, batch: int, layers: int, device: torch.device | None = None,
+                  capacity: int = 64) -> "DecoderCache":
+        """The cache of a decoder-only model: self-attention keys/values only, one row per sequence."""
+        return cls([], torch.ones(batch, 1, 1, 0, dtype=torch.bool, device=device), capacity=capacity,
+                   self_k=[None] * layers, self_v=[None] * layers)
 
     @property
     def sources(self) -> int:

@@ -38,7 +38,8 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then FFN (§3.1)."""
+    """Self-attention, then FFN (§3.1). Under a causal mask, with a cache, it is also the block of a
+    decoder-only model (the decoder layer without encoder-decoder attention)."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
                  attention_dropout: float, norm: str, d_value: int | None = None, window: int | None = None) -> None:
@@ -47,8 +48,9 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff)
         self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
 
-    def forward(self, x: Tensor, mask: Tensor, weights: list[Tensor] | None = None) -> Tensor:
-        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, weights=weights))
+    def forward(self, x: Tensor, mask: Tensor | str | None, weights: list[Tensor] | None = None,
+                cache: DecoderCache | None = None, index: int = 0) -> Tensor:
+        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, cache, index, weights))
         return self.r2.out(x, self.ffn(self.r2.inp(x)))
 
 

@@ -23,6 +23,27 @@ from aiayn.model.masks import CAUSAL, causal_mask, decoder_mask, padding_mask
 AttentionWeights = dict[str, list[Tensor]]  # "encoder" | "decoder" | "cross" -> per layer (B, h, T_q, T_k)
 
 
+def init_parameters(module: nn.Module, d_model: int) -> None:
+    """Xavier-uniform projections, zero biases, embeddings N(0, d_model^-0.5) (fairseq, tensor2tensor);
+    the same for every family built from these layers."""
+    fused = {f"{n}.{'qkv' if isinstance(m, SelfAttention) else 'kv'}.weight": m.sizes  # [W^Q | W^K | W^V], [W^K | W^V]
+             for n, m in module.named_modules() if isinstance(m, (SelfAttention, CrossAttention))}
+    for name, p in module.named_parameters():
+        if p.dim() == 2 and "embed" not in name:
+            if name in fused:
+                for block in p.data.split(fused[name], dim=0):
+                    nn.init.xavier_uniform_(block)  # each projection as its own matrix
+            else:
+                nn.init.xavier_uniform_(p)
+        elif p.dim() == 1 and name.endswith("bias"):
+            nn.init.zeros_(p)
+    for emb in {id(m): m for m in module.modules() if isinstance(m, nn.Embedding)}.values():
+        nn.init.normal_(emb.weight, mean=0.0, std=d_model**-0.5)
+        if emb.padding_idx is not None:
+            with torch.no_grad():
+                emb.weight[emb.padding_idx].zero_()
+
+
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -50,23 +71,7 @@ class Transformer(nn.Module):
             self.generator.weight = src_tokens.weight
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform projections, zero biases, embeddings N(0, d_model^-0.5) (fairseq, tensor2tensor)."""
-        fused = {f"{n}.{'qkv' if isinstance(m, SelfAttention) else 'kv'}.weight": m.sizes  # [W^Q | W^K | W^V], [W^K | W^V]
-                 for n, m in self.named_modules() if isinstance(m, (SelfAttention, CrossAttention))}
-        for name, p in self.named_parameters():
-            if p.dim() == 2 and "embed" not in name:
-                if name in fused:
-                    for block in p.data.split(fused[name], dim=0):
-                        nn.init.xavier_uniform_(block)  # each projection as its own matrix
-                else:
-                    nn.init.xavier_uniform_(p)
-            elif p.dim() == 1 and name.endswith("bias"):
-                nn.init.zeros_(p)
-        for emb in {id(m): m for m in self.modules() if isinstance(m, nn.Embedding)}.values():
-            nn.init.normal_(emb.weight, mean=0.0, std=self.config.d_model**-0.5)
-            if emb.padding_idx is not None:
-                with torch.no_grad():
-                    emb.weight[emb.padding_idx].zero_()
+        init_parameters(self, self.config.d_model)
 
     # -- encoder -------------------------------------------------------------------------------
 
