@@ -346,7 +346,7 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
 
 
 @pytest.mark.parametrize("clip_norm", [0.0, 2.0], ids=["no-clip", "clip"])
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm):
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm, capfd):
     """torchrun, 2 ranks x 1 micro-batch per update == 1 process x update_freq 2 (dropout off, so the
     only difference is the order of floating-point sums). Without clipping Adam is nearly blind to a
     constant gradient factor (a wrong scale across ranks). Clipping at 2.0 cuts the first 3 of the 8
@@ -355,7 +355,9 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     every update would hide it again: each clipped gradient has the same length whatever its scale.)"""
     from aiayn.train import train
 
-    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480}, "optim": {"clip_norm": clip_norm},
+    # one config for both: optim.tokens_per_update 960 derives update_freq 1 on 2 ranks, 2 on one
+    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480},
+              "optim": {"clip_norm": clip_norm, "tokens_per_update": 960},
               "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False}}
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -363,11 +365,14 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
                         "-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(tmp_path / "ddp")],
                        capture_output=True, text=True, env=env, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "update = 1 x 2 x 480" in p.stdout  # one banner: only rank 0 prints and writes
-    assert "device cpu, amp none" in p.stdout
+    # one banner (only rank 0 prints and writes), with the derived update_freq
+    assert p.stdout.count("update = 1 x 2 x 480 tokens (<= 960, update_freq 1 from optim.tokens_per_update 960)") == 1
+    assert "device cpu, amp none" in p.stdout and "warning" not in p.stderr
 
-    one = Config.load(cfg, {"optim.update_freq": 2})
+    one = Config.load(cfg)
+    assert one.optim.update_freq == 1  # the file names no update_freq: the trainer derives 2 here
     train(one, tmp_path / "single")
+    assert "update = 2 x 1 x 480 tokens (<= 960, update_freq 2 from" in capfd.readouterr().out
     a, b = losses(tmp_path / "ddp"), losses(tmp_path / "single")
     assert [x[0] for x in a] == [x[0] for x in b] == list(range(1, 9))
     for (_, la, na, lra), (_, lb, nb, lrb) in zip(a, b):

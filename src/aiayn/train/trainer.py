@@ -5,7 +5,8 @@ gradient accumulation, AMP, DDP, evaluation, checkpoints and exact resume.
     from aiayn.train import train
     summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
 
-One update = `optim.update_freq` micro-batches on each of `world_size` ranks; the loss is
+One update = `optim.update_freq` micro-batches on each of `world_size` ranks (or as many as
+`optim.tokens_per_update` asks for: `derive_update_freq`); the loss is
 normalised by the number of target tokens of that whole global batch, so N ranks with 1/N of
 the batch each compute the same update as one process (up to float rounding).
 """
@@ -84,6 +85,25 @@ def resolve_amp(amp: str, device: torch.device) -> str:
             return "none"
         return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
     return amp  # fp16 on CPU works too (autocast + GradScaler("cpu")), slowly: it is how the tests reach that path
+
+
+def derive_update_freq(tokens_per_update: int, max_tokens: int, world_size: int) -> int:
+    """Micro-batches per rank per update whose global batch (max_tokens x update_freq x world_size)
+    comes nearest to `tokens_per_update`: the learning-rate schedule is tuned for a batch size, so the
+    batch should not grow with the GPU count."""
+    return max(1, round(tokens_per_update / (max_tokens * world_size)))
+
+
+def global_batch_warning(tokens_per_update: int, max_tokens: int, update_freq: int, world_size: int) -> str | None:
+    """One line when the effective batch misses the target by more than 1.5x either way (too many
+    ranks for the target, or a max_tokens that does not divide it), else None."""
+    eff = max_tokens * update_freq * world_size
+    if eff > 1.5 * tokens_per_update or 1.5 * eff < tokens_per_update:
+        return (f"the global batch is {max_tokens:,} x {update_freq} x {world_size} = {eff:,} tokens, "
+                f"{eff / tokens_per_update:.2g}x optim.tokens_per_update={tokens_per_update:,}; "
+                f"{'lower data.max_tokens or use fewer ranks' if eff > tokens_per_update else 'raise data.max_tokens'}"
+                f" to come nearer")
+    return None
 
 
 def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
@@ -232,6 +252,9 @@ class Trainer:
             Config.from_dict(resolved).save(run_dir / "config.yaml")
 
         o = cfg.optim
+        self.update_freq = o.update_freq
+        if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
+            self.update_freq = derive_update_freq(o.tokens_per_update, cfg.data.max_tokens, self.dist.world_size)
         # fused: one kernel for all parameters instead of a Python loop over tensors (CPU and CUDA)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=o.betas, eps=o.eps,
                                           weight_decay=o.weight_decay, fused=self.device.type in ("cpu", "cuda"))
@@ -257,11 +280,18 @@ class Trainer:
             self.train_model = DDP(self.train_model, device_ids=ids)
 
         if self.main:
-            eff = cfg.data.max_tokens * o.update_freq * self.dist.world_size
+            eff = cfg.data.max_tokens * self.update_freq * self.dist.world_size
+            derived = (f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"
+                       if o.tokens_per_update is not None else "")
             print(f"aiayn train: {run_dir} | {n_params:,} parameters | {len(self.prepared.splits['train']):,} "
-                  f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {o.update_freq} x "
-                  f"{self.dist.world_size} x {cfg.data.max_tokens} tokens (<= {eff:,}) | device {self.device}, "
-                  f"amp {self.amp}" + (f" | resumed at step {self.step}" if self.step else ""), flush=True)
+                  f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {self.update_freq} x "
+                  f"{self.dist.world_size} x {cfg.data.max_tokens} tokens (<= {eff:,}{derived}) | device "
+                  f"{self.device}, amp {self.amp}" + (f" | resumed at step {self.step}" if self.step else ""),
+                  flush=True)
+            off = (global_batch_warning(o.tokens_per_update, cfg.data.max_tokens, self.update_freq,
+                                        self.dist.world_size) if o.tokens_per_update is not None else None)
+            if off:
+                warn(off)
 
     def _check_ranks_agree_on_data(self) -> None:
         """Node-local caches must hold the same ids: every rank compares its cache key and tokenizer."""
@@ -597,7 +627,7 @@ class Trainer:
             while self.step < c.max_steps and not self._stop_requested and not self._out_of_time:
                 micro = []
                 try:
-                    for _ in range(self.cfg.optim.update_freq):
+                    for _ in range(self.update_freq):
                         micro.append(self.batches.next())
                 except _EpochLimit:
                     if not micro:
@@ -646,4 +676,4 @@ def train(config: Config, run_dir: str | Path, resume: bool = False) -> dict[str
         distributed.teardown()
 
 
-__all__ = ["train", "Trainer", "TrainingError", "noam_lr"]
+__all__ = ["train", "Trainer", "TrainingError", "noam_lr", "derive_update_freq"]
