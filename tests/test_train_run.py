@@ -569,3 +569,44 @@ def test_resume_continues_on_new_training_text_of_the_same_size_only(home, tmp_p
     with pytest.raises(DataError, match="num_examples was 40, now 39 .*changed size"):
         train(cfg("c.de", "c.en", 6), run, resume=True)
     assert [s for s, *_ in list_checkpoints(run)] == [2, 4]
+
+
+def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain_keys(home, tmp_path, monkeypatch):
+    """train.compile over 30 real batches of 12 and more (B, S, T) shapes: the batch dimensions are
+    marked dynamic, so the one training frame compiles once (unmarked: a static graph, then recompiles
+    as torch discovers the varying dimensions). Backend aot_eager: dynamo and AOT autograd as inductor
+    sees them, without generating C++. Checkpoints hold the plain module's keys (no `_orig_mod.`)."""
+    import torch
+    import torch._dynamo
+    from safetensors import safe_open
+    from torch._dynamo.utils import counters
+
+    import aiayn.train.trainer as trainer_mod
+    from aiayn.train import train
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, **{**kw, "backend": "aot_eager"}))
+    torch._dynamo.reset()
+    counters.clear()
+    shapes = set()
+    real_update = trainer_mod.Trainer.update
+
+    def update(self, micro):
+        shapes.update((tuple(b.src.shape), tuple(b.tgt_in.shape)) for b in micro)
+        return real_update(self, micro)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "update", update)
+    cfg = Config.from_dict({**TINY, "model": {"preset": "tiny", "n_encoder_layers": 1, "n_decoder_layers": 1},
+                            "train": {**TINY["train"], "compile": True, "max_steps": 30, "eval_every": 0,
+                                      "eval_bleu": False, "save_every": 30}})
+    try:
+        assert train(cfg, tmp_path / "run")["step"] == 30
+        frames = dict(counters["frames"])
+    finally:
+        torch._dynamo.reset()
+    assert len(shapes) >= 12  # the test sees real shape variety
+    assert frames["total"] == frames["ok"] == 1, frames  # one compile, no recompile
+    weights = checkpoint_paths(tmp_path / "run", 30)[0]
+    with safe_open(str(weights), "pt") as f:
+        keys = list(f.keys())
+    assert keys and not [k for k in keys if "_orig_mod" in k or k.startswith("module.")]

@@ -477,6 +477,14 @@ class Trainer:
         """Logits (n, V) and gold ids (n,) at the batch's n non-pad target positions only."""
         keep = (b.tgt_out.view(-1) != self.model_config.pad_id).nonzero().squeeze(1)  # on the host: no CUDA sync
         b, keep = b.to(self.device, non_blocking=True), keep.to(self.device, non_blocking=True)
+        if self.cfg.train.compile:
+            # Token-budget batches vary in B, S, T and n from batch to batch. Marked dynamic, the first call
+            # compiles one graph for all of them; unmarked, torch compiles a static graph, recompiles on the
+            # first new shape, and again for each further dimension it finds varying.
+            for t in (b.src, b.tgt_in):
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+                torch._dynamo.maybe_mark_dynamic(t, 1)
+            torch._dynamo.maybe_mark_dynamic(keep, 0)
         with self._autocast():
             logits = model(b.src, b.tgt_in, keep=keep)  # (n, V)
         return logits, b.tgt_out.view(-1).index_select(0, keep)
