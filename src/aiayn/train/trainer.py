@@ -199,6 +199,9 @@ class Trainer:
         self.last_eval_step = -1  # every rank (decides collective calls)
         self.last_train: dict[str, Any] | None = None
         self._stop_requested = False
+        # A stop mid-update (preemption) saves the data position and RNG state from before the update,
+        # so the checkpoint is exactly the last completed update.
+        self._rollback: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._out_of_time = False  # train.max_minutes reached: finish normally
         self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
         self._window_seconds = 0.0
@@ -264,6 +267,7 @@ class Trainer:
         self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=seed, shuffle=True,
                                       rank=self.dist.rank, world_size=self.dist.world_size)
         self.batches = Batches(self.iterator, cfg.train.max_epochs)
+        self.vote = distributed.StopVote(self.dist)  # collective (a gloo group beside NCCL): every rank, here
 
         if self.resume:
             self._load_latest()
@@ -304,7 +308,7 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        rngs = capture_rng(self.device)
+        data, rngs = self._rollback or (self.iterator.state_dict(), capture_rng(self.device))
         if self.dist.enabled:  # every rank's RNG, so dropout streams continue per rank
             gathered: list[Any] = [None] * self.dist.world_size
             torch.distributed.all_gather_object(gathered, rngs)
@@ -318,7 +322,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else {},
             "rng": rngs,
-            "data": self.iterator.state_dict(),
+            "data": data,
             "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive,
                          "elapsed": self.elapsed + (time.perf_counter() - self._t0)},
             "window": {**self._window, "seconds": time.perf_counter() - self._t_window},
@@ -489,16 +493,28 @@ class Trainer:
             logits = model(b.src, b.tgt_in, keep=keep)  # (n, V)
         return logits, b.tgt_out.view(-1).index_select(0, keep)
 
-    def update(self, micro: list[Any]) -> tuple[bool, float, float, float, float]:
+    def update(self, micro: list[Any]) -> tuple[bool, float, float, float, float] | None:
         """Forward/backward over the micro-batches, then one optimizer step unless non-finite.
-        Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
+        Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch, or None when
+        a stop request (SIGTERM, Ctrl-C) ended the update between micro-batches, its gradients dropped."""
         o, pad = self.cfg.optim, self.model_config.pad_id
         local_tokens = float(sum(b.tgt_tokens for b in micro))
         # The normaliser is needed before backward: one all-reduce (and host sync) under DDP, none alone.
         global_tokens = _sum_stats([local_tokens], self.device)[0] if self.dist.enabled else local_tokens
         scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
         loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
+        # A preempted job has seconds (torchrun, SLURM: SIGKILL ~30 s after SIGTERM), not the rest of a
+        # long update: between micro-batches every rank checks, together, whether one was asked to stop.
+        if len(micro) > 1:
+            self.vote.start(self._stop_requested)
         for i, b in enumerate(micro):
+            if i:
+                if self.vote.stop(self._stop_requested):
+                    self._stop_requested = True
+                    self.optimizer.zero_grad(set_to_none=True)  # no optimizer, scaler or schedule step taken
+                    return None
+                if i < len(micro) - 1:
+                    self.vote.start(self._stop_requested)
             sync = i == len(micro) - 1 or not self.dist.enabled
             ctx = contextlib.nullcontext() if sync else self.train_model.no_sync()
             with ctx:
@@ -597,7 +613,8 @@ class Trainer:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop_requested = True
         signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
-        self._print("stopping after this update (press Ctrl-C again to abort without saving)", err=True)
+        self._print("stopping after this micro-batch, saving the last completed update (press Ctrl-C again to "
+                    "abort without saving)", err=True)
 
     def run(self) -> dict[str, Any]:
         from tqdm import tqdm
@@ -633,6 +650,8 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         try:
             while self.step < c.max_steps and not self._stop_requested and not self._out_of_time:
+                # where this update starts, for a stop in its middle (cheap: no device sync, a few kB)
+                rollback = (self.iterator.state_dict(), capture_rng(self.device)) if self.update_freq > 1 else None
                 micro = []
                 try:
                     for _ in range(self.update_freq):
@@ -640,7 +659,11 @@ class Trainer:
                 except _EpochLimit:
                     if not micro:
                         break
-                ok, loss, nll, tokens, lr = self.update(micro)
+                result = self.update(micro)
+                if result is None:  # stopped between micro-batches: save the last completed update
+                    self._rollback = rollback
+                    break
+                ok, loss, nll, tokens, lr = result
                 if not ok:
                     continue
                 self.step += 1
