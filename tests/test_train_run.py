@@ -491,6 +491,65 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
     assert p.stderr.count("TrainingError: no usable checkpoint to resume from on every rank") == 2, p.stderr[-3000:]
 
 
+SEEN_WORKER = """
+import json, os, sys
+from pathlib import Path
+
+import aiayn.train.trainer as T
+from aiayn.config import Config
+from aiayn.train import train
+
+config, run, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+rank = int(os.environ.get("RANK", 0))
+real_next = T.Batches.next
+def next_(self):  # every batch a rank trains on, with its epoch
+    b = real_next(self)
+    with open(out / f"seen_rank{rank}.jsonl", "a") as f:
+        f.write(json.dumps([self.it.epoch, b.ids.tolist()]) + "\\n")
+    return b
+T.Batches.next = next_
+resume = config == "resume"
+train(Config.load(run / "config.yaml" if resume else config, json.loads(sys.argv[4])), run, resume=resume)
+"""
+
+
+def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tmp_path):
+    """2 gloo ranks for 3 updates (mid epoch 0), 1 process for 3 more (into epoch 1), 2 ranks to the end
+    of epoch 1: the batches trained on cover each epoch's examples exactly once. tokens_per_update keeps
+    the global batch: update_freq 2 on 2 ranks, 4 on one."""
+    from aiayn.data import prepare
+
+    cfg = config_file(tmp_path, optim={"tokens_per_update": 2048},
+                      train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100})
+    worker = tmp_path / "worker.py"
+    worker.write_text(SEEN_WORKER)
+    run, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+    def launch(nproc: int, config: str, **overrides) -> subprocess.CompletedProcess:
+        ddp = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+        p = subprocess.run([sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
+                           capture_output=True, text=True, env=env, timeout=240)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p
+
+    a = launch(2, str(cfg))
+    assert "update = 2 x 2 x 512 tokens (<= 2,048, update_freq 2 from" in a.stdout
+    b = launch(1, "resume", **{"train.max_steps": 6})
+    assert "update = 4 x 1 x 512 tokens (<= 2,048, update_freq 4 from" in b.stdout
+    assert "resuming on 1 rank(s) a run saved on 2: the rest of epoch 0 is re-planned" in b.stderr
+    c = launch(2, "resume", **{"train.max_steps": 1000, "train.max_epochs": 2})
+    assert "a run saved on 1: the rest of epoch 1" in c.stderr
+
+    seen = [json.loads(line) for r in (0, 1) for line in (tmp_path / f"seen_rank{r}.jsonl").read_text().splitlines()]
+    n = len(prepare(Config.load(cfg).data).splits["train"])
+    for epoch in (0, 1):
+        ids = sorted(i for e, batch in seen if e == epoch for i in batch)
+        assert ids == list(range(n)), (epoch, len(ids), n)  # no repeats, no gaps
+    assert {e for e, _ in seen} == {0, 1}
+    steps = [r["step"] for r in records(run, "train")]
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > 6
+
+
 def test_max_epochs_stops_after_whole_passes(home, tmp_path):
     from aiayn.train import train
 

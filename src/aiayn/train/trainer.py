@@ -408,9 +408,19 @@ class Trainer:
             g["lr"] = base * self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.iterator.load_state_dict(state["data"])
-        rngs = state["rng"]
-        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0], self.device)
+        self.iterator.load_state_dict(state["data"])  # on another world size: resharded, same global position
+        rngs, rank = state["rng"], self.dist.rank
+        restore_rng(rngs[rank] if rank < len(rngs) else rngs[0], self.device)
+        if rank >= len(rngs):  # a rank the saved run did not have: its own dropout stream, not rank 0's copy
+            torch.manual_seed(self.cfg.train.seed * 1_000_003 + int(state["step"]) * 1009 + rank)
+        saved_world = int(state["data"].get("world_size", self.dist.world_size))
+        if saved_world != self.dist.world_size and self.main:
+            same = ("the global batch is kept (optim.tokens_per_update)" if self.cfg.optim.tokens_per_update
+                    else f"the global batch changes {self.dist.world_size}/{saved_world}x (optim.tokens_per_update "
+                         f"would keep it)")
+            warn(f"resuming on {self.dist.world_size} rank(s) a run saved on {saved_world}: the rest of epoch "
+                 f"{self.iterator.epoch} is re-planned from the same global position (each example still once "
+                 f"per epoch); {same}; the losses are not those of an uninterrupted run")
         self.step = int(state["step"])
         c = state["counters"]
         self.nan_total, self.nan_consecutive, self.elapsed = int(c["nan_total"]), int(c["nan_consecutive"]), float(c["elapsed"])
