@@ -159,3 +159,54 @@ def test_bad_arguments():
     it = BatchIterator(split, 100, seed=1)
     with pytest.raises(ValueError, match="seed was 2"):
         it.load_state_dict({**it.state_dict(), "seed": 2})
+
+
+def _consume(split: EncodedSplit, world: int, state: dict | None, steps: int | None, max_tokens: int = 150,
+             seed: int = 4) -> tuple[list[list[int]], dict]:
+    """`world` ranks in lockstep from `state`, one batch each per step, for `steps` steps (None: to the
+    end of the epoch). Returns the epoch's example ids seen, per global batch, and rank 0's state."""
+    its = [BatchIterator(split, max_tokens, seed=seed, rank=r, world_size=world) for r in range(world)]
+    if state is not None:
+        for it in its:
+            it.load_state_dict(state)
+    epoch = its[0].epoch
+    gens = [iter(it) for it in its]
+    seen: list[list[int]] = []
+    while steps is None or len(seen) < steps * world:
+        batches = [next(g, None) for g in gens]
+        assert len({b is None for b in batches}) == 1  # equal shards: all ranks end together
+        if batches[0] is None:
+            break
+        seen += [b.ids.tolist() for b in batches]
+    assert all(it.epoch == epoch for it in its) or steps is None
+    return seen, its[0].state_dict()
+
+
+def test_resume_on_another_world_size_continues_the_epoch_without_repeats_or_gaps():
+    rng = np.random.default_rng(1)
+    sl = rng.integers(1, 40, 500).tolist()
+    split = make_split(sl, [max(1, s + int(d)) for s, d in zip(sl, rng.integers(-4, 5, 500))])
+    everything = list(range(len(split)))
+    # 3 ranks for 4 steps, then 1 rank for 5 steps, then 2 ranks to the end of the epoch
+    a, state = _consume(split, 3, None, 4)
+    assert state["position"] == 4 and state["reshards"] == []
+    b, state = _consume(split, 1, state, 5)
+    assert state["world_size"] == 1 and state["reshards"] == [[3, 12]] and state["position"] == 5
+    c, state = _consume(split, 2, state, None)
+    ids = [i for batch in a + b + c for i in batch]
+    assert sorted(ids) == everything  # each example exactly once in the epoch
+    assert state["epoch"] == 1 and state["reshards"] == []  # the next epoch is 2 ranks' ordinary plan
+    nxt, _ = _consume(split, 2, state, None)
+    ordinary, _ = _consume(split, 2, {**state, "world_size": 2}, None)
+    assert nxt == ordinary and sorted(i for batch in nxt for i in batch) == everything
+
+    # a resharded epoch resumes exactly on the same world size, from a state in its middle
+    start = _consume(split, 3, None, 4)[1]
+    two, mid = _consume(split, 1, start, 2)
+    three, again = _consume(split, 1, mid, 3)
+    assert two + three == b and again == _consume(split, 1, start, 5)[1]
+    assert _consume(split, 1, again, None)[0] == _consume(split, 1, _consume(split, 1, start, 5)[1], None)[0]
+
+    # the same world size: exactly the old behaviour (no reshard entry, the same position)
+    _, same = _consume(split, 2, _consume(split, 2, None, 3)[1], 0)
+    assert same["position"] == 3 and same["reshards"] == []

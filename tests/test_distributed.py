@@ -3,7 +3,7 @@ created here (init_process_group is recorded, not called)."""
 
 from __future__ import annotations
 
-import datetime
+from datetime import timedelta
 
 import pytest
 import torch
@@ -49,9 +49,9 @@ def test_init_joins_with_slurms_rank_and_checks_the_local_gpu(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     for k, v in SRUN.items():
         monkeypatch.setenv(k, v)
-    assert distributed.init(torch.device("cpu")) == DistInfo(5, 8, 1)
-    assert calls == [{"backend": "gloo", "rank": 5, "world_size": 8,  # not in the environment under SLURM
-                      "timeout": datetime.timedelta(seconds=600)}]
+    assert distributed.init(torch.device("cpu"), timeout_s=30) == DistInfo(5, 8, 1)
+    # rank and world size: not in the environment under SLURM; the timeout is train.dist_timeout_s
+    assert calls == [{"backend": "gloo", "rank": 5, "world_size": 8, "timeout": timedelta(seconds=30)}]
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # local rank 1 on a node showing 1 GPU
     with pytest.raises(LaunchError, match="local rank 1 needs GPU 1 but this node shows 1"):

@@ -153,6 +153,41 @@ def test_resume_after_ctrl_c_and_kill_9_reproduces_the_losses_exactly(reference,
     assert [r["loss"] for r in records(run, "valid")] == [r["loss"] for r in records(ref, "valid")]
 
 
+def test_sigterm_mid_update_saves_the_last_completed_update_promptly_and_resumes_exactly(home, tmp_path):
+    """Preemption (torchrun, SLURM: SIGKILL ~30 s after SIGTERM) must not wait for a long update to
+    finish: with 40 micro-batches per update the process stops after the current micro-batch, drops
+    the partial update, saves the last completed step (with the data position and RNG state from
+    before the dropped update) and exits; the resumed run then reproduces an uninterrupted one."""
+    cfg = config_file(tmp_path, optim={"update_freq": 40},  # ~2 epochs per update
+                      train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100})
+    code, _, err = finish(cli("train", "--config", str(cfg), "--run-dir", str(tmp_path / "ref")))
+    assert code == 0, err
+    ref = losses(tmp_path / "ref")
+    assert [s for s, *_ in ref] == [1, 2, 3]
+
+    run = tmp_path / "run"
+    p = cli("train", "--config", str(cfg), "--run-dir", str(run))
+    wait_for_step(run, 2, p)  # update 3 has just begun
+    t = time.perf_counter()
+    p.send_signal(signal.SIGTERM)
+    while not list_checkpoints(run) and p.poll() is None:  # the state file is written last, atomically
+        time.sleep(0.005)
+    saved_in = time.perf_counter() - t
+    code, out, err = finish(p, timeout=30)  # torchrun's SIGKILL comes 30 s after SIGTERM
+    assert code == 130, err
+    done = records(run, "train")
+    assert [r["step"] for r in done] == [1, 2], done  # caught within update 3, which is dropped
+    update_s = done[1]["elapsed"] - done[0]["elapsed"]  # one update's time on this machine, now
+    # The old path finished update 3 first (a whole update_s); now one micro-batch (1/40) + the save.
+    # (Measured to the checkpoint, not to the exit: the interpreter's own teardown after a torch import
+    # takes 0.5-1.5 s on a busy 2-core machine, whatever the trainer does.)
+    assert saved_in < 0.5 * update_s, (saved_in, update_s)
+    assert [c[0] for c in list_checkpoints(run)] == [2] and "interrupted at step 2" in err
+    code, out, err = finish(cli("train", "--resume", str(run)))
+    assert code == 0, err
+    assert losses(run) == ref  # bitwise: the dropped micro-batches left no trace in data order, RNG, Adam
+
+
 def test_corrupted_checkpoint_is_named_and_an_older_one_is_used(reference, tmp_path, capfd):
     import shutil
 
@@ -346,7 +381,7 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
 
 
 @pytest.mark.parametrize("clip_norm", [0.0, 2.0], ids=["no-clip", "clip"])
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm):
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm, capfd):
     """torchrun, 2 ranks x 1 micro-batch per update == 1 process x update_freq 2 (dropout off, so the
     only difference is the order of floating-point sums). Without clipping Adam is nearly blind to a
     constant gradient factor (a wrong scale across ranks). Clipping at 2.0 cuts the first 3 of the 8
@@ -355,7 +390,9 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     every update would hide it again: each clipped gradient has the same length whatever its scale.)"""
     from aiayn.train import train
 
-    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480}, "optim": {"clip_norm": clip_norm},
+    # one config for both: optim.tokens_per_update 960 derives update_freq 1 on 2 ranks, 2 on one
+    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480},
+              "optim": {"clip_norm": clip_norm, "tokens_per_update": 960},
               "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False}}
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -363,11 +400,14 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
                         "-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(tmp_path / "ddp")],
                        capture_output=True, text=True, env=env, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "update = 1 x 2 x 480" in p.stdout  # one banner: only rank 0 prints and writes
-    assert "device cpu, amp none" in p.stdout
+    # one banner (only rank 0 prints and writes), with the derived update_freq
+    assert p.stdout.count("update = 1 x 2 x 480 tokens (<= 960, update_freq 1 from optim.tokens_per_update 960)") == 1
+    assert "device cpu, amp none" in p.stdout and "warning" not in p.stderr
 
-    one = Config.load(cfg, {"optim.update_freq": 2})
+    one = Config.load(cfg)
+    assert one.optim.update_freq == 1  # the file names no update_freq: the trainer derives 2 here
     train(one, tmp_path / "single")
+    assert "update = 2 x 1 x 480 tokens (<= 960, update_freq 2 from" in capfd.readouterr().out
     a, b = losses(tmp_path / "ddp"), losses(tmp_path / "single")
     assert [x[0] for x in a] == [x[0] for x in b] == list(range(1, 9))
     for (_, la, na, lra), (_, lb, nb, lrb) in zip(a, b):
@@ -449,6 +489,65 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
     p = torchrun(str(worker), str(run), str(extra), "none")
     assert p.returncode != 0
     assert p.stderr.count("TrainingError: no usable checkpoint to resume from on every rank") == 2, p.stderr[-3000:]
+
+
+SEEN_WORKER = """
+import json, os, sys
+from pathlib import Path
+
+import aiayn.train.trainer as T
+from aiayn.config import Config
+from aiayn.train import train
+
+config, run, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+rank = int(os.environ.get("RANK", 0))
+real_next = T.Batches.next
+def next_(self):  # every batch a rank trains on, with its epoch
+    b = real_next(self)
+    with open(out / f"seen_rank{rank}.jsonl", "a") as f:
+        f.write(json.dumps([self.it.epoch, b.ids.tolist()]) + "\\n")
+    return b
+T.Batches.next = next_
+resume = config == "resume"
+train(Config.load(run / "config.yaml" if resume else config, json.loads(sys.argv[4])), run, resume=resume)
+"""
+
+
+def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tmp_path):
+    """2 gloo ranks for 3 updates (mid epoch 0), 1 process for 3 more (into epoch 1), 2 ranks to the end
+    of epoch 1: the batches trained on cover each epoch's examples exactly once. tokens_per_update keeps
+    the global batch: update_freq 2 on 2 ranks, 4 on one."""
+    from aiayn.data import prepare
+
+    cfg = config_file(tmp_path, optim={"tokens_per_update": 2048},
+                      train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100})
+    worker = tmp_path / "worker.py"
+    worker.write_text(SEEN_WORKER)
+    run, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+    def launch(nproc: int, config: str, **overrides) -> subprocess.CompletedProcess:
+        ddp = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+        p = subprocess.run([sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
+                           capture_output=True, text=True, env=env, timeout=240)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p
+
+    a = launch(2, str(cfg))
+    assert "update = 2 x 2 x 512 tokens (<= 2,048, update_freq 2 from" in a.stdout
+    b = launch(1, "resume", **{"train.max_steps": 6})
+    assert "update = 4 x 1 x 512 tokens (<= 2,048, update_freq 4 from" in b.stdout
+    assert "resuming on 1 rank(s) a run saved on 2: the rest of epoch 0 is re-planned" in b.stderr
+    c = launch(2, "resume", **{"train.max_steps": 1000, "train.max_epochs": 2})
+    assert "a run saved on 1: the rest of epoch 1" in c.stderr
+
+    seen = [json.loads(line) for r in (0, 1) for line in (tmp_path / f"seen_rank{r}.jsonl").read_text().splitlines()]
+    n = len(prepare(Config.load(cfg).data).splits["train"])
+    for epoch in (0, 1):
+        ids = sorted(i for e, batch in seen if e == epoch for i in batch)
+        assert ids == list(range(n)), (epoch, len(ids), n)  # no repeats, no gaps
+    assert {e for e, _ in seen} == {0, 1}
+    steps = [r["step"] for r in records(run, "train")]
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > 6
 
 
 def test_max_epochs_stops_after_whole_passes(home, tmp_path):
@@ -564,3 +663,44 @@ def test_resume_continues_on_new_training_text_of_the_same_size_only(home, tmp_p
     with pytest.raises(DataError, match="num_examples was 40, now 39 .*changed size"):
         train(cfg("c.de", "c.en", 6), run, resume=True)
     assert [s for s, *_ in list_checkpoints(run)] == [2, 4]
+
+
+def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain_keys(home, tmp_path, monkeypatch):
+    """train.compile over 30 real batches of 12 and more (B, S, T) shapes: the batch dimensions are
+    marked dynamic, so the one training frame compiles once (unmarked: a static graph, then recompiles
+    as torch discovers the varying dimensions). Backend aot_eager: dynamo and AOT autograd as inductor
+    sees them, without generating C++. Checkpoints hold the plain module's keys (no `_orig_mod.`)."""
+    import torch
+    import torch._dynamo
+    from safetensors import safe_open
+    from torch._dynamo.utils import counters
+
+    import aiayn.train.trainer as trainer_mod
+    from aiayn.train import train
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, **{**kw, "backend": "aot_eager"}))
+    torch._dynamo.reset()
+    counters.clear()
+    shapes = set()
+    real_update = trainer_mod.Trainer.update
+
+    def update(self, micro):
+        shapes.update((tuple(b.src.shape), tuple(b.tgt_in.shape)) for b in micro)
+        return real_update(self, micro)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "update", update)
+    cfg = Config.from_dict({**TINY, "model": {"preset": "tiny", "n_encoder_layers": 1, "n_decoder_layers": 1},
+                            "train": {**TINY["train"], "compile": True, "max_steps": 30, "eval_every": 0,
+                                      "eval_bleu": False, "save_every": 30}})
+    try:
+        assert train(cfg, tmp_path / "run")["step"] == 30
+        frames = dict(counters["frames"])
+    finally:
+        torch._dynamo.reset()
+    assert len(shapes) >= 12  # the test sees real shape variety
+    assert frames["total"] == frames["ok"] == 1, frames  # one compile, no recompile
+    weights = checkpoint_paths(tmp_path / "run", 30)[0]
+    with safe_open(str(weights), "pt") as f:
+        keys = list(f.keys())
+    assert keys and not [k for k in keys if "_orig_mod" in k or k.startswith("module.")]

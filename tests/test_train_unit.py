@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiayn.checkpoint import CheckpointError, load_model, save_weights
-from aiayn.config import Config, ModelConfig
+from aiayn.config import Config, ConfigError, ModelConfig
 from aiayn.model import Transformer
 from aiayn.train.average import average_checkpoints, average_run
 from aiayn.train.loss import label_smoothed_nll
@@ -167,6 +167,8 @@ def test_shipped_configs_load():
     assert (base.optim.warmup, base.optim.betas, base.optim.eps, base.optim.label_smoothing) == (4000, (0.9, 0.98), 1e-9, 0.1)
     assert base.model_config(37000).d_model == 512 and big.model_config(37000).d_model == 1024
     assert big.model_config(37000).dropout == 0.3 and base.train.max_steps == 100_000 and big.train.max_steps == 300_000
+    for c in (base, big):  # the paper's ~25k-token batch on any GPU count, not 3125 x 8 per GPU
+        assert (c.optim.tokens_per_update, c.optim.update_freq, c.data.max_tokens) == (25000, 1, 3125)
     for name in ("multi30k_de_en", "multi30k_en_de"):
         c = Config.load(root / f"{name}.yaml")
         assert c.data.corpus == "multi30k" and c.model["preset"] == "small"
@@ -301,3 +303,31 @@ def test_amp_auto_picks_bf16_only_where_the_gpu_has_it(monkeypatch, major, emula
     assert resolve_amp("auto", torch.device("cuda", 0)) == expected
     assert resolve_amp("auto", torch.device("cpu")) == "none"
     assert resolve_amp("bf16", torch.device("cuda", 0)) == "bf16"  # an explicit choice is kept
+
+
+# -- the global batch -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world, expected", [(1, 8), (2, 4), (8, 1), (3, 3), (16, 1)])
+def test_update_freq_is_derived_from_the_global_token_target(world, expected):
+    from aiayn.train.trainer import derive_update_freq, global_batch_warning
+
+    uf = derive_update_freq(25000, 3125, world)
+    assert uf == expected
+    warning = global_batch_warning(25000, 3125, uf, world)
+    if world == 16:  # one micro-batch per rank is already 50,000 tokens
+        assert "= 50,000 tokens, 2x optim.tokens_per_update=25,000" in warning and "\n" not in warning
+    else:  # 25,000, 25,000, 25,000 and 28,125: within 1.5x
+        assert warning is None
+    assert "= 16,000 tokens, 0.64x" in global_batch_warning(25000, 1000, 16, 1)  # < 25,000 / 1.5: too small warns too
+    assert derive_update_freq(25000, 4096, 1) == 6 and derive_update_freq(100, 4096, 1) == 1
+
+
+def test_tokens_per_update_and_update_freq_are_not_both_set():
+    cfg = Config.load(None, {"optim.tokens_per_update": 25000})
+    assert cfg.optim.tokens_per_update == 25000 and cfg.optim.update_freq == 1
+    assert Config.load(None).optim.tokens_per_update is None  # default: update_freq as given
+    with pytest.raises(ConfigError, match="both set the batch; set tokens_per_update null"):
+        Config.load(None, {"optim.tokens_per_update": 25000, "optim.update_freq": 8})
+    with pytest.raises(ConfigError, match="tokens_per_update must be >= 1"):
+        Config.load(None, {"optim.tokens_per_update": 0})

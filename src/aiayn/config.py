@@ -142,6 +142,8 @@ class OptimConfig:
 
     `lr_scale` multiplies that schedule; `update_freq` accumulates gradients over that many
     micro-batches per update (the paper's ~25k target tokens per step on small hardware).
+    `tokens_per_update` instead names the global batch (tokens per update over all ranks) and
+    derives `update_freq` from it at startup, so the same config keeps its batch on any GPU count.
     """
 
     lr_scale: float = 1.0
@@ -152,6 +154,9 @@ class OptimConfig:
     clip_norm: float = 0.0  # 0 disables; the paper does not clip
     label_smoothing: float = 0.1  # §5.4
     update_freq: int = 1
+    # Global batch target (the paper: ~25000); update_freq = max(1, round(target / (max_tokens x world
+    # size))) at startup. None: update_freq as given, and the batch grows with the GPU count.
+    tokens_per_update: int | None = None
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
@@ -159,6 +164,13 @@ class OptimConfig:
             raise ConfigError(f"optim.betas needs two values, got {self.betas}")
         if self.warmup < 1 or self.update_freq < 1:
             raise ConfigError("optim.warmup and optim.update_freq must be >= 1")
+        if self.tokens_per_update is not None:
+            if self.tokens_per_update < 1:
+                raise ConfigError("optim.tokens_per_update must be >= 1 (or null)")
+            if self.update_freq != 1:  # two answers to one question: refuse rather than pick one silently
+                raise ConfigError(f"optim.update_freq={self.update_freq} and optim.tokens_per_update="
+                                  f"{self.tokens_per_update} both set the batch; set tokens_per_update null to "
+                                  f"choose update_freq yourself")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("optim.label_smoothing must lie in [0, 1)")
 

@@ -116,6 +116,38 @@ def all_gather_object(obj: object) -> list[object]:
     return [obj]
 
 
+class StopVote:
+    """Whether any rank asked to stop, agreed between micro-batches without waiting for the device.
+
+    Each rank's flag is summed over a CPU (gloo) group, asynchronously: the sum started after micro-batch
+    i is read after micro-batch i + 1, so no rank stalls mid-update for the others, and every rank reads
+    the same sum and so stops after the same micro-batch (DDP needs that: a rank that stopped alone would
+    leave the others in the last micro-batch's gradient all-reduce). In a single process it reads the
+    flag directly."""
+
+    def __init__(self, info: DistInfo) -> None:
+        self._group = None
+        if info.enabled:  # collective: every rank creates it, in the same order as any other group
+            self._group = dist.new_group(backend="gloo")  # its own group: never queued behind DDP's all-reduces
+        self._pending: tuple[torch.Tensor, object] | None = None
+
+    def start(self, flag: bool) -> None:
+        """Send this rank's flag (after a micro-batch that is not the update's last)."""
+        if self._group is not None:
+            t = torch.tensor([float(flag)])
+            self._pending = (t, dist.all_reduce(t, group=self._group, async_op=True))
+
+    def stop(self, flag: bool) -> bool:
+        """Whether to stop now: the previous `start`'s sum over ranks (or `flag` in a single process)."""
+        if self._group is None:
+            return flag
+        assert self._pending is not None, "StopVote.stop() without a start()"
+        t, work = self._pending
+        self._pending = None
+        work.wait()  # type: ignore[attr-defined]
+        return bool(t.item() > 0)  # a CPU tensor: no device sync
+
+
 def barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

@@ -8,6 +8,7 @@ separately, so no batch ever exceeds the budget on either side.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -106,6 +107,15 @@ class BatchIterator:
     Iterating yields the current epoch's batches from the current position; when the epoch is
     exhausted the iterator moves to the next epoch (position 0). `set_epoch(e)` with a different
     epoch starts e from position 0; with the current epoch it is a no-op (so resume + set_epoch works).
+
+    Resharding: a state saved on another world size resumes from the same global position. The plan
+    depends on the world size (the batch splits, then the batch order), so "the same position" is the
+    set of examples consumed: the first `position x old world size` global batches of the old plan.
+    The rest of that epoch is planned afresh, for the new world size, from the examples not yet seen,
+    and the following epochs are the new world size's ordinary plans. Every example is still seen
+    once per epoch. The state records the chain of (world size, global batches consumed) that made the
+    current epoch's plan, so a later resume (same size: exactly, bitwise; another: resharded again)
+    rebuilds it.
     """
 
     def __init__(self, split: EncodedSplit, max_tokens: int, seed: int = 0, shuffle: bool = True,
@@ -123,14 +133,26 @@ class BatchIterator:
         self.split, self.max_tokens, self.seed, self.shuffle = split, int(max_tokens), int(seed), bool(shuffle)
         self.rank, self.world_size = rank, world_size
         self.epoch, self.position = 0, 0
+        self._reshards: list[tuple[int, int]] = []  # this epoch's (world size, global batches consumed) before now
         self._plan_epoch: int | None = None
         self._plan: list[np.ndarray] = []
 
     # -- plan -------------------------------------------------------------------------------------
-    def _global_batches(self, epoch: int) -> list[np.ndarray]:
-        n = len(self.split)
-        rng = np.random.default_rng([self.seed, epoch])
-        order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # 4 bytes an example at WMT scale
+    def _global_batches(self, epoch: int, world_size: int | None = None,
+                        subset: np.ndarray | None = None) -> list[np.ndarray]:
+        """The epoch's plan for `world_size` ranks (default: this iterator's), over all examples or
+        over `subset` (what a resharded epoch has left)."""
+        world_size = self.world_size if world_size is None else world_size
+        if subset is None:
+            n = len(self.split)
+            rng = np.random.default_rng([self.seed, epoch])
+            order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # 4 bytes an example at WMT scale
+        else:
+            n = len(subset)
+            if n == 0:
+                return []
+            rng = np.random.default_rng([self.seed, epoch, n])  # n falls along a chain: each step its own stream
+            order = subset.copy()
         if self.shuffle:
             rng.shuffle(order)  # the same permutation as rng.permutation(n)
         sl = np.asarray(self.split.src_lengths)[order]
@@ -143,11 +165,11 @@ class BatchIterator:
         batches = [order[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
         n_cut = len(batches)
-        while len(batches) % self.world_size:  # equal batch counts per rank: split the largest batch
+        while len(batches) % world_size:  # equal batch counts per rank: split the largest batch
             j = max(range(len(batches)), key=lambda k: len(batches[k]))
             big = batches[j]
             if len(big) < 2:
-                raise DataError(f"cannot give {self.world_size} ranks equal batch counts: {n} examples make "
+                raise DataError(f"cannot give {world_size} ranks equal batch counts: {n} examples make "
                                  f"{n_cut} batches under max_tokens={self.max_tokens}")
             batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
 
@@ -157,14 +179,33 @@ class BatchIterator:
 
     def _batches(self) -> list[np.ndarray]:
         if self._plan_epoch != self.epoch:
-            self._plan = self._global_batches(self.epoch)[self.rank::self.world_size]
+            self._plan = self._epoch_plan()[self.rank::self.world_size]
             self._plan_epoch = self.epoch
         return self._plan
+
+    def _epoch_plan(self) -> list[np.ndarray]:
+        """The current epoch's global plan: the ordinary one, or after resharding the plan of what the
+        earlier world sizes left of it."""
+        if not self._reshards:
+            return self._global_batches(self.epoch)
+        seen = np.zeros(len(self.split), dtype=bool)
+        left: np.ndarray | None = None
+        for world, consumed in self._reshards:
+            plan = self._global_batches(self.epoch, world, left)
+            for ids in plan[:consumed]:
+                seen[ids] = True
+            left = np.flatnonzero(~seen)
+        try:
+            return self._global_batches(self.epoch, self.world_size, left)
+        except DataError:  # a handful of examples at the very end of the epoch: too few for equal shards
+            warnings.warn(f"after resharding, the {len(left)} example(s) left of epoch {self.epoch} cannot be "
+                          f"split over {self.world_size} ranks; they are skipped in this epoch", stacklevel=2)
+            return []
 
     # -- public -----------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
-            self.epoch, self.position = int(epoch), 0
+            self.epoch, self.position, self._reshards = int(epoch), 0, []
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (for the current epoch; ties make it vary slightly)."""
@@ -176,7 +217,7 @@ class BatchIterator:
             ids = plan[self.position]
             self.position += 1  # counted before yield: a state_dict taken now resumes after this batch
             yield collate(self.split, ids)
-        self.epoch, self.position = self.epoch + 1, 0
+        self.epoch, self.position, self._reshards = self.epoch + 1, 0, []
 
     @property
     def padding_fraction(self) -> float:
@@ -189,16 +230,27 @@ class BatchIterator:
         return 1.0 - real / padded
 
     def state_dict(self) -> dict[str, Any]:
+        """`position` counts this rank's batches; every rank is at the same one, so the global position
+        is position x world_size batches of the current epoch's plan."""
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "shuffle": self.shuffle,
                 "max_tokens": self.max_tokens, "world_size": self.world_size, "rank": self.rank,
-                "num_examples": len(self.split)}
+                "num_examples": len(self.split), "reshards": [list(r) for r in self._reshards]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore epoch and position; the settings that shape the plan must match."""
-        for key in ("seed", "shuffle", "max_tokens", "world_size", "num_examples"):
+        """Restore epoch and position; the settings that shape the plan must match. A state from another
+        world size continues from the same global position (see the class docstring)."""
+        for key in ("seed", "shuffle", "max_tokens", "num_examples"):
             mine = self.state_dict()[key]
             if key in state and state[key] != mine:
                 hint = (" (the training data changed size; a run continues on new text only of the same size)"
                         if key == "num_examples" else "")
                 raise DataError(f"cannot resume batches: {key} was {state[key]}, now {mine}{hint}")
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        epoch, position = int(state["epoch"]), int(state["position"])
+        reshards = [(int(w), int(c)) for w, c in state.get("reshards", [])]
+        world = int(state.get("world_size", self.world_size))
+        if world != self.world_size:
+            if position:
+                reshards.append((world, position * world))
+            position = 0  # of the new plan of what is left
+        self.epoch, self.position, self._reshards = epoch, position, reshards
+        self._plan_epoch = None

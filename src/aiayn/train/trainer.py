@@ -5,7 +5,8 @@ gradient accumulation, AMP, DDP, evaluation, checkpoints and exact resume.
     from aiayn.train import train
     summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
 
-One update = `optim.update_freq` micro-batches on each of `world_size` ranks; the loss is
+One update = `optim.update_freq` micro-batches on each of `world_size` ranks (or as many as
+`optim.tokens_per_update` asks for: `derive_update_freq`); the loss is
 normalised by the number of target tokens of that whole global batch, so N ranks with 1/N of
 the batch each compute the same update as one process (up to float rounding).
 """
@@ -84,6 +85,25 @@ def resolve_amp(amp: str, device: torch.device) -> str:
             return "none"
         return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
     return amp  # fp16 on CPU works too (autocast + GradScaler("cpu")), slowly: it is how the tests reach that path
+
+
+def derive_update_freq(tokens_per_update: int, max_tokens: int, world_size: int) -> int:
+    """Micro-batches per rank per update whose global batch (max_tokens x update_freq x world_size)
+    comes nearest to `tokens_per_update`: the learning-rate schedule is tuned for a batch size, so the
+    batch should not grow with the GPU count."""
+    return max(1, round(tokens_per_update / (max_tokens * world_size)))
+
+
+def global_batch_warning(tokens_per_update: int, max_tokens: int, update_freq: int, world_size: int) -> str | None:
+    """One line when the effective batch misses the target by more than 1.5x either way (too many
+    ranks for the target, or a max_tokens that does not divide it), else None."""
+    eff = max_tokens * update_freq * world_size
+    if eff > 1.5 * tokens_per_update or 1.5 * eff < tokens_per_update:
+        return (f"the global batch is {max_tokens:,} x {update_freq} x {world_size} = {eff:,} tokens, "
+                f"{eff / tokens_per_update:.2g}x optim.tokens_per_update={tokens_per_update:,}; "
+                f"{'lower data.max_tokens or use fewer ranks' if eff > tokens_per_update else 'raise data.max_tokens'}"
+                f" to come nearer")
+    return None
 
 
 def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
@@ -179,6 +199,9 @@ class Trainer:
         self.last_eval_step = -1  # every rank (decides collective calls)
         self.last_train: dict[str, Any] | None = None
         self._stop_requested = False
+        # A stop mid-update (preemption) saves the data position and RNG state from before the update,
+        # so the checkpoint is exactly the last completed update.
+        self._rollback: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._out_of_time = False  # train.max_minutes reached: finish normally
         self._window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0}
         self._window_seconds = 0.0
@@ -232,6 +255,9 @@ class Trainer:
             Config.from_dict(resolved).save(run_dir / "config.yaml")
 
         o = cfg.optim
+        self.update_freq = o.update_freq
+        if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
+            self.update_freq = derive_update_freq(o.tokens_per_update, cfg.data.max_tokens, self.dist.world_size)
         # fused: one kernel for all parameters instead of a Python loop over tensors (CPU and CUDA)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=o.betas, eps=o.eps,
                                           weight_decay=o.weight_decay, fused=self.device.type in ("cpu", "cuda"))
@@ -241,6 +267,7 @@ class Trainer:
         self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=seed, shuffle=True,
                                       rank=self.dist.rank, world_size=self.dist.world_size)
         self.batches = Batches(self.iterator, cfg.train.max_epochs)
+        self.vote = distributed.StopVote(self.dist)  # collective (a gloo group beside NCCL): every rank, here
 
         if self.resume:
             self._load_latest()
@@ -257,11 +284,18 @@ class Trainer:
             self.train_model = DDP(self.train_model, device_ids=ids)
 
         if self.main:
-            eff = cfg.data.max_tokens * o.update_freq * self.dist.world_size
+            eff = cfg.data.max_tokens * self.update_freq * self.dist.world_size
+            derived = (f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"
+                       if o.tokens_per_update is not None else "")
             print(f"aiayn train: {run_dir} | {n_params:,} parameters | {len(self.prepared.splits['train']):,} "
-                  f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {o.update_freq} x "
-                  f"{self.dist.world_size} x {cfg.data.max_tokens} tokens (<= {eff:,}) | device {self.device}, "
-                  f"amp {self.amp}" + (f" | resumed at step {self.step}" if self.step else ""), flush=True)
+                  f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {self.update_freq} x "
+                  f"{self.dist.world_size} x {cfg.data.max_tokens} tokens (<= {eff:,}{derived}) | device "
+                  f"{self.device}, amp {self.amp}" + (f" | resumed at step {self.step}" if self.step else ""),
+                  flush=True)
+            off = (global_batch_warning(o.tokens_per_update, cfg.data.max_tokens, self.update_freq,
+                                        self.dist.world_size) if o.tokens_per_update is not None else None)
+            if off:
+                warn(off)
 
     def _check_ranks_agree_on_data(self) -> None:
         """Node-local caches must hold the same ids: every rank compares its cache key and tokenizer."""
@@ -274,7 +308,7 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        rngs = capture_rng(self.device)
+        data, rngs = self._rollback or (self.iterator.state_dict(), capture_rng(self.device))
         if self.dist.enabled:  # every rank's RNG, so dropout streams continue per rank
             gathered: list[Any] = [None] * self.dist.world_size
             torch.distributed.all_gather_object(gathered, rngs)
@@ -288,7 +322,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else {},
             "rng": rngs,
-            "data": self.iterator.state_dict(),
+            "data": data,
             "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive,
                          "elapsed": self.elapsed + (time.perf_counter() - self._t0)},
             "window": {**self._window, "seconds": time.perf_counter() - self._t_window},
@@ -374,9 +408,19 @@ class Trainer:
             g["lr"] = base * self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.iterator.load_state_dict(state["data"])
-        rngs = state["rng"]
-        restore_rng(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0], self.device)
+        self.iterator.load_state_dict(state["data"])  # on another world size: resharded, same global position
+        rngs, rank = state["rng"], self.dist.rank
+        restore_rng(rngs[rank] if rank < len(rngs) else rngs[0], self.device)
+        if rank >= len(rngs):  # a rank the saved run did not have: its own dropout stream, not rank 0's copy
+            torch.manual_seed(self.cfg.train.seed * 1_000_003 + int(state["step"]) * 1009 + rank)
+        saved_world = int(state["data"].get("world_size", self.dist.world_size))
+        if saved_world != self.dist.world_size and self.main:
+            same = ("the global batch is kept (optim.tokens_per_update)" if self.cfg.optim.tokens_per_update
+                    else f"the global batch changes {self.dist.world_size}/{saved_world}x (optim.tokens_per_update "
+                         f"would keep it)")
+            warn(f"resuming on {self.dist.world_size} rank(s) a run saved on {saved_world}: the rest of epoch "
+                 f"{self.iterator.epoch} is re-planned from the same global position (each example still once "
+                 f"per epoch); {same}; the losses are not those of an uninterrupted run")
         self.step = int(state["step"])
         c = state["counters"]
         self.nan_total, self.nan_consecutive, self.elapsed = int(c["nan_total"]), int(c["nan_consecutive"]), float(c["elapsed"])
@@ -447,20 +491,40 @@ class Trainer:
         """Logits (n, V) and gold ids (n,) at the batch's n non-pad target positions only."""
         keep = (b.tgt_out.view(-1) != self.model_config.pad_id).nonzero().squeeze(1)  # on the host: no CUDA sync
         b, keep = b.to(self.device, non_blocking=True), keep.to(self.device, non_blocking=True)
+        if self.cfg.train.compile:
+            # Token-budget batches vary in B, S, T and n from batch to batch. Marked dynamic, the first call
+            # compiles one graph for all of them; unmarked, torch compiles a static graph, recompiles on the
+            # first new shape, and again for each further dimension it finds varying.
+            for t in (b.src, b.tgt_in):
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+                torch._dynamo.maybe_mark_dynamic(t, 1)
+            torch._dynamo.maybe_mark_dynamic(keep, 0)
         with self._autocast():
             logits = model(b.src, b.tgt_in, keep=keep)  # (n, V)
         return logits, b.tgt_out.view(-1).index_select(0, keep)
 
-    def update(self, micro: list[Any]) -> tuple[bool, float, float, float, float]:
+    def update(self, micro: list[Any]) -> tuple[bool, float, float, float, float] | None:
         """Forward/backward over the micro-batches, then one optimizer step unless non-finite.
-        Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch."""
+        Returns (ok, loss sum, nll sum, target tokens, lr) with sums over the global batch, or None when
+        a stop request (SIGTERM, Ctrl-C) ended the update between micro-batches, its gradients dropped."""
         o, pad = self.cfg.optim, self.model_config.pad_id
         local_tokens = float(sum(b.tgt_tokens for b in micro))
         # The normaliser is needed before backward: one all-reduce (and host sync) under DDP, none alone.
         global_tokens = _sum_stats([local_tokens], self.device)[0] if self.dist.enabled else local_tokens
         scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
         loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
+        # A preempted job has seconds (torchrun, SLURM: SIGKILL ~30 s after SIGTERM), not the rest of a
+        # long update: between micro-batches every rank checks, together, whether one was asked to stop.
+        if len(micro) > 1:
+            self.vote.start(self._stop_requested)
         for i, b in enumerate(micro):
+            if i:
+                if self.vote.stop(self._stop_requested):
+                    self._stop_requested = True
+                    self.optimizer.zero_grad(set_to_none=True)  # no optimizer, scaler or schedule step taken
+                    return None
+                if i < len(micro) - 1:
+                    self.vote.start(self._stop_requested)
             sync = i == len(micro) - 1 or not self.dist.enabled
             ctx = contextlib.nullcontext() if sync else self.train_model.no_sync()
             with ctx:
@@ -559,7 +623,8 @@ class Trainer:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop_requested = True
         signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
-        self._print("stopping after this update (press Ctrl-C again to abort without saving)", err=True)
+        self._print("stopping after this micro-batch, saving the last completed update (press Ctrl-C again to "
+                    "abort without saving)", err=True)
 
     def run(self) -> dict[str, Any]:
         from tqdm import tqdm
@@ -595,14 +660,20 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         try:
             while self.step < c.max_steps and not self._stop_requested and not self._out_of_time:
+                # where this update starts, for a stop in its middle (cheap: no device sync, a few kB)
+                rollback = (self.iterator.state_dict(), capture_rng(self.device)) if self.update_freq > 1 else None
                 micro = []
                 try:
-                    for _ in range(self.cfg.optim.update_freq):
+                    for _ in range(self.update_freq):
                         micro.append(self.batches.next())
                 except _EpochLimit:
                     if not micro:
                         break
-                ok, loss, nll, tokens, lr = self.update(micro)
+                result = self.update(micro)
+                if result is None:  # stopped between micro-batches: save the last completed update
+                    self._rollback = rollback
+                    break
+                ok, loss, nll, tokens, lr = result
                 if not ok:
                     continue
                 self.step += 1
@@ -646,4 +717,4 @@ def train(config: Config, run_dir: str | Path, resume: bool = False) -> dict[str
         distributed.teardown()
 
 
-__all__ = ["train", "Trainer", "TrainingError", "noam_lr"]
+__all__ = ["train", "Trainer", "TrainingError", "noam_lr", "derive_update_freq"]
