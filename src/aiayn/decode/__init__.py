@@ -1,4 +1,5 @@
-"""Decoding: greedy and beam search on the incremental cache, ensembles, and the text-in/text-out Translator.
+"""Decoding: greedy and beam search on the incremental cache, ensembles, the text-in/text-out Translator,
+and sampling from decoder-only models.
 
 Names load lazily (PEP 562) so `aiayn.decode.commands` registers its subcommands without torch.
 """
@@ -10,11 +11,13 @@ from typing import TYPE_CHECKING
 from aiayn._lazy import lazy_exports
 
 _EXPORTS = {"beam_search": "search", "greedy_search": "search", "max_lengths": "search",
-            "Ensemble": "ensemble", "load_members": "ensemble", "Translator": "translator"}
+            "Ensemble": "ensemble", "load_members": "ensemble", "Translator": "translator",
+            "Sampling": "sampling", "generate": "sampling", "log_likelihood": "sampling"}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.decode.ensemble import Ensemble, load_members
+    from aiayn.decode.sampling import Sampling, generate, log_likelihood
     from aiayn.decode.search import beam_search, greedy_search, max_lengths
     from aiayn.decode.translator import Translator
