@@ -54,7 +54,7 @@ class ServeSettings:
     length_penalty: float = 0.6
     max_len_a: float = 1.0
     max_len_b: int = 50
-    max_batch_tokens: int = 4096
+    max_batch_tokens: int = 8192  # as DecodeConfig.max_tokens: sentences x longest source x beam
     max_wait_ms: float = 10.0
     char_limit: int = 5000  # characters per request, summed over its sentences
     batch_limit: int = 64  # sentences per request

@@ -28,9 +28,14 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, run: str | os.PathLike, device: str | None = None, max_tokens: int = 8192) -> None:
+    def __init__(self, run: str | os.PathLike, device: str | None = None, max_tokens: int = 8192,
+                 threads: int = 0) -> None:
+        import torch
+
         from aiayn.decode.translator import Translator
 
+        if threads > 0:  # the worker thread is the only one running torch: its intra-op pool size
+            torch.set_num_threads(threads)
         self.translator = Translator.load(run, device=device, max_tokens=max_tokens)
         self.tokenizer = self.translator.tokenizer
         self.config = self.translator.model.config
@@ -175,7 +180,7 @@ def _clean(line: str) -> str:
 def load_backend(kind: str, run: str | os.PathLike, device: str | None = None, threads: int = 0) -> Any:
     """`torch` or `ctranslate2` serving the run (or exported directory) at `run`."""
     if kind == "torch":
-        return TorchBackend(run, device=device)
+        return TorchBackend(run, device=device, threads=threads)
     if kind == "ctranslate2":
         return CTranslate2Backend(run, device=device if device not in (None, "auto") else "cpu", threads=threads)
     raise AiaynError(f"--backend must be torch or ctranslate2, not {kind!r}")

@@ -101,7 +101,7 @@ class BatchStats:
 class Batcher:
     """The queue and its worker thread. Start with `start()`, stop with `close()`."""
 
-    def __init__(self, backend: Backend, max_batch_tokens: int = 4096, max_wait_ms: float = 10.0,
+    def __init__(self, backend: Backend, max_batch_tokens: int = 8192, max_wait_ms: float = 10.0,
                  max_queue: int = 10_000, observer: Callable[[BatchStats], None] | None = None) -> None:
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")

@@ -51,8 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="default 5000 (LibreTranslate's)")
     p.add_argument("--beam", type=int, help="beam size for /translate and /v1's default (default: the run's, else 4)")
-    p.add_argument("--max-batch-tokens", type=int, default=4096,
-                   help="budget of one decoded batch: sentences x longest source x beam (default 4096)")
+    p.add_argument("--max-batch-tokens", type=int, default=8192,
+                   help="budget of one decoded batch: sentences x longest source x beam (default 8192, "
+                        "as aiayn translate --max-tokens)")
     p.add_argument("--max-wait-ms", type=float, default=10.0,
                    help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)")
     p.add_argument("--char-limit", type=int, default=5000,
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
-    p.add_argument("--threads", type=int, default=0, help="CTranslate2 intra-op threads (default 0: its choice)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads of torch / CTranslate2 (default 0: the library's choice)")
     p.add_argument("--max-connections", type=int, default=1000,
                    help="open connections beyond this get 503 (default 1000)")
     p.add_argument("--grace-s", type=float, default=30.0,
