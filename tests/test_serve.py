@@ -141,6 +141,62 @@ def _metric(url: str, name: str) -> dict[tuple, float]:
             for fam in text_string_to_metric_families(text) if fam.name == name for s in fam.samples}
 
 
+class _FakeBackend:
+    """Records every batch; 'translates' by upper-casing after a short sleep (a busy model)."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[float, list[str], int]] = []
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(t.split()) + 1 for t in texts]
+
+    def translate(self, texts: list[str], opts) -> list:
+        self.batches.append((time.monotonic(), list(texts), opts.beam))
+        time.sleep(0.05)
+        return [[(t.upper(), float("nan"), 1)] for t in texts]
+
+
+def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
+    from aiayn.serve import Batcher, SearchOptions
+
+    fake = _FakeBackend()
+    b = Batcher(fake, max_batch_tokens=40, max_wait_ms=100)  # beam 2, 4 tokens: 5 sentences fit
+    b.start()
+
+    async def main() -> tuple:
+        t0 = time.monotonic()
+        alone = await b.translate(["one two three"], SearchOptions(beam=2))
+        waited = fake.batches[0][0] - t0
+        texts = [f"w{i} x y" for i in range(12)]
+        tasks = [asyncio.ensure_future(b.translate([t], SearchOptions(beam=2 if i % 3 else 1)))
+                 for i, t in enumerate(texts)]
+        tasks.append(asyncio.ensure_future(b.translate(["a b c", "d e f"], SearchOptions(beam=2))))
+        await asyncio.sleep(0.01)
+        tasks[1].cancel()  # its client went away before the batch ran
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        return alone, waited, texts, out
+
+    try:
+        alone, waited, texts, out = asyncio.run(main())
+    finally:
+        b.close()
+    assert alone == [[("ONE TWO THREE", pytest.approx(float("nan"), nan_ok=True), 1)]]
+    assert 0.09 < waited < 0.6  # a lone sentence waits the window (100 ms), not longer than needed
+    assert isinstance(out[1], asyncio.CancelledError)
+    for i, t in enumerate(texts):
+        if i != 1:
+            assert out[i][0][0][0] == t.upper()
+    assert [h[0][0] for h in out[-1]] == ["A B C", "D E F"]  # one request split over sentences, in order
+    later = fake.batches[1:]
+    assert sum(len(x[1]) for x in later) == 14  # the cancelled sentence was decoded too
+    for _, batch, beam in later:
+        assert len(batch) * 4 * beam <= 40 or len(batch) == 1  # the budget
+        assert all((int(t[1:].split()[0]) % 3 == 0) == (beam == 1) for t in batch if t.startswith("w"))
+    assert max(len(x[1]) for x in later) > 1 and b.queued == 0
+
+
 def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -> None:
     lt = LibreTranslateAPI(server.url)
     for de in SOURCES[:3]:  # form-encoded, as the client sends it

@@ -114,7 +114,8 @@ class Batcher:
         self._pending: list[_Item] = []  # taken off the queue, not yet batched (worker thread only)
         self._thread = threading.Thread(target=self._work, name="aiayn-batcher", daemon=True)
         self._stop = threading.Event()
-        self.queued = 0  # sentences submitted and not yet decoded (read by metrics; approximate)
+        self._count_lock = threading.Lock()  # `queued` changes on both threads
+        self.queued = 0  # sentences submitted and not yet decoded
 
     # -- the event-loop side ------------------------------------------------------------------------
 
@@ -131,13 +132,14 @@ class Batcher:
         """Queue a request's sentences; returns their n-best lists in order."""
         if not self._thread.is_alive():
             raise AiaynError("the translation worker is not running")
-        if self.queued + len(texts) > self.max_queue:
-            raise Overloaded(f"server busy: more than {self.max_queue} sentences queued, retry later")
-        ticket = Ticket(len(texts), asyncio.get_running_loop())
         if not texts:
             return []
+        ticket = Ticket(len(texts), asyncio.get_running_loop())
         counts = self.backend.count_tokens(texts)
-        self.queued += len(texts)
+        with self._count_lock:
+            if self.queued + len(texts) > self.max_queue:
+                raise Overloaded(f"server busy: more than {self.max_queue} sentences queued, retry later")
+            self.queued += len(texts)
         for i, (text, n) in enumerate(zip(texts, counts)):
             self._queue.put(_Item(ticket, i, text, n, opts))
         return await ticket.future
@@ -224,7 +226,8 @@ class Batcher:
             it.ticket.results[it.index] = out
             it.ticket.remaining -= 1
         if batch[0].fn is None:
-            self.queued -= len(batch)
+            with self._count_lock:
+                self.queued -= len(batch)
         for t in tickets.values():
             if t.remaining == 0 or t.error is not None:
                 try:
