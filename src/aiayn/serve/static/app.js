@@ -27,6 +27,8 @@ function draw() {
   if (!att) return;
   const m = att.layers[Number($("layer").value)];
   const src = att.source_tokens, tgt = att.target_tokens;
+  // Shade relative to the map's largest weight: a diffuse (or untrained) model still shows its pattern.
+  const peak = Math.max(1e-6, ...m.flat());
   const cell = 26, left = 8 + 8 * Math.max(...tgt.map((t) => t.length)), top = 8 + 7 * Math.max(...src.map((t) => t.length));
   const svg = el("svg", {width: left + cell * src.length + 8, height: top + cell * tgt.length + 8, id: "heatmap-svg"});
   src.forEach((t, j) => {
@@ -42,7 +44,7 @@ function draw() {
     svg.appendChild(label);
     (m[i] || []).forEach((w, j) => {
       const r = el("rect", {class: "cell", "data-row": i, "data-col": j, x: left + j * cell, y: top + i * cell,
-                            width: cell, height: cell, fill: `rgba(20, 60, 160, ${Math.max(0, Math.min(1, w))})`});
+                            width: cell, height: cell, fill: `rgba(20, 60, 160, ${Math.max(0, Math.min(1, w / peak))})`});
       r.appendChild(el("title", {}, `${t} <- ${src[j]}: ${w.toFixed(3)}`));
       r.addEventListener("mouseenter", () => highlight(i));
       r.addEventListener("mouseleave", () => highlight(-1));
