@@ -15,6 +15,7 @@ from aiayn import __version__, ablation, quickstart, viz
 from aiayn import export as export_commands
 from aiayn.data import commands as data_commands
 from aiayn.decode import commands as decode_commands
+from aiayn.serve import commands as serve_commands
 from aiayn.train import commands as train_commands
 
 
@@ -52,7 +53,7 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
     quickstart.register, data_commands.register, train_commands.register, decode_commands.register,
-    viz.register, ablation.register, export_commands.register, _add_model,
+    viz.register, ablation.register, export_commands.register, serve_commands.register, _add_model,
 ]
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,8 @@ def spm_vocabulary(spm_file: str | Path) -> list[str]:
 
 def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | Path | None = None,
                        quantization: str | None = None, force: bool = False) -> Path:
-    """Write a CTranslate2 model directory (model.bin, config.json, shared_vocabulary, spm.model).
+    """Write a CTranslate2 model directory (model.bin, config.json, shared_vocabulary, spm.model,
+    aiayn_model.json: our ModelConfig, for the position limit).
 
     `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
@@ -143,6 +145,9 @@ def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | 
         spm_file = Path(spm_file)
     out = save_ctranslate2(model, spm_vocabulary(spm_file), out_dir, quantization=quantization, force=force)
     shutil.copyfile(spm_file, out / "spm.model")
+    # CTranslate2's config has no position count; `aiayn serve` needs it to cut inputs and outputs
+    # where the PyTorch model does.
+    (out / "aiayn_model.json").write_text(json.dumps(model.config.to_dict(), indent=1) + "\n")
     return out
 
 

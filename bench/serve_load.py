@@ -1,0 +1,219 @@
+"""Load test of `aiayn serve`: N concurrent clients for T seconds, batching on and off, then a fuzz phase.
+
+    python bench/serve_load.py -c RUN --clients 32 --seconds 20
+
+For each mode the script starts `aiayn serve` on a free 127.0.0.1 port (a subprocess), lets N
+asyncio+httpx clients each send one Multi30k test sentence per request, back to back, for T
+seconds, and reports sentences/s, target tokens/s (the server's own counter), latency p50/p95/p99,
+errors and the server's RSS sampled every second. Modes:
+
+- batched:       --max-wait-ms 5 --max-batch-tokens 8192 (the serve defaults but a shorter window)
+- one-at-a-time: --max-wait-ms 0 --max-batch-tokens 1 (every sentence decoded alone)
+
+Then 1,000 malformed / oversized / random-bytes / wrong-type requests go to the batched server,
+which must answer each with a 4xx and still pass /health. Results: printed, and JSON under
+bench/results/. Traffic goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {"batched": ["--max-wait-ms", "5", "--max-batch-tokens", "8192"],
+         "one-at-a-time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def start_server(run: str, flags: list[str], beam: int, threads: int, backend: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"aiayn-serve-{port}.log", "w+b")  # never a full pipe
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "-c", run, "--port", str(port), "--device", "cpu",
+                             "--beam", str(beam), "--threads", str(threads), "--backend", backend, *flags], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"server exited: {log.read().decode()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not come up in 120 s")
+
+
+async def load(url: str, sentences: list[str], clients: int, seconds: float, pid: int) -> dict:
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    rss: list[tuple[float, float]] = []
+    t0 = time.monotonic()
+    stop = t0 + seconds
+
+    async def client(k: int, c: httpx.AsyncClient) -> None:
+        i = k * 97
+        while time.monotonic() < stop:
+            s = sentences[i % len(sentences)]
+            i += 1
+            t = time.monotonic()
+            try:
+                r = await c.post("/v1/translate", json={"q": s})
+                if r.status_code != 200:
+                    errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
+                    continue
+            except httpx.HTTPError as e:
+                errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+                continue
+            latencies.append(time.monotonic() - t)
+
+    async def sample_rss() -> None:
+        while time.monotonic() < stop:
+            rss.append((round(time.monotonic() - t0, 1), round(rss_mib(pid), 1)))
+            await asyncio.sleep(1)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    names = ["aiayn_target_tokens_total", "aiayn_batch_decode_seconds_sum", "aiayn_batch_sentences_count",
+             "aiayn_batch_sentences_sum"]
+    before = {n: metric(url, n) for n in names}
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+        await asyncio.gather(sample_rss(), *(client(k, c) for k in range(clients)))
+    elapsed = time.monotonic() - t0
+    d = {n: metric(url, n) - before[n] for n in names}
+    tokens = d["aiayn_target_tokens_total"]
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    return {"sentences": len(latencies), "seconds": round(elapsed, 1),
+            "sentences_per_s": round(len(latencies) / elapsed, 2), "target_tokens_per_s": round(tokens / elapsed, 1),
+            "latency_p50_s": round(q[49], 3), "latency_p95_s": round(q[94], 3), "latency_p99_s": round(q[98], 3),
+            "errors": errors, "mean_batch_sentences": round(d["aiayn_batch_sentences_sum"] /
+                                                            max(d["aiayn_batch_sentences_count"], 1), 1),
+            "worker_busy": round(d["aiayn_batch_decode_seconds_sum"] / elapsed, 2), "rss_mib": rss}
+
+
+async def fuzz(url: str, n: int, seed: int = 0) -> dict:
+    """n bad requests: every answer must be a 4xx with a JSON error; counts by status."""
+    rng = random.Random(seed)
+    statuses: dict[str, int] = {}
+
+    def body() -> tuple[str, dict]:
+        kind = rng.randrange(8)
+        path = rng.choice(["/translate", "/v1/translate", "/v1/attention"])
+        if kind == 0:
+            return path, {"content": rng.randbytes(rng.randint(1, 4000))}
+        if kind == 1:
+            return path, {"content": rng.randbytes(rng.randint(1, 200)), "headers": {"content-type": "application/json"}}
+        if kind == 2:  # truncated JSON
+            return path, {"content": json.dumps({"q": "Ein Hund", "source": "de", "target": "en"})[: rng.randint(1, 30)],
+                          "headers": {"content-type": "application/json"}}
+        if kind == 3:  # oversized body
+            return path, {"content": b"x" * (1 << 20) + b"x" * rng.randint(1, 1000)}
+        if kind == 4:  # over the char limit
+            return path, {"json": {"q": "Hund " * 2000, "source": "de", "target": "en"}}
+        if kind == 5:  # over the batch limit
+            return "/translate", {"json": {"q": ["Hund"] * 100, "source": "de", "target": "en"}}
+        if kind == 6:  # wrong types
+            return path, {"json": rng.choice([{"q": 5}, {"q": ["a", None]}, {"q": "a", "beam": "x"}, [1, 2],
+                                              {"q": "a", "beam": 10 ** 30}, {"q": {"nested": []}}, None])}
+        return path, {"content": b"[" * rng.randint(1000, 100_000), "headers": {"content-type": "application/json"}}
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+        sem = asyncio.Semaphore(16)
+
+        async def one() -> None:
+            path, kw = body()
+            async with sem:
+                try:
+                    r = await c.post(path, **kw)
+                    key = str(r.status_code)
+                    if r.status_code >= 400:
+                        r.json()["error"]  # a JSON error, not a stack trace
+                except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+                    key = type(e).__name__
+            statuses[key] = statuses.get(key, 0) + 1
+
+        await asyncio.gather(*(one() for _ in range(n)))
+    healthy = httpx.get(url + "/health").status_code == 200
+    return {"requests": n, "statuses": dict(sorted(statuses.items())), "healthy_after": healthy,
+            "server_errors": sum(v for k, v in statuses.items() if not k.startswith("4"))}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-c", "--checkpoint", required=True, help="run directory to serve")
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--fuzz", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=1,
+                   help="server's torch threads (default 1: on a shared CPU more threads spin-wait)")
+    p.add_argument("--modes", default="batched,one-at-a-time")
+    p.add_argument("--backend", default="torch", help="torch | ctranslate2 (passed to aiayn serve)")
+    p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
+    p.add_argument("--out", default=str(ROOT / "bench/results/serve_load.json"))
+    a = p.parse_args()
+    with gzip.open(Path(a.data) / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
+        sentences = [line.strip() for line in f if line.strip()]
+    results: dict = {"clients": a.clients, "seconds": a.seconds, "beam": a.beam, "threads": a.threads, "backend": a.backend,
+                     "run": a.checkpoint, "modes": {}}
+    for mode in a.modes.split(","):
+        proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.backend)
+        try:
+            httpx.post(url + "/v1/translate", json={"q": sentences[:8]}, timeout=120)  # warm up
+            r = asyncio.run(load(url, sentences, a.clients, a.seconds, proc.pid))
+            print(f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "
+                  f"p50 {r['latency_p50_s']:.3f}s p95 {r['latency_p95_s']:.3f}s p99 {r['latency_p99_s']:.3f}s  "
+                  f"errors {r['errors'] or 0}  batch {r['mean_batch_sentences']} busy {r['worker_busy']}  RSS MiB {r['rss_mib'][0][1]} -> {r['rss_mib'][-1][1]}", flush=True)
+            if mode == "batched" and a.fuzz:
+                r["fuzz"] = asyncio.run(fuzz(url, a.fuzz))
+                r["rss_after_fuzz_mib"] = round(rss_mib(proc.pid), 1)
+                print(f"{'fuzz':>14}: {r['fuzz']}  RSS after {r['rss_after_fuzz_mib']} MiB", flush=True)
+            results["modes"][mode] = r
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    m = results["modes"]
+    if "batched" in m and "one-at-a-time" in m and m["one-at-a-time"]["sentences_per_s"]:
+        results["speedup"] = round(m["batched"]["sentences_per_s"] / m["one-at-a-time"]["sentences_per_s"], 2)
+        print(f"batched / one-at-a-time throughput: {results['speedup']}x")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

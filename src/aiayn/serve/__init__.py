@@ -1,0 +1,21 @@
+"""`aiayn serve`: an HTTP translation server with cross-request batching and a web page.
+
+Needs the serve extra (`pip install 'aiayn[serve]'`: FastAPI, uvicorn, prometheus_client). Names
+load lazily (PEP 562) so `aiayn.serve.commands` registers its subcommand without those installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiayn._lazy import lazy_exports
+
+_EXPORTS = {"create_app": "app", "ServeSettings": "app", "Batcher": "batcher", "SearchOptions": "batcher",
+            "load_backend": "backends", "TorchBackend": "backends", "CTranslate2Backend": "backends"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from aiayn.serve.app import ServeSettings, create_app
+    from aiayn.serve.backends import CTranslate2Backend, TorchBackend, load_backend
+    from aiayn.serve.batcher import Batcher, SearchOptions

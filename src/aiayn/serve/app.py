@@ -1,0 +1,395 @@
+"""The HTTP API of `aiayn serve` (FastAPI): LibreTranslate's /translate, aiayn's own /v1, metrics, a web page.
+
+    POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text", "api_key": ...}
+                         -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
+    GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
+    POST /v1/translate   {"q": [str], "beam": 4, "n_best": 2, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
+                         -> {"translations": [{"text", "score", "nbest": [{"text", "score"}]}], ...}
+    POST /v1/attention   {"q": str, "beam": 4} -> translation + encoder-decoder attention (the web page)
+    GET  /health, GET /metrics (Prometheus text), GET / (the web page)
+
+Errors are LibreTranslate's shape, {"error": "one line"}: 400 malformed or missing fields, 422 wrong
+types or values (/v1), 413 over the char / batch / body limits, 400/403 missing/wrong API key,
+503 queue full. Bodies are read and parsed here (not by FastAPI's model binding) so the body limit
+holds before anything is parsed and every parse failure becomes one of those answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Union
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
+
+log = logging.getLogger("aiayn.serve")
+STATIC = Path(__file__).parent / "static"
+MAX_BEAM = 16
+LANGUAGE_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian",
+                  "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese", "ja": "Japanese"}
+
+
+@dataclass
+class ServeSettings:
+    """Limits and defaults of one server (the CLI flags); -1 = no limit, as LibreTranslate."""
+
+    source_lang: str = "de"
+    target_lang: str = "en"
+    beam: int = 4
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    max_batch_tokens: int = 8192  # as DecodeConfig.max_tokens: sentences x longest source x beam
+    max_wait_ms: float = 10.0
+    char_limit: int = 5000  # characters per request, summed over its sentences
+    batch_limit: int = 64  # sentences per request
+    body_limit: int = 1 << 20  # bytes
+    api_key: str | None = None
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class V1Translate(BaseModel):
+    """aiayn's own request: strict types (no "4" -> 4), unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    q: Union[StrictStr, list[StrictStr]]
+    beam: StrictInt | None = Field(None, ge=1, le=MAX_BEAM)
+    n_best: StrictInt = Field(1, ge=1, le=MAX_BEAM)
+    length_penalty: Union[StrictFloat, StrictInt, None] = Field(None, ge=0, le=10)
+    max_len_a: Union[StrictFloat, StrictInt, None] = Field(None, ge=0, le=10)
+    max_len_b: StrictInt | None = Field(None, ge=0, le=1024)
+    api_key: StrictStr | None = None
+
+
+class V1Attention(V1Translate):
+    q: StrictStr
+
+
+class Metrics:
+    """Prometheus metrics in a registry of the app's own (two apps in one process do not collide)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("aiayn_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
+                                registry=r)
+        self.latency = Histogram("aiayn_request_latency_seconds", "HTTP request latency", ["endpoint"], registry=r,
+                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.batch_sentences = Histogram("aiayn_batch_sentences", "Sentences per decoded batch", registry=r,
+                                         buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+        self.batch_requests = Histogram("aiayn_batch_requests", "Requests whose sentences share one decoded batch",
+                                        registry=r, buckets=(1, 2, 4, 8, 16, 32, 64))
+        self.batch_wait = Histogram("aiayn_batch_wait_seconds", "Wait of a batch's oldest sentence before decoding",
+                                    registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5))
+        self.decode = Histogram("aiayn_batch_decode_seconds", "Decode time per batch", registry=r,
+                                buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.sentences = Counter("aiayn_sentences", "Sentences translated", registry=r)
+        self.source_tokens = Counter("aiayn_source_tokens", "Source pieces decoded (EOS included)", registry=r)
+        self.target_tokens = Counter("aiayn_target_tokens", "Target pieces generated (EOS included)", registry=r)
+        self.tokens_per_s = Gauge("aiayn_tokens_per_second", "Target pieces per second of decode time, last batch",
+                                  registry=r)
+        self.queue = Gauge("aiayn_queue_sentences", "Sentences waiting or being decoded", registry=r)
+
+    def observe_batch(self, s: BatchStats) -> None:  # on the worker thread; prometheus_client is thread-safe
+        self.batch_sentences.observe(s.sentences)
+        self.batch_requests.observe(s.requests)
+        self.batch_wait.observe(s.waited_s)
+        self.decode.observe(s.decode_s)
+        self.sentences.inc(s.sentences)
+        self.source_tokens.inc(s.source_tokens)
+        self.target_tokens.inc(s.target_tokens)
+        if s.decode_s > 0:
+            self.tokens_per_s.set(s.target_tokens / s.decode_s)
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+class _Measure:
+    """ASGI middleware: request count by endpoint + status, and latency. Unknown paths share one
+    label, so random URLs cannot grow the metric without bound."""
+
+    def __init__(self, app: Any, metrics: Metrics, known: set[str]) -> None:
+        self.app, self.metrics, self.known = app, metrics, known
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        endpoint = path if path in self.known else "other"
+        status = [500]
+        t0 = time.perf_counter()
+
+        async def send_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self.metrics.requests.labels(endpoint, str(status[0])).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
+
+
+def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastAPI:
+    """The FastAPI app serving `backend`; its lifespan starts and stops the batching worker."""
+    s = settings or ServeSettings()
+    metrics = Metrics()
+    batcher = Batcher(backend, s.max_batch_tokens, s.max_wait_ms, observer=metrics.observe_batch)
+    metrics.queue.set_function(lambda: batcher.queued)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        try:
+            yield
+        finally:  # uvicorn has answered the in-flight requests by now (graceful shutdown)
+            batcher.close()
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
+    app = FastAPI(title="aiayn serve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.state.batcher, app.state.metrics, app.state.settings = batcher, metrics, s
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, e: ApiError) -> JSONResponse:
+        return _error(e.status, e.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _error(e.status_code, str(e.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
+        return _error(422, "Invalid request: " + _first_error(e.errors()))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, e: Exception) -> JSONResponse:
+        log.exception("internal error on %s", request.url.path)
+        return _error(500, f"internal error: {type(e).__name__}")
+
+    async def read_body(request: Request) -> bytes:
+        """The body, refused with 413 as soon as it passes the limit (declared or streamed)."""
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise ApiError(400, "Invalid request: bad Content-Length header")
+            if s.body_limit >= 0 and int(declared) > s.body_limit:
+                raise ApiError(413, f"Invalid request: body ({declared} bytes) exceeds limit ({s.body_limit})")
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if s.body_limit >= 0 and total > s.body_limit:
+                raise ApiError(413, f"Invalid request: body exceeds limit ({s.body_limit} bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def read_fields(request: Request) -> dict[str, Any]:
+        """JSON object, or form fields (LibreTranslate and its clients send both)."""
+        body = await read_body(request)
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype == "application/x-www-form-urlencoded" or (ctype != "application/json" and body[:1] not in b"{["):
+            try:
+                form = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
+                                max_num_fields=1000)
+            except (UnicodeDecodeError, ValueError) as e:
+                raise ApiError(400, f"Invalid request: body is neither JSON nor form data ({e})") from None
+            if not form and body.strip():
+                raise ApiError(400, "Invalid request: body is neither a JSON object nor form data")
+            # A repeated field (q=a&q=b) is a list, as a JSON array would be.
+            return {k: v[0] if len(v) == 1 else v for k, v in form.items()}
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise ApiError(400, f"Invalid request: body is not valid JSON ({_one_line(e)})") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "Invalid request: body must be a JSON object")
+        return data
+
+    def check_key(request: Request, fields: dict[str, Any]) -> None:
+        if s.api_key is None:
+            return
+        given = fields.get("api_key") or request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if not given and auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        if not given:  # LibreTranslate's answers: 400 without a key, 403 with a wrong one
+            raise ApiError(400, "Please contact the server operator to get an API key")
+        if not isinstance(given, str) or not secrets.compare_digest(given.encode(), s.api_key.encode()):
+            raise ApiError(403, "Invalid API key")
+
+    def check_limits(texts: list[str]) -> None:
+        if s.batch_limit >= 0 and len(texts) > s.batch_limit:
+            raise ApiError(413, f"Invalid request: request ({len(texts)}) exceeds text limit ({s.batch_limit})")
+        chars = sum(len(t) for t in texts)
+        if s.char_limit >= 0 and chars > s.char_limit:
+            raise ApiError(413, f"Invalid request: request ({chars}) exceeds character limit ({s.char_limit})")
+
+    async def run(texts: list[str], opts: SearchOptions) -> list:
+        try:
+            return await batcher.translate(texts, opts)
+        except Overloaded as e:
+            raise ApiError(503, str(e)) from None
+
+    def options(req: V1Translate) -> SearchOptions:
+        beam = req.beam if req.beam is not None else s.beam
+        if req.n_best > beam:
+            raise ApiError(422, f"Invalid request: n_best ({req.n_best}) must not exceed beam ({beam})")
+        return SearchOptions(beam=beam, n_best=req.n_best,
+                             length_penalty=float(_pick(req.length_penalty, s.length_penalty)),
+                             max_len_a=float(_pick(req.max_len_a, s.max_len_a)),
+                             max_len_b=int(_pick(req.max_len_b, s.max_len_b)))
+
+    def validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
+        try:
+            return model.model_validate(fields)
+        except ValidationError as e:
+            raise ApiError(422, "Invalid request: " + _first_error(e.errors())) from None
+
+    # -- LibreTranslate ------------------------------------------------------------------------------
+
+    @app.post("/translate")
+    async def translate(request: Request) -> JSONResponse:
+        fields = await read_fields(request)
+        check_key(request, fields)
+        q, source, target = fields.get("q"), fields.get("source"), fields.get("target")
+        for name, value in (("q", q), ("source", source), ("target", target)):
+            if value is None or value == "" or value == []:
+                raise ApiError(400, f"Invalid request: missing {name} parameter")
+        batch = isinstance(q, list)
+        if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        if not isinstance(source, str) or source not in (s.source_lang, "auto"):
+            raise ApiError(400, f"{_one_line(source)} is not supported")
+        if not isinstance(target, str) or target != s.target_lang:
+            raise ApiError(400, f"{_one_line(target)} is not supported")
+        fmt = fields.get("format") or "text"
+        if fmt != "text":
+            raise ApiError(400, f"{_one_line(fmt)} format is not supported")
+        alternatives = fields.get("alternatives", 0)
+        try:
+            alternatives = int(alternatives)
+        except (TypeError, ValueError):
+            raise ApiError(400, "Invalid request: alternatives must be an integer") from None
+        if not 0 <= alternatives < MAX_BEAM:
+            raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
+        texts = q if batch else [q]
+        check_limits(texts)
+        beam = max(s.beam, alternatives + 1)
+        opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
+        nbest = await run(texts, opts)
+        best = [h[0][0] for h in nbest]
+        out: dict[str, Any] = {"translatedText": best if batch else best[0]}
+        if alternatives:
+            alts = [[t for t, _, _ in h[1:]] for h in nbest]
+            out["alternatives"] = alts if batch else alts[0]
+        if source == "auto":  # the model reads one language: that is what "detection" can say
+            det = {"confidence": 100.0, "language": s.source_lang}
+            out["detectedLanguage"] = [det] * len(texts) if batch else det
+        return JSONResponse(out)
+
+    @app.get("/languages")
+    async def languages() -> JSONResponse:
+        pair = [(s.source_lang, [s.target_lang]), (s.target_lang, [])]
+        return JSONResponse([{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": t} for c, t in pair])
+
+    # -- aiayn's own ---------------------------------------------------------------------------------
+
+    @app.post("/v1/translate")
+    async def v1_translate(request: Request) -> JSONResponse:
+        fields = await read_fields(request)
+        check_key(request, fields)
+        req = validated(V1Translate, fields)
+        texts = [req.q] if isinstance(req.q, str) else req.q
+        check_limits(texts)
+        opts = options(req)
+        nbest = await run(texts, opts)
+        return JSONResponse({
+            "translations": [{"text": h[0][0], "score": _score(h[0][1]),
+                              "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h]} for h in nbest],
+            "beam": opts.beam, "backend": backend.name})
+
+    @app.post("/v1/attention")
+    async def v1_attention(request: Request) -> JSONResponse:
+        fields = await read_fields(request)
+        check_key(request, fields)
+        req = validated(V1Attention, fields)
+        check_limits([req.q])
+        if not req.q.strip():
+            raise ApiError(400, "Invalid request: missing q parameter")
+        opts = options(req)
+        att = getattr(backend, "attention", None)
+        if att is None:
+            raise ApiError(501, f"the {backend.name} backend does not report attention")
+        return JSONResponse(await batcher.run_exclusive(lambda: att(req.q, opts)))
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        alive = batcher._thread.is_alive()
+        return JSONResponse({"status": "ok" if alive else "worker stopped", "backend": backend.name,
+                             "queued_sentences": batcher.queued}, status_code=200 if alive else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/frontend/settings")
+    async def frontend_settings() -> JSONResponse:  # what LibreTranslate's clients ask a server first
+        return JSONResponse({"charLimit": s.char_limit, "apiKeys": s.api_key is not None, "keyRequired":
+                             s.api_key is not None, "language": {"source": {"code": s.source_lang},
+                                                                 "target": {"code": s.target_lang}}})
+
+    @app.get("/")
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    known = {"/", "/translate", "/languages", "/v1/translate", "/v1/attention", "/health", "/metrics",
+             "/frontend/settings"}
+    app.add_middleware(_Measure, metrics=metrics, known=known)
+    return app
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _score(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 4)  # JSON has no NaN: greedy search has no score
+
+
+def _one_line(x: Any) -> str:
+    return str(x).replace("\n", " ")[:200]
+
+
+def _first_error(errors: list[dict]) -> str:
+    """Pydantic's first complaint as `field: message` (the full list would drown the one that matters)."""
+    if not errors:
+        return "invalid body"
+    e = errors[0]
+    where = ".".join(str(p) for p in e.get("loc", ()) if p not in ("body",))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {e.get('msg', 'invalid')}{more}" if where else f"{e.get('msg', 'invalid')}{more}"

@@ -1,0 +1,112 @@
+// The page of `aiayn serve`: translate lines with /v1/translate, then draw the encoder-decoder
+// attention of one line (/v1/attention) as an SVG heat map. No libraries, no network but this server.
+"use strict";
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+let lines = [], att = null;
+
+async function post(path, body) {
+  const key = $("key").value;
+  if (key) body.api_key = key;
+  const r = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+  const data = await r.json().catch(() => ({error: r.statusText}));
+  if (!r.ok) throw new Error(data.error || r.statusText);
+  return data;
+}
+
+function el(name, attrs, text) {
+  const e = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function draw() {
+  const box = $("heatmap");
+  box.textContent = "";
+  if (!att) return;
+  const m = att.layers[Number($("layer").value)];
+  const src = att.source_tokens, tgt = att.target_tokens;
+  // Shade relative to the map's largest weight: a diffuse (or untrained) model still shows its pattern.
+  const peak = Math.max(1e-6, ...m.flat());
+  const cell = 26, left = 8 + 8 * Math.max(...tgt.map((t) => t.length)), top = 8 + 7 * Math.max(...src.map((t) => t.length));
+  const svg = el("svg", {width: left + cell * src.length + 8, height: top + cell * tgt.length + 8, id: "heatmap-svg"});
+  src.forEach((t, j) => {
+    const x = left + j * cell + cell / 2;
+    svg.appendChild(el("text", {class: "tok src-tok", "data-col": j, x, y: top - 6,
+                                transform: `rotate(-60 ${x} ${top - 6})`}, t));
+  });
+  tgt.forEach((t, i) => {
+    const y = top + i * cell + cell * 0.65;
+    const label = el("text", {class: "tok tgt-tok", "data-row": i, x: left - 6, y, "text-anchor": "end"}, t);
+    label.addEventListener("mouseenter", () => highlight(i));
+    label.addEventListener("mouseleave", () => highlight(-1));
+    svg.appendChild(label);
+    (m[i] || []).forEach((w, j) => {
+      const r = el("rect", {class: "cell", "data-row": i, "data-col": j, x: left + j * cell, y: top + i * cell,
+                            width: cell, height: cell, fill: `rgba(20, 60, 160, ${Math.max(0, Math.min(1, w / peak))})`});
+      r.appendChild(el("title", {}, `${t} <- ${src[j]}: ${w.toFixed(3)}`));
+      r.addEventListener("mouseenter", () => highlight(i));
+      r.addEventListener("mouseleave", () => highlight(-1));
+      svg.appendChild(r);
+    });
+  });
+  box.appendChild(svg);
+}
+
+// Hovering target piece i outlines its row and marks the source piece it attends to most.
+function highlight(i) {
+  const svg = $("heatmap-svg");
+  if (!svg) return;
+  svg.querySelectorAll(".hl, .aligned, .active").forEach((e) => e.classList.remove("hl", "aligned", "active"));
+  if (i < 0) return;
+  const row = att.layers[Number($("layer").value)][i] || [];
+  const best = row.indexOf(Math.max(...row));
+  svg.querySelectorAll(`.cell[data-row="${i}"]`).forEach((e) => e.classList.add("hl"));
+  svg.querySelector(`.tgt-tok[data-row="${i}"]`).classList.add("active");
+  const s = svg.querySelector(`.src-tok[data-col="${best}"]`);
+  if (s) s.classList.add("aligned");
+  const c = svg.querySelector(`.cell[data-row="${i}"][data-col="${best}"]`);
+  if (c) c.classList.add("aligned");
+}
+
+async function showAttention(k) {
+  document.querySelectorAll("#output li").forEach((li, j) => li.classList.toggle("selected", j === k));
+  att = await post("/v1/attention", {q: lines[k], beam: Number($("beam").value)});
+  const sel = $("layer");
+  sel.textContent = "";
+  att.layer_names.forEach((name, j) => sel.appendChild(new Option(name, j)));
+  sel.value = att.layers.length - 1;
+  $("attention").hidden = false;
+  draw();
+}
+
+$("form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  lines = $("source").value.split("\n").filter((l) => l.trim());
+  $("status").textContent = "";
+  $("output").textContent = "";
+  if (!lines.length) return;
+  $("go").disabled = true;
+  try {
+    const res = await post("/v1/translate", {q: lines, beam: Number($("beam").value)});
+    res.translations.forEach((t, k) => {
+      const li = document.createElement("li");
+      li.textContent = t.text;
+      li.className = "translation";
+      li.addEventListener("click", () => showAttention(k).catch((e) => ($("status").textContent = e.message)));
+      $("output").appendChild(li);
+    });
+    await showAttention(0);
+  } catch (e) {
+    $("status").textContent = e.message;
+  } finally {
+    $("go").disabled = false;
+  }
+});
+$("layer").addEventListener("change", draw);
+
+fetch("/frontend/settings").then((r) => r.json()).then((s) => {
+  $("pair").textContent = `${s.language.source.code} → ${s.language.target.code}`;
+  $("keyrow").hidden = !s.keyRequired;
+});

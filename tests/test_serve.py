@@ -1,0 +1,443 @@
+"""`aiayn serve` end to end: a real uvicorn server on 127.0.0.1 serving a small run trained here.
+
+The run: a tiny model trained for a few seconds on 16 German->English pairs, so different inputs
+get different translations that end with EOS (an untrained model repeats one piece up to the
+length limit, and a swapped answer would go unnoticed). Every answer is checked against
+`Translator.translate` of that sentence alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import torch
+from libretranslatepy import LibreTranslateAPI  # the real client from PyPI ([test] extra)
+from prometheus_client.parser import text_string_to_metric_families
+
+from aiayn.checkpoint import save_weights
+from aiayn.config import BOS_ID, EOS_ID, ModelConfig
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.model import Transformer
+
+PAIRS = [
+    ("Ein Hund rennt.", "A dog runs."), ("Eine Frau fährt Fahrrad.", "A woman rides a bike."),
+    ("Zwei Männer spielen Fußball.", "Two men play football."), ("Ein Kind schläft.", "A child sleeps."),
+    ("Eine Katze sitzt auf dem Tisch.", "A cat sits on the table."), ("Der Mann liest ein Buch.", "The man reads a book."),
+    ("Die Frau singt.", "The woman sings."), ("Ein Junge springt ins Wasser.", "A boy jumps into the water."),
+    ("Zwei Hunde spielen im Park.", "Two dogs play in the park."), ("Ein Mädchen lacht.", "A girl laughs."),
+    ("Der Hund schläft auf dem Sofa.", "The dog sleeps on the sofa."), ("Eine Gruppe tanzt.", "A group dances."),
+    ("Ein Mann kocht.", "A man cooks."), ("Die Kinder rennen.", "The children run."),
+    ("Eine alte Frau geht spazieren.", "An old woman goes for a walk."), ("Ein Vogel fliegt.", "A bird flies."),
+]
+SOURCES = [de for de, _ in PAIRS]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("serve_run")
+    tok = Tokenizer.train([x for p in PAIRS for x in p] * 20, run / "spm.model", vocab_size=330, threads=1)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size, max_positions=48, dropout=0.0))
+    src_ids = [tok.encode(de) + [EOS_ID] for de, _ in PAIRS]
+    tgt_ids = [tok.encode(en) for _, en in PAIRS]
+    S, T = max(map(len, src_ids)), max(map(len, tgt_ids)) + 1
+    src, tin, tout = torch.zeros(len(PAIRS), S, dtype=torch.long), *(torch.zeros(len(PAIRS), T, dtype=torch.long)
+                                                                      for _ in range(2))
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+        src[i, : len(s)] = torch.tensor(s)
+        tin[i, : len(t) + 1] = torch.tensor([BOS_ID] + t)
+        tout[i, : len(t) + 1] = torch.tensor(t + [EOS_ID])
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is as fast and immune to a busy machine
+    try:
+        for _ in range(150):
+            loss = torch.nn.functional.cross_entropy(model(src, tin).flatten(0, 1), tout.flatten(), ignore_index=0)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    assert loss.item() < 0.3, f"the toy pairs did not train (loss {loss.item():.3f})"
+    save_weights(model.eval(), run / "best.safetensors", step=150)
+    return run
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir: Path):
+    from aiayn import Translator
+
+    return Translator.load(run_dir, device="cpu")
+
+
+def _free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+class ThreadServer:
+    """uvicorn in a thread on a socket bound here (no port race); `stop()` is its graceful exit."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.sock = _free_socket()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+def _serve(backend, **settings) -> ThreadServer:
+    from aiayn.serve import ServeSettings, create_app
+
+    return ThreadServer(create_app(backend, ServeSettings(**settings)))
+
+
+@pytest.fixture(scope="module")
+def torch_backend(run_dir: Path):
+    from aiayn.serve import TorchBackend
+
+    return TorchBackend(run_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def server(torch_backend) -> Iterator[ThreadServer]:
+    # A wide window, so concurrent requests surely meet in one batch even on a loaded machine.
+    srv = _serve(torch_backend, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8,
+                 body_limit=20_000)
+    yield srv
+    srv.stop()
+
+
+def _metric(url: str, name: str) -> dict[tuple, float]:
+    """Samples of one metric family: {(sample name, sorted labels): value}."""
+    text = httpx.get(url + "/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) if fam.name == name for s in fam.samples}
+
+
+class _FakeBackend:
+    """Records every batch; 'translates' by upper-casing after a short sleep (a busy model)."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[float, list[str], int]] = []
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(t.split()) + 1 for t in texts]
+
+    def translate(self, texts: list[str], opts) -> list:
+        self.batches.append((time.monotonic(), list(texts), opts.beam))
+        time.sleep(0.05)
+        return [[(t.upper(), float("nan"), 1)] for t in texts]
+
+
+def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
+    from aiayn.serve import Batcher, SearchOptions
+
+    fake = _FakeBackend()
+    b = Batcher(fake, max_batch_tokens=40, max_wait_ms=100)  # beam 2, 4 tokens: 5 sentences fit
+    b.start()
+
+    async def main() -> tuple:
+        t0 = time.monotonic()
+        alone = await b.translate(["one two three"], SearchOptions(beam=2))
+        waited = fake.batches[0][0] - t0
+        texts = [f"w{i} x y" for i in range(12)]
+        tasks = [asyncio.ensure_future(b.translate([t], SearchOptions(beam=2 if i % 3 else 1)))
+                 for i, t in enumerate(texts)]
+        tasks.append(asyncio.ensure_future(b.translate(["a b c", "d e f"], SearchOptions(beam=2))))
+        await asyncio.sleep(0.01)
+        tasks[1].cancel()  # its client went away before the batch ran
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        return alone, waited, texts, out
+
+    try:
+        alone, waited, texts, out = asyncio.run(main())
+    finally:
+        b.close()
+    assert alone == [[("ONE TWO THREE", pytest.approx(float("nan"), nan_ok=True), 1)]]
+    assert 0.09 < waited < 0.6  # a lone sentence waits the window (100 ms), not longer than needed
+    assert isinstance(out[1], asyncio.CancelledError)
+    for i, t in enumerate(texts):
+        if i != 1:
+            assert out[i][0][0][0] == t.upper()
+    assert [h[0][0] for h in out[-1]] == ["A B C", "D E F"]  # one request split over sentences, in order
+    later = fake.batches[1:]
+    assert sum(len(x[1]) for x in later) == 14  # the cancelled sentence was decoded too
+    for _, batch, beam in later:
+        assert len(batch) * 4 * beam <= 40 or len(batch) == 1  # the budget
+        assert all((int(t[1:].split()[0]) % 3 == 0) == (beam == 1) for t in batch if t.startswith("w"))
+    assert max(len(x[1]) for x in later) > 1 and b.queued == 0
+
+
+def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -> None:
+    lt = LibreTranslateAPI(server.url)
+    for de in SOURCES[:3]:  # form-encoded, as the client sends it
+        assert lt.translate(de, "de", "en") == translator.translate([de], beam=4)[0]
+    assert [lang["code"] for lang in lt.languages()] == ["de", "en"]
+    assert lt.languages()[0]["targets"] == ["en"]
+    r = httpx.post(server.url + "/translate", json={"q": SOURCES[:3], "source": "de", "target": "en", "format": "text"})
+    assert r.status_code == 200 and r.json() == {"translatedText": translator.translate(SOURCES[:3], beam=4)}
+    r = httpx.post(server.url + "/translate", json={"q": SOURCES[0], "source": "de", "target": "en", "alternatives": 2})
+    assert r.json()["translatedText"] == translator.translate([SOURCES[0]])[0] and len(r.json()["alternatives"]) == 2
+    for body, err in [({"source": "de", "target": "en"}, "Invalid request: missing q parameter"),
+                      ({"q": "x", "target": "en"}, "Invalid request: missing source parameter"),
+                      ({"q": "x", "source": "de", "target": "fr"}, "fr is not supported"),
+                      ({"q": "x", "source": "de", "target": "en", "format": "html"}, "html format is not supported")]:
+        r = httpx.post(server.url + "/translate", json=body)
+        assert (r.status_code, r.json()) == (400, {"error": err})
+
+
+def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:
+    r = httpx.post(server.url + "/v1/translate", json={"q": SOURCES[:2], "beam": 3, "n_best": 3})
+    assert r.status_code == 200, r.text
+    got = r.json()["translations"]
+    want = translator.translate_scored(SOURCES[:2], beam=3, n_best=3)
+    for g, w in zip(got, want):
+        assert [h["text"] for h in g["nbest"]] == [t for t, _ in w] and g["text"] == w[0][0]
+        assert [h["score"] for h in g["nbest"]] == pytest.approx([sc for _, sc in w], abs=1e-3)
+        assert g["score"] >= g["nbest"][-1]["score"]
+    r = httpx.post(server.url + "/v1/translate", json={"q": SOURCES[4], "beam": 1, "max_len_b": 2, "max_len_a": 0})
+    assert r.json()["translations"][0]["text"] == translator.translate([SOURCES[4]], beam=1, max_len_a=0,
+                                                                       max_len_b=2)[0]
+    assert r.json()["translations"][0]["score"] is None  # greedy: no score (JSON has no NaN)
+
+
+def test_concurrent_requests_share_batches_and_get_their_own_answers(server: ThreadServer, translator) -> None:
+    before = _metric(server.url, "aiayn_batch_requests")
+    # Some of each beam size: requests with different settings must not share a batch.
+    jobs = [(de, beam) for de in SOURCES for beam in (4, 1)]
+    want = {(de, beam): translator.translate([de], beam=beam)[0] for de, beam in jobs}
+
+    def disconnecting_client() -> None:  # sends a full request and leaves before the answer
+        with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
+            body = json.dumps({"q": SOURCES[0]}).encode()
+            s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    async def main() -> list:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            async def one(de: str, beam: int):
+                await asyncio.sleep(random.random() * 0.02)
+                return await c.post("/v1/translate", json={"q": de, "beam": beam})
+            tasks = [one(de, beam) for de, beam in jobs]
+            tasks.append(asyncio.to_thread(disconnecting_client))
+            return await asyncio.gather(*tasks)
+
+    responses = asyncio.run(main())[:-1]
+    for (de, beam), r in zip(jobs, responses):
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"][0]["text"] == want[de, beam], (de, beam)
+    after = _metric(server.url, "aiayn_batch_requests")
+    ones = after[("aiayn_batch_requests_bucket", (("le", "1.0"),))] - before.get(
+        ("aiayn_batch_requests_bucket", (("le", "1.0"),)), 0)
+    batches = after[("aiayn_batch_requests_count", ())] - before.get(("aiayn_batch_requests_count", ()), 0)
+    assert batches < len(jobs) and ones < batches, "no batch held more than one request"
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+    assert len(set(want.values())) > len(SOURCES) // 2  # the answers differ: a swapped one would show
+
+
+def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
+    u = server.url
+    cases = [
+        (dict(json={"q": ["x" * 500, "y" * 501], "source": "de", "target": "en"}), 413, "exceeds character limit (1000)"),
+        (dict(json={"q": ["a"] * 9, "source": "de", "target": "en"}), 413, "exceeds text limit (8)"),
+        (dict(json={"q": "a" * 25_000}), 413, "exceeds limit"),
+        (dict(content=b'{"q": "a"', headers={"content-type": "application/json"}), 400, "not valid JSON"),
+        (dict(content=b"[" * 15_000, headers={"content-type": "application/json"}), 400, "not valid JSON"),
+        (dict(json=["a list"]), 400, "must be a JSON object"),
+        (dict(json={"q": 5, "source": "de", "target": "en"}), 400, "q must be a string or a list of strings"),
+        (dict(json={"q": ["a", 3], "source": "de", "target": "en"}), 400, "q must be a string"),
+    ]
+    for kw, status, msg in cases:
+        r = httpx.post(u + "/translate", **kw)
+        assert r.status_code == status and msg in r.json()["error"], (kw.get("json"), r.status_code, r.text)
+    v1 = [({"q": "x", "beam": "4"}, "beam"), ({"q": "x", "beam": 0}, "beam"), ({"q": "x", "beam": 99}, "beam"),
+          ({"q": ["x"], "n_best": 5, "beam": 2}, "n_best (5) must not exceed beam (2)"), ({"q": None}, "q"),
+          ({"q": "x", "max_len_b": -1}, "max_len_b"), ({"q": "x", "surprise": 1}, "surprise"), ({}, "q")]
+    for body, msg in v1:
+        r = httpx.post(u + "/v1/translate", json=body)
+        assert r.status_code == 422 and msg in r.json()["error"], (body, r.text)
+    r = httpx.post(u + "/v1/attention", json={"q": "y" * 1001})
+    assert r.status_code == 413
+    rng = random.Random(0)
+    for i in range(40):
+        blob = rng.randbytes(rng.randint(1, 3000))
+        path = ["/translate", "/v1/translate", "/v1/attention"][i % 3]
+        ctype = ["application/json", "application/x-www-form-urlencoded", "application/octet-stream"][i % 3]
+        r = httpx.post(u + path, content=blob, headers={"content-type": ctype})
+        assert 400 <= r.status_code < 500 and "error" in r.json(), (path, r.status_code, r.text)
+    # Raw garbage on the socket, not even HTTP: uvicorn answers 400 or hangs up; the server lives on.
+    with socket.create_connection(("127.0.0.1", int(u.rsplit(":", 1)[1]))) as s:
+        s.sendall(rng.randbytes(2000) + b"\r\n\r\n")
+        s.settimeout(5)
+        try:
+            reply = s.recv(100)
+        except (ConnectionResetError, TimeoutError):
+            reply = b""
+        assert reply == b"" or reply.startswith(b"HTTP/1.1 4")
+    assert httpx.get(u + "/nope").status_code == 404 and httpx.get(u + "/nope").json()["error"]
+    assert httpx.get(u + "/health").json()["status"] == "ok"
+    assert httpx.post(u + "/v1/translate", json={"q": SOURCES[0]}).status_code == 200
+    assert not any(k[1] and ("status", "500") in k[1] for k in _metric(u, "aiayn_requests"))
+
+
+def test_api_key_enforced(torch_backend, translator) -> None:
+    srv = _serve(torch_backend, api_key="s3cret", max_wait_ms=0)
+    try:
+        body = {"q": SOURCES[1], "source": "de", "target": "en"}
+        r = httpx.post(srv.url + "/translate", json=body)
+        assert r.status_code == 400 and "API key" in r.json()["error"]
+        r = httpx.post(srv.url + "/translate", json={**body, "api_key": "wrong"})
+        assert (r.status_code, r.json()) == (403, {"error": "Invalid API key"})
+        assert httpx.post(srv.url + "/v1/translate", json={"q": "x"}, headers={"X-API-Key": "nope"}).status_code == 403
+        assert httpx.post(srv.url + "/v1/attention", json={"q": "x"}).status_code == 400
+        want = translator.translate([SOURCES[1]])[0]
+        assert httpx.post(srv.url + "/translate", json={**body, "api_key": "s3cret"}).json()["translatedText"] == want
+        r = httpx.post(srv.url + "/v1/translate", json={"q": SOURCES[1]}, headers={"Authorization": "Bearer s3cret"})
+        assert r.json()["translations"][0]["text"] == want
+        assert LibreTranslateAPI(srv.url, api_key="s3cret").translate(SOURCES[1], "de", "en") == want
+        assert httpx.get(srv.url + "/health").status_code == 200  # health and metrics stay open
+    finally:
+        srv.stop()
+
+
+def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServer) -> None:
+    from aiayn.serve import CTranslate2Backend
+
+    ct2 = CTranslate2Backend(run_dir, threads=1)  # a run directory: exported on the fly
+    srv = _serve(ct2, max_wait_ms=5)
+    try:
+        lines = SOURCES + ["Hund " * 60, "Ein Hund", "", "Frau Frau Frau"]  # the 60-word line hits the positions
+        for extra in ({}, {"max_len_a": 0, "max_len_b": 3}, {"max_len_b": 0}):
+            for k in range(0, len(lines), 7):  # the torch server's batch limit is 8
+                body = {"q": lines[k: k + 7], "beam": 1, **extra}
+                ours = httpx.post(server.url + "/v1/translate", json=body).json()["translations"]
+                theirs = httpx.post(srv.url + "/v1/translate", json=body).json()
+                assert theirs["backend"] == "ctranslate2"
+                assert [t["text"] for t in theirs["translations"]] == [t["text"] for t in ours], extra
+        att = httpx.post(srv.url + "/v1/attention", json={"q": SOURCES[0], "beam": 1}).json()
+        assert len(att["layers"][0]) == len(att["target_tokens"])
+    finally:
+        srv.stop()
+    assert ct2._tmp is None or not Path(ct2._tmp).exists()  # the on-the-fly export is removed at shutdown
+
+
+def test_attention_endpoint(server: ThreadServer, translator) -> None:
+    r = httpx.post(server.url + "/v1/attention", json={"q": SOURCES[2], "beam": 4})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    assert a["translation"] == translator.translate([SOURCES[2]], beam=4)[0]
+    assert len(a["layers"]) == 2 and a["source_tokens"][-1] == "</s>" and a["target_tokens"][-1] == "</s>"
+    for m in a["layers"]:  # (target pieces + EOS) x (source pieces + EOS), rows are distributions
+        assert len(m) == len(a["target_tokens"]) and all(len(row) == len(a["source_tokens"]) for row in m)
+        assert all(abs(sum(row) - 1) < 1e-2 for row in m)
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path, translator) -> None:
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    # A 1.5 s batching window keeps the request surely in flight when SIGTERM arrives.
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "-c", str(run_dir), "--port", str(port),
+                             "--max-wait-ms", "1500", "--device", "cpu"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.1)
+        result: dict = {}
+
+        def call() -> None:
+            result["r"] = httpx.post(url + "/v1/translate", json={"q": SOURCES[:4]}, timeout=30)
+
+        t = threading.Thread(target=call)
+        t.start()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        t.join(30)
+        assert result["r"].status_code == 200
+        assert [x["text"] for x in result["r"].json()["translations"]] == translator.translate(SOURCES[:4])
+        # uvicorn re-raises the SIGTERM it caught once shutdown is done: the process ends by it.
+        assert proc.wait(30) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert b"Traceback" not in proc.stderr.read()
+
+
+@pytest.mark.needs_browser
+def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_path: Path) -> None:
+    from conftest import browser_paths
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    chromium, driver_path = browser_paths()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+    try:
+        wait = WebDriverWait(driver, 30)
+        driver.get(server.url + "/")
+        driver.find_element(By.ID, "source").send_keys(SOURCES[5])
+        driver.find_element(By.ID, "go").click()
+        want = translator.translate([SOURCES[5]], beam=4)[0]
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output li.translation"))
+        assert driver.find_element(By.CSS_SELECTOR, "#output li.translation").text == want
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell"))
+        src = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.src-tok")
+        tgt = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.tgt-tok")
+        cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")
+        assert len(cells) == len(src) * len(tgt) and len(tgt) >= 2
+        assert not driver.find_elements(By.CSS_SELECTOR, "#heatmap .aligned")
+        ActionChains(driver).move_to_element(tgt[1]).perform()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap text.src-tok.aligned"))
+        assert len(driver.find_elements(By.CSS_SELECTOR, '#heatmap rect.cell.hl[data-row="1"]')) == len(src)
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell.aligned")) == 1
+        assert not driver.find_elements(By.CSS_SELECTOR, "#status:not(:empty)")
+    finally:
+        driver.quit()
