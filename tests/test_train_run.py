@@ -216,11 +216,11 @@ def test_corrupted_checkpoint_is_named_and_an_older_one_is_used(reference, tmp_p
 def test_nan_losses_are_skipped_then_stop_training_keeping_the_last_good_checkpoint(home, tmp_path, monkeypatch):
     import math
 
-    import aiayn.train.trainer as trainer_mod
+    import aiayn.train.tasks as tasks_mod
     from aiayn.train import train
     from aiayn.train.trainer import TrainingError
 
-    real = trainer_mod.label_smoothed_nll
+    real = tasks_mod.label_smoothed_nll
     calls = {"n": 0}
     bad = {4} | set(range(9, 100))  # forward passes (1-based) whose loss is NaN
 
@@ -231,7 +231,7 @@ def test_nan_losses_are_skipped_then_stop_training_keeping_the_last_good_checkpo
             loss = loss * math.nan
         return loss, nll, n
 
-    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", poisoned)
+    monkeypatch.setattr(tasks_mod, "label_smoothed_nll", poisoned)
     cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "eval_every": 0, "nan_limit": 3}})
     run = tmp_path / "run"
     with pytest.raises(TrainingError, match=r"NaN/inf for 3 consecutive updates \(after step 7\)[\s\S]*"
@@ -250,7 +250,7 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
     the scale forever."""
     import torch
 
-    import aiayn.train.trainer as trainer_mod
+    import aiayn.train.tasks as tasks_mod
     from aiayn.train import train
     from aiayn.train.schedule import noam_lr
     from aiayn.train.state import load_state
@@ -265,7 +265,7 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
         def backward(ctx, g):
             return g * math.inf
 
-    real = trainer_mod.label_smoothed_nll
+    real = tasks_mod.label_smoothed_nll
     calls, bad = {"n": 0}, {3}  # training forward passes (1-based) whose gradients overflow
 
     def overflowing(logits, target, eps, pad):
@@ -276,7 +276,7 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
                 loss = InfGrad.apply(loss)  # the loss itself stays finite: only fp16 gradients overflow
         return loss, nll, n
 
-    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", overflowing)
+    monkeypatch.setattr(tasks_mod, "label_smoothed_nll", overflowing)
 
     def cfg(steps: int) -> Config:
         return Config.from_dict({**TINY, "train": {**TINY["train"], "amp": "fp16", "max_steps": steps, "eval_every": 0,
@@ -332,7 +332,7 @@ def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
     second). Counted on CPU, where conversions are visible even though nothing waits."""
     import torch
 
-    import aiayn.train.trainer as trainer_mod
+    import aiayn.train.step as step_mod
     from aiayn.train import train
 
     seen: list[list[str]] = []
@@ -343,17 +343,17 @@ def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
                 seen[-1].append(_name)
             return _real(self, *a, **k)
         monkeypatch.setattr(torch.Tensor, name, counting)
-    real_update = trainer_mod.Trainer.update
+    real_update = step_mod.TrainStep.__call__
 
-    def update(self, micro):
+    def update(self, micro, *args):
         seen.append([])
         inside[0] = True
         try:
-            return real_update(self, micro)
+            return real_update(self, micro, *args)
         finally:
             inside[0] = False
 
-    monkeypatch.setattr(trainer_mod.Trainer, "update", update)
+    monkeypatch.setattr(step_mod.TrainStep, "__call__", update)
     cfg = Config.from_dict({**TINY, "optim": {**TINY["optim"], "update_freq": 2, "clip_norm": 1.0},
                             "train": {**TINY["train"], "amp": amp, "max_steps": 3, "eval_every": 0,
                                       "eval_bleu": False, "save_every": 100}})
@@ -423,7 +423,7 @@ RESUME_WORKER = """
 import json, os, sys
 from pathlib import Path
 
-import aiayn.train.trainer as T
+import aiayn.train.checkpointing as T
 from aiayn.checkpoint import CheckpointError
 from aiayn.config import Config
 from aiayn.train import train
@@ -441,11 +441,11 @@ if rank == 1:  # this rank's view of the shared run directory differs (a lagging
         return real_load(path)
     T.load_state = load_state
 
-real_load_latest = T.Trainer._load_latest
-def load_latest(self):  # record where each rank resumed
-    real_load_latest(self)
-    (run.parent / f"resumed_rank{rank}").write_text(str(self.step))
-T.Trainer._load_latest = load_latest
+real_load_latest = T.CheckpointManager.load_latest
+def load_latest(self, metrics):  # record where each rank resumed
+    real_load_latest(self, metrics)
+    (run.parent / f"resumed_rank{rank}").write_text(str(self.state.step))
+T.CheckpointManager.load_latest = load_latest
 train(Config.load(run / "config.yaml", {"train.max_steps": 10}), run, resume=True)
 """
 
@@ -675,7 +675,7 @@ def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain
     from safetensors import safe_open
     from torch._dynamo.utils import counters
 
-    import aiayn.train.trainer as trainer_mod
+    import aiayn.train.step as step_mod
     from aiayn.train import train
 
     real_compile = torch.compile
@@ -683,13 +683,13 @@ def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain
     torch._dynamo.reset()
     counters.clear()
     shapes = set()
-    real_update = trainer_mod.Trainer.update
+    real_update = step_mod.TrainStep.__call__
 
-    def update(self, micro):
+    def update(self, micro, *args):
         shapes.update((tuple(b.src.shape), tuple(b.tgt_in.shape)) for b in micro)
-        return real_update(self, micro)
+        return real_update(self, micro, *args)
 
-    monkeypatch.setattr(trainer_mod.Trainer, "update", update)
+    monkeypatch.setattr(step_mod.TrainStep, "__call__", update)
     cfg = Config.from_dict({**TINY, "model": {"preset": "tiny", "n_encoder_layers": 1, "n_decoder_layers": 1},
                             "train": {**TINY["train"], "compile": True, "max_steps": 30, "eval_every": 0,
                                       "eval_bleu": False, "save_every": 30}})
@@ -704,3 +704,115 @@ def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain
     with safe_open(str(weights), "pt") as f:
         keys = list(f.keys())
     assert keys and not [k for k in keys if "_orig_mod" in k or k.startswith("module.")]
+
+
+# -- early stopping, old state files, fine-tuning --------------------------------------------------
+
+PATIENT = {"max_steps": 100, "eval_every": 3, "patience": 3, "patience_metric": "bleu", "eval_max_sentences": 4,
+           "save_every": 100}
+
+
+def valid_records(run_dir: Path) -> list[tuple]:
+    return [(r["step"], r["loss"], r["bleu"]) for r in records(run_dir, "valid")]
+
+
+def test_patience_stops_and_a_run_resumed_inside_the_window_stops_at_the_same_step(home, tmp_path, monkeypatch):
+    """train.patience 3 on greedy BLEU, validated every 3 updates: BLEU hovers near 0 this early (0.27, 0.25,
+    0.0, 0.25 measured) while the loss still falls, so the first validation (step 3) stays the best by BLEU
+    and training stops at the third without a better one (step 12). A run
+    stopped at step 8 (between validations 6 and 9, one miss counted) and resumed stops at step 12 too,
+    with the same losses and validations: the counter and best value are in the checkpoint (a counter
+    that restarted at 0 on resume would stop at 15)."""
+    import signal as signal_mod
+
+    import aiayn.train.step as step_mod
+    from aiayn.checkpoint import read_metadata
+    from aiayn.train import train
+
+    cfg = Config.from_dict({**TINY, "optim": {**TINY["optim"], "lr_scale": 0.2}, "train": {**TINY["train"], **PATIENT}})
+    summary = train(cfg, tmp_path / "ref")
+    assert summary["stopped_early"] and summary["step"] == 12 and not summary["interrupted"]
+    ref = tmp_path / "ref"
+    valid = valid_records(ref)
+    assert [s for s, _, _ in valid] == [3, 6, 9, 12] and all(b <= valid[0][2] for *_, b in valid[1:]), valid
+    assert valid[-1][1] < valid[0][1]  # the loss did improve: the stop follows the chosen metric
+    stop, = records(ref, "stop")
+    assert (stop["step"], stop["metric"], stop["best_step"]) == (12, "bleu", 3)
+    meta = read_metadata(ref / "best.safetensors")  # the best by the chosen metric: step 3's weights
+    assert (meta["step"], meta["metric"]) == ("3", "bleu")
+    assert [c[0] for c in list_checkpoints(ref)] == [12]
+
+    real, calls = step_mod.TrainStep.__call__, {"n": 0}
+
+    def ctrl_c_at_update_8(self, micro, *args):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            os.kill(os.getpid(), signal_mod.SIGINT)  # the trainer's handler: finish this update, save, stop
+        return real(self, micro, *args)
+
+    monkeypatch.setattr(step_mod.TrainStep, "__call__", ctrl_c_at_update_8)
+    run = tmp_path / "run"
+    first = train(cfg, run)
+    assert first["interrupted"] and first["step"] == 8 and [c[0] for c in list_checkpoints(run)] == [8]
+    monkeypatch.setattr(step_mod.TrainStep, "__call__", real)
+    again = train(cfg, run, resume=True)
+    assert again["stopped_early"] and again["step"] == 12
+    assert losses(run) == losses(ref) and valid_records(run) == valid_records(ref)
+    assert records(run, "stop") == records(ref, "stop")
+    assert read_metadata(run / "best.safetensors")["step"] == "3"
+    # resuming a run that stopped early does nothing (until patience is raised)
+    before = (run / "metrics.jsonl").read_text()
+    assert train(cfg, run, resume=True)["step"] == 12 and (run / "metrics.jsonl").read_text() == before
+
+
+def test_a_state_file_from_before_early_stopping_still_resumes_bitwise(reference, tmp_path):
+    """Version-1 state files (no early_stop entry, `best` a BLEU or -nll merit) load; the run continues
+    with the same losses as the uninterrupted one."""
+    import shutil
+
+    from aiayn.train import train
+    from aiayn.train.state import load_state, save_state
+
+    _, ref = reference
+    run = tmp_path / "run"
+    shutil.copytree(ref, run)
+    for path in checkpoint_paths(run, 150):
+        path.unlink()
+    state_path = checkpoint_paths(run, 140)[1]
+    old = load_state(state_path)
+    old.pop("early_stop")
+    save_state(state_path, {**old, "version": 1})
+    assert set(load_state(state_path)) == {"version", "step", "optimizer", "scheduler", "scaler", "rng", "data",
+                                           "counters", "window", "best"}  # the keys the old trainer wrote
+    summary = train(Config.load(run / "config.yaml"), run, resume=True)
+    assert summary["step"] == 150
+    assert losses(run) == losses(ref) and valid_records(run) == valid_records(ref)
+
+
+def test_fine_tuning_starts_from_the_runs_weights_and_tokenizer_with_a_fresh_schedule(reference, tmp_path, capfd):
+    from aiayn.train import train
+    from aiayn.train.schedule import noam_lr
+
+    cfg_file, ref = reference
+    cfg = Config.load(cfg_file, {"train.max_steps": 3, "train.eval_every": 0, "train.eval_bleu": False})
+    for source in (ref, ref / "checkpoints" / "step_00000150.safetensors"):  # a run, or a weights file in one
+        run = tmp_path / source.name
+        summary = train(cfg, run, init_from=source)
+        assert summary["step"] == 3 and "fine-tuning" in capfd.readouterr().out
+        tuned, fresh = records(run, "train"), records(ref, "train")
+        # the pre-trained model starts near where it ended (nll 1.3 measured), a fresh one at ln(vocab) ~ 6
+        assert tuned[0]["nll"] < 0.5 * fresh[0]["nll"] and tuned[0]["nll"] < fresh[-1]["nll"] + 0.5
+        assert [r["step"] for r in tuned] == [1, 2, 3]
+        assert [r["lr"] for r in tuned] == [noam_lr(s, 64, 40, 0.2) for s in (1, 2, 3)]  # a fresh schedule
+        assert (run / "spm.model").read_bytes() == (ref / "spm.model").read_bytes()
+        assert Config.load(run / "config.yaml").data.spm_model == str(ref / "spm.model")
+
+
+def test_fine_tuning_a_different_model_is_refused_in_one_line(reference, tmp_path):
+    cfg_file, ref = reference
+    code, out, err = finish(cli("train", "--config", str(cfg_file), "--run-dir", str(tmp_path / "run"),
+                                "--init-from", str(ref), "--model.d_model", "32", "--model.n_heads", "2"))
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: --init-from ") and "d_model 64 vs 32" in last, err
+    assert not list_checkpoints(tmp_path / "run")

@@ -331,3 +331,34 @@ def test_tokens_per_update_and_update_freq_are_not_both_set():
         Config.load(None, {"optim.tokens_per_update": 25000, "optim.update_freq": 8})
     with pytest.raises(ConfigError, match="tokens_per_update must be >= 1"):
         Config.load(None, {"optim.tokens_per_update": 0})
+
+
+def test_train_state_round_trip_patience_and_the_version_1_form():
+    from aiayn.train.train_state import TrainState
+
+    s = TrainState(metric="loss")
+    assert [s.record_validation(v) for v in (3.0, 2.5, 2.7, 2.5, 2.4)] == [True, True, False, False, True]
+    assert (s.best, s.bad_evals) == (2.4, 0)
+    s.record_validation(2.6)
+    s.step, s.nan_total = 17, 2
+    again = TrainState(metric="loss")
+    again.load_state_dict(s.state_dict())
+    assert again == s
+    other = TrainState(metric="bleu")  # another metric: its best is no guide
+    other.load_state_dict(s.state_dict())
+    assert (other.best, other.bad_evals, other.step) == (None, 0, 17)
+    v1 = {"step": 5, "counters": {"nan_total": 1, "nan_consecutive": 0, "elapsed": 2.0},
+          "window": {"loss": 1.0, "nll": 1.0, "tokens": 3.0, "steps": 1, "seconds": 0.5}, "best": 12.5}
+    bleu = TrainState(metric="bleu")
+    bleu.load_state_dict(v1)
+    assert (bleu.step, bleu.best, bleu.elapsed, bleu.window["seconds"]) == (5, 12.5, 2.0, 0.5)
+    loss = TrainState(metric="loss")
+    loss.load_state_dict({**v1, "best": -1.3})  # a version-1 -nll merit is not a loss
+    assert loss.best is None
+
+
+def test_patience_settings_are_checked():
+    with pytest.raises(ConfigError, match="eval_bleu"):
+        Config.from_dict({"train": {"patience": 2, "patience_metric": "bleu", "eval_bleu": False}})
+    with pytest.raises(ConfigError, match="eval_every"):
+        Config.from_dict({"train": {"patience": 2, "eval_every": 0}})

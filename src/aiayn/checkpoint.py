@@ -92,15 +92,24 @@ def resolve_weights(path: str | os.PathLike) -> Path:
     return path
 
 
+def weights_config(path: str | os.PathLike) -> ModelConfig:
+    """The ModelConfig a weights file carries in its metadata."""
+    return ModelConfig.from_dict(json.loads(read_metadata(path)["model_config"]))
+
+
+def load_weights(model: torch.nn.Module, path: str | os.PathLike, device: str | torch.device = "cpu") -> None:
+    """The one way weights enter a model (inference, resume, fine-tuning): strict, all keys and shapes."""
+    try:
+        _st_load_model(model, str(path), strict=True, device=str(device))
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(f"cannot load weights from {path}: {e}") from None
+
+
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> Transformer:
     """Build the model described by a checkpoint (or run directory) and load its weights, in eval mode."""
     file = resolve_weights(path)
-    config = ModelConfig.from_dict(json.loads(read_metadata(file)["model_config"]))
-    model = Transformer(config)
-    try:
-        _st_load_model(model, str(file), strict=True, device=str(device))
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(f"cannot load weights from {file}: {e}") from None
+    model = Transformer(weights_config(file))
+    load_weights(model, file, device)
     return model.to(device).eval()
 
 

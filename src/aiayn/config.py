@@ -191,6 +191,10 @@ class TrainConfig:
     keep_last: int = 5  # step checkpoints kept (plus best.safetensors); >= 5 lets `average --last 5` work
     eval_max_sentences: int = 500  # greedy-BLEU subset of the validation set (0 = all)
     eval_bleu: bool = True
+    # Early stopping: stop after this many validations without a better patience_metric (0 = never).
+    # The best weights by that metric are RUN/best.safetensors whether or not patience is set.
+    patience: int = 0
+    patience_metric: Literal["auto", "bleu", "loss"] = "auto"  # auto = bleu with eval_bleu, else validation loss
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
@@ -204,6 +208,12 @@ class TrainConfig:
             raise ConfigError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
             raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
+        if self.patience_metric not in ("auto", "bleu", "loss"):
+            raise ConfigError(f"train.patience_metric must be auto | bleu | loss, not {self.patience_metric!r}")
+        if self.patience_metric == "bleu" and not self.eval_bleu:
+            raise ConfigError("train.patience_metric=bleu needs train.eval_bleu=true")
+        if self.patience < 0 or (self.patience and not self.eval_every):
+            raise ConfigError("train.patience must be >= 0, and needs train.eval_every > 0 (validations to count)")
 
 
 _SECTIONS = ("model", "data", "optim", "train", "decode")

@@ -11,7 +11,6 @@ cropping, so the PNG is `round(width_in * dpi) x round(height_in * dpi)` pixels.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -198,34 +197,15 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
 
 
 def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
-    """RUN/metrics.jsonl (or the run directory) -> {"train": [...], "valid": [...]} sorted by step.
+    """RUN/metrics.jsonl (or the run directory) -> {"train": [...], "valid": [...]} sorted by step
+    (the format and its reader live in aiayn.train.metrics)."""
+    from aiayn.train.metrics import MetricsError
+    from aiayn.train.metrics import read_metrics as read
 
-    A resumed run logs some steps twice (from its last checkpoint on): the later record wins. A cut
-    final line (a crash mid-write) is ignored; a broken line elsewhere is an error.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
-    if not path.is_file():
-        raise PlotError(f"no metrics file at {path} (expected RUN_DIR/metrics.jsonl)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    by_kind: dict[str, dict[int, dict]] = {}
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):
-                break
-            raise PlotError(f"{path}:{n}: not a JSON object: {line[:80]!r}") from None
-        if not isinstance(rec, dict) or "kind" not in rec or "step" not in rec:
-            raise PlotError(f"{path}:{n}: a metrics record needs 'kind' and 'step': {line[:80]!r}")
-        by_kind.setdefault(rec["kind"], {})[int(rec["step"])] = rec
-    out = {k: [recs[s] for s in sorted(recs)] for k, recs in by_kind.items()}
-    out.setdefault("train", [])
-    out.setdefault("valid", [])
-    return out
+    try:
+        return read(path)
+    except MetricsError as e:
+        raise PlotError(str(e)) from None
 
 
 def _run_labels(paths: Sequence[Path]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {"train": "trainer", "Trainer": "trainer", "TrainingError": "trainer",
+_EXPORTS = {"train": "trainer", "Trainer": "trainer", "TrainingError": "runtime",
             "label_smoothed_nll": "loss", "noam_lr": "schedule", "noam_scheduler": "schedule",
             "average_checkpoints": "average", "average_last": "average"}
 __all__ = sorted(_EXPORTS)
@@ -19,4 +19,5 @@ if TYPE_CHECKING:
     from aiayn.train.average import average_checkpoints, average_last
     from aiayn.train.loss import label_smoothed_nll
     from aiayn.train.schedule import noam_lr, noam_scheduler
-    from aiayn.train.trainer import Trainer, TrainingError, train
+    from aiayn.train.runtime import TrainingError
+    from aiayn.train.trainer import Trainer, train

@@ -13,11 +13,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train from a YAML/TOML config; any field can be overridden as --section.field VALUE "
                     "(e.g. --optim.lr_scale 2 --model.d_model 256 --train.max_steps 1000). Under torchrun "
                     "(`torchrun --nproc_per_node=N -m aiayn train ...`) it trains with DDP.",
-        epilog="resume after a crash or Ctrl-C: aiayn train --resume RUN_DIR [overrides]")
+        epilog="resume after a crash or Ctrl-C: aiayn train --resume RUN_DIR [overrides]; fine-tune: "
+               "aiayn train --init-from RUN_DIR --run-dir NEW_RUN [--config ...] [overrides]")
     p.add_argument("--config", help="YAML or TOML config (see configs/)")
     p.add_argument("--run-dir", "-o", help="run directory (config, tokenizer, checkpoints, metrics)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest usable checkpoint, "
                    "with its config.yaml (plus any overrides)")
+    p.add_argument("--init-from", metavar="RUN_OR_WEIGHTS",
+                   help="fine-tune: start from these weights (a run directory's best, else newest, or a .safetensors "
+                        "file) and their spm.model, with a fresh optimizer and schedule at step 0; without --config "
+                        "the run directory's config.yaml is the base")
 
     def run(a: argparse.Namespace) -> int:
         from pathlib import Path
@@ -32,12 +37,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             if not saved.is_file():
                 raise ConfigError(f"cannot resume: {saved} not found (is {run_dir} a run directory?)")
             cfg = Config.load(a.config or str(saved), overrides)
+            if a.init_from:
+                raise ConfigError("--init-from starts a new run; --resume continues one from its own checkpoints")
         else:
             if not a.run_dir:
                 raise ConfigError("give a run directory with --run-dir (or --resume RUN_DIR)")
             run_dir = Path(a.run_dir)
-            cfg = Config.load(a.config, overrides)
-        summary = train(cfg, run_dir, resume=bool(a.resume))
+            base = a.config
+            if base is None and a.init_from and (Path(a.init_from) / "config.yaml").is_file():
+                base = str(Path(a.init_from) / "config.yaml")
+            cfg = Config.load(base, overrides)
+        summary = train(cfg, run_dir, resume=bool(a.resume), init_from=a.init_from)
         return 130 if summary["interrupted"] else 0
 
     p.set_defaults(run=run)

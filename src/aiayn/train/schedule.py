@@ -28,9 +28,21 @@ class NoamFactor:
         return noam_lr(i + 1, 1, self.warmup)  # d_model^-0.5 and scale live in the base lr
 
 
+class NoamScheduler(LambdaLR):
+    """LambdaLR whose saved state is only a position: loading it continues at the saved update count
+    with the warm-up and scale of the current config (so a resume can change the learning rate)."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.last_epoch = int(state_dict["last_epoch"])
+        self._step_count = self.last_epoch + 1
+        for group, base, factor in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
+            group["lr"] = base * factor(self.last_epoch)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+
 def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int = 4000,
-                   scale: float = 1.0) -> LambdaLR:
+                   scale: float = 1.0) -> NoamScheduler:
     """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update."""
     for group in optimizer.param_groups:
         group["lr"] = group["initial_lr"] = scale * d_model**-0.5
-    return LambdaLR(optimizer, NoamFactor(warmup), last_epoch=-1)
+    return NoamScheduler(optimizer, NoamFactor(warmup), last_epoch=-1)

@@ -1,0 +1,185 @@
+"""One checkpoint manager: it gathers the state of every stateful part of a run (model weights,
+optimizer, scheduler, loss scaler, data position, RNG, train state), writes it, finds the newest
+usable checkpoint on resume and restores every part from it. File layout and format: `state.py`.
+
+Weights enter a model through one function, `aiayn.checkpoint.load_weights` (resume, fine-tuning
+with `init_from`, inference).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aiayn import distributed
+from aiayn.checkpoint import (CheckpointError, find_tokenizer, load_weights, read_metadata, resolve_weights,
+                              save_weights, weights_config)
+from aiayn.distributed import DistInfo
+from aiayn.train.metrics import MetricsWriter
+from aiayn.train.runtime import TrainingError
+from aiayn.train.state import (capture_rng, checkpoint_paths, list_checkpoints, load_state, prune, restore_rng,
+                               save_state, warn)
+from aiayn.train.train_state import TrainState
+
+# 1: the first format; 2: adds "early_stop" (best step, patience counter); version 1 still loads
+STATE_VERSION = 2
+
+
+class RNGState:
+    """Every rank's RNG streams (torch, numpy, python, its own GPU) as one part: dropout continues per
+    rank. Gathering is collective under DDP."""
+
+    def __init__(self, device: torch.device, dist: DistInfo, seed: int) -> None:
+        self.device, self.dist, self.seed = device, dist, seed
+
+    def state_dict(self, own: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        mine = own or capture_rng(self.device)
+        if not self.dist.enabled:
+            return [mine]
+        gathered: list[Any] = [None] * self.dist.world_size
+        torch.distributed.all_gather_object(gathered, mine)
+        return gathered
+
+    def load_state_dict(self, rngs: list[dict[str, Any]], step: int) -> None:
+        rank = self.dist.rank
+        restore_rng(rngs[rank] if rank < len(rngs) else rngs[0], self.device)
+        if rank >= len(rngs):  # a rank the saved run did not have: its own dropout stream, not rank 0's copy
+            torch.manual_seed(self.seed * 1_000_003 + step * 1009 + rank)
+
+
+class CheckpointManager:
+    def __init__(self, run_dir: Path, model: torch.nn.Module, parts: dict[str, Any], rng: RNGState,
+                 train_state: TrainState, dist: DistInfo, device: torch.device, keep_last: int,
+                 tokens_per_update: int | None = None) -> None:
+        """`parts`: name -> object with state_dict/load_state_dict (optimizer, scheduler, data; scaler
+        may be None), saved under that name."""
+        self.run_dir, self.model, self.parts, self.rng, self.state = run_dir, model, parts, rng, train_state
+        self.dist, self.device, self.keep_last = dist, device, keep_last
+        self.tokens_per_update = tokens_per_update
+        self.last_saved: Path | None = None
+        self.last_saved_step = -1
+        # A stop mid-update (preemption) saves the data position and RNG state from before the update,
+        # so the checkpoint is exactly the last completed update.
+        self.rollback: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Collective under DDP (the RNG states are gathered): every rank calls it."""
+        data, rng = self.rollback or (self.parts["data"].state_dict(), None)
+        state = {"version": STATE_VERSION, **self.state.state_dict(), "rng": self.rng.state_dict(rng)}
+        for name, part in self.parts.items():
+            state[name] = {} if part is None else part.state_dict()
+        state["data"] = data
+        return state
+
+    def save(self) -> None:
+        step = self.state.step
+        if step == self.last_saved_step:
+            return
+        state = self.state_dict()
+        if self.dist.is_main:
+            weights, state_path = checkpoint_paths(self.run_dir, step)
+            save_weights(self.model, weights, step=step)
+            save_state(state_path, state)
+            prune(self.run_dir, self.keep_last)
+            self.last_saved = weights
+        self.last_saved_step = step
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, part in self.parts.items():
+            if part is not None and state.get(name):
+                part.load_state_dict(state[name])  # data on another world size: resharded, same global position
+        self.rng.load_state_dict(state["rng"], int(state["step"]))
+        self.state.load_state_dict(state)
+        saved_world = int(state["data"].get("world_size", self.dist.world_size))
+        if saved_world != self.dist.world_size and self.dist.is_main:
+            same = ("the global batch is kept (optim.tokens_per_update)" if self.tokens_per_update
+                    else f"the global batch changes {self.dist.world_size}/{saved_world}x (optim.tokens_per_update "
+                         f"would keep it)")
+            warn(f"resuming on {self.dist.world_size} rank(s) a run saved on {saved_world}: the rest of epoch "
+                 f"{self.parts['data'].epoch} is re-planned from the same global position (each example still "
+                 f"once per epoch); {same}; the losses are not those of an uninterrupted run")
+
+    def load_latest(self, metrics: MetricsWriter) -> None:
+        """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones.
+
+        Rank 0 lists the checkpoints and every rank tries the same step, in the same order: ranks that
+        each picked their own newest (a file system that lags on one node) would resume at different
+        steps and hang in their first collective. A step counts only if it loaded on every rank."""
+        steps: list[int] = [s for s, _, _ in reversed(list_checkpoints(self.run_dir))] if self.dist.is_main else []
+        if self.dist.enabled:
+            box: list[Any] = [steps]
+            torch.distributed.broadcast_object_list(box, src=0)
+            steps = box[0]
+        if not steps:
+            warn(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 0")
+            metrics.truncate(0)
+            return
+        who = f"rank {self.dist.rank}: " if self.dist.enabled else ""
+        errors = []
+        for step in steps:
+            weights, state_path = checkpoint_paths(self.run_dir, step)
+            failure: BaseException | None = None
+            damaged = False
+            try:
+                read_metadata(weights)
+                state = load_state(state_path)
+                load_weights(self.model, weights, self.device)
+                self.load_state_dict(state)
+            except CheckpointError as e:  # damaged or missing here: all ranks try an older one
+                damaged = True
+                errors.append(f"{who}{e}")
+                warn(f"{who}{e}; trying an older checkpoint")
+            except Exception as e:  # anything else (settings that no longer fit) stops every rank
+                failure = e
+            # One all-reduce: each rank's verdict on this step (0 loaded, 1 damaged, 2 other error).
+            verdict = torch.zeros(self.dist.world_size, device=self.device)
+            verdict[self.dist.rank] = 2.0 if failure is not None else float(damaged)
+            codes = [int(c) for c in distributed.all_reduce_sum(verdict).tolist()]
+            if 2 in codes:
+                if failure is not None:
+                    raise failure
+                raise TrainingError(f"resuming from step {step} failed on rank(s) "
+                                    f"{[r for r, c in enumerate(codes) if c == 2]}; see their error")
+            if any(codes):
+                if not damaged:
+                    errors.append(f"step {step}: unusable on rank(s) {[r for r, c in enumerate(codes) if c]}")
+                continue
+            if errors and self.dist.is_main:
+                warn(f"resuming from the older checkpoint {weights}")
+            self.last_saved, self.last_saved_step = weights, step
+            metrics.truncate(step)
+            return
+        raise TrainingError("no usable checkpoint to resume from" + (" on every rank" if self.dist.enabled else "")
+                            + ":\n  " + "\n  ".join(errors))
+
+
+# -- fine-tuning ------------------------------------------------------------------------------------
+
+_REGULARISATION = ("dropout", "attention_dropout")  # may differ between pre-training and fine-tuning
+
+
+def init_source(path: str | Path) -> tuple[Path, Path]:
+    """`--init-from RUN_OR_WEIGHTS` -> (weights file, its sentencepiece model): a run directory's best
+    (else newest) weights, or a weights file with spm.model in its run directory."""
+    try:
+        weights = resolve_weights(path)
+        read_metadata(weights)
+        return weights, find_tokenizer(weights)
+    except CheckpointError as e:
+        raise TrainingError(f"--init-from {path}: {e}") from None
+
+
+def load_initial_weights(model: torch.nn.Module, weights: Path, device: torch.device) -> None:
+    """Fine-tuning starts from these weights; the architecture must be the same (dropout may differ)."""
+    theirs, ours = weights_config(weights).to_dict(), model.config.to_dict()
+    diff = [f"{k} {theirs.get(k)} vs {ours.get(k)}" for k in sorted(set(theirs) | set(ours))
+            if k not in _REGULARISATION and theirs.get(k) != ours.get(k)]
+    if diff:
+        vocab = " (another vocabulary: keep data.spm_model at the run's spm.model)" if "vocab_size" in "".join(diff) else ""
+        raise TrainingError(f"--init-from {weights}: its model differs from this config's: {', '.join(diff)}{vocab}")
+    try:
+        load_weights(model, weights, device)
+    except CheckpointError as e:
+        raise TrainingError(f"--init-from {weights}: {e}") from None

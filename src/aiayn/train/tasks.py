@@ -1,0 +1,94 @@
+"""What the loop trains: the seam between a generic training loop and one kind of model.
+
+A task turns a batch into a summed loss (and names the token count that sum is normalised by) and
+says what validation measures. The loop (accumulation, DDP, AMP, skipping non-finite updates,
+checkpoints, early stopping) knows nothing else about the model, so encoder-only (MLM,
+classification) and decoder-only (LM) models can train in it by bringing their own task.
+`TranslationTask` is the encoder-decoder of the paper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from aiayn.config import ModelConfig
+from aiayn.train.loss import label_smoothed_nll
+
+
+class Task(Protocol):
+    def tokens(self, batch: Any) -> int:
+        """The count the update's loss is normalised by (known on the host, before any forward)."""
+
+    def loss(self, model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
+        """(training loss, nll), each summed over this batch's `tokens`: scalars on the device."""
+
+    def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
+        """Validation measures of the (unwrapped, eval-mode) model; "loss" at least, lower is better."""
+
+
+class TranslationTask:
+    """Paper §5: label-smoothed cross-entropy over the target's non-pad tokens; validation loss, nll,
+    perplexity and (train.eval_bleu) greedy BLEU on the first `eval_max_sentences` sentences."""
+
+    def __init__(self, model_config: ModelConfig, prepared: Any, device: torch.device, *, label_smoothing: float,
+                 max_tokens: int, autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 compiled: bool = False, eval_bleu: bool = True, eval_max_sentences: int = 0) -> None:
+        self.model_config, self.prepared, self.device = model_config, prepared, device
+        self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
+        self.compiled, self.eval_bleu, self.eval_max_sentences = compiled, eval_bleu, eval_max_sentences
+
+    def tokens(self, batch: Any) -> int:
+        return batch.tgt_tokens
+
+    def _forward(self, model: torch.nn.Module, b: Any) -> tuple[Tensor, Tensor]:
+        """Logits (n, V) and gold ids (n,) at the batch's n non-pad target positions only."""
+        keep = (b.tgt_out.view(-1) != self.model_config.pad_id).nonzero().squeeze(1)  # (n,) on the host: no CUDA sync
+        b, keep = b.to(self.device, non_blocking=True), keep.to(self.device, non_blocking=True)
+        if self.compiled:
+            # Token-budget batches vary in B, S, T and n from batch to batch. Marked dynamic, the first call
+            # compiles one graph for all of them; unmarked, torch compiles a static graph, recompiles on the
+            # first new shape, and again for each further dimension it finds varying.
+            for t in (b.src, b.tgt_in):
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+                torch._dynamo.maybe_mark_dynamic(t, 1)
+            torch._dynamo.maybe_mark_dynamic(keep, 0)
+        with self.autocast():
+            logits = model(b.src, b.tgt_in, keep=keep)  # (n, V)
+        return logits, b.tgt_out.view(-1).index_select(0, keep)  # (n, V), (n,)
+
+    def loss(self, model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
+        logits, target = self._forward(model, batch)
+        loss, nll, _ = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
+        return loss, nll
+
+    @torch.no_grad()
+    def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
+        from aiayn.data.batching import BatchIterator
+
+        loss = nll = tokens = 0.0
+        for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
+            logits, target = self._forward(model, b)
+            l, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
+            loss, nll, tokens = loss + l.item(), nll + n.item(), tokens + k.item()
+        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0)),
+                "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
+
+    def _greedy_bleu(self, model: torch.nn.Module) -> float | None:
+        try:
+            from aiayn.decode import Translator
+            from aiayn.evaluate import score
+        except ImportError as e:  # decoding layer not installed: loss-only validation
+            from aiayn.train.state import warn
+
+            warn(f"validation BLEU skipped ({e})")
+            return None
+        src, ref = self.prepared.raw("valid")
+        n = self.eval_max_sentences or len(src)
+        with self.autocast():
+            hyps = Translator(model, self.prepared.tokenizer, device=self.device).translate(list(src[:n]), beam=1)
+        return float(score(hyps, list(ref[:n]))["bleu"])
