@@ -210,3 +210,121 @@ def test_resume_on_another_world_size_continues_the_epoch_without_repeats_or_gap
     # the same world size: exactly the old behaviour (no reshard entry, the same position)
     _, same = _consume(split, 2, _consume(split, 2, None, 3)[1], 0)
     assert same["position"] == 3 and same["reshards"] == []
+
+
+def prefetch_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "aiayn-prefetch" and t.is_alive()]
+
+
+@pytest.mark.parametrize("world,rank", [(1, 0), (3, 1)])
+def test_prefetching_gives_the_same_batches_and_counts_only_those_handed_out(world, rank):
+    """Collating ahead on a thread changes nothing the caller sees: the same batches, and after consuming
+    k of them the same state as the plain iterator (not k + the batches collated ahead), so a state saved
+    mid-epoch resumes exactly. Across epochs too, and from a restored position."""
+    split = make_split(list(range(1, 60)) * 3, list(range(2, 61)) * 3)
+    plain = BatchIterator(split, 200, seed=7, rank=rank, world_size=world)
+    ahead = BatchIterator(split, 200, seed=7, rank=rank, world_size=world, prefetch=2)
+    for epoch in range(2):
+        gp, ga = iter(plain), iter(ahead)
+        for k in range(len(plain)):
+            bp, ba = next(gp), next(ga)
+            for f in ("src", "tgt_in", "tgt_out", "ids"):
+                assert torch.equal(getattr(bp, f), getattr(ba, f))
+            assert (bp.src_tokens, bp.tgt_tokens) == (ba.src_tokens, ba.tgt_tokens)
+            if k == 3:
+                import time
+
+                time.sleep(0.2)  # the thread has certainly collated its 2 batches ahead by now
+            assert ahead.state_dict() == plain.state_dict()  # k + 1 consumed, epoch `epoch`
+        for g in (gp, ga):
+            with pytest.raises(StopIteration):
+                next(g)
+        assert ahead.state_dict() == plain.state_dict() and ahead.epoch == epoch + 1
+    # resumed mid-epoch from a prefetching iterator's state: the rest of the epoch, exactly
+    ga = iter(ahead)
+    head = [next(ga).ids.tolist() for _ in range(4)]
+    state = ahead.state_dict()
+    ga.close()
+    again = BatchIterator(split, 200, seed=7, rank=rank, world_size=world, prefetch=2)
+    again.load_state_dict(state)
+    ref = BatchIterator(split, 200, seed=7, rank=rank, world_size=world)
+    ref.set_epoch(2)
+    assert head + [b.ids.tolist() for b in again] == [b.ids.tolist() for b in ref]
+    assert not prefetch_threads()
+
+
+def test_prefetch_thread_stops_at_the_end_when_closed_and_on_errors(monkeypatch):
+    """No thread outlives its epoch: exhausted, abandoned (generator closed, as the trainer does at the end
+    of a run) or failed. A collate error reaches the consumer at the batch it concerns, the earlier
+    batches first."""
+    import aiayn.data.batching as batching
+
+    split = make_split(list(range(1, 60)) * 3, list(range(2, 61)) * 3)
+    it = BatchIterator(split, 200, seed=7, prefetch=2)
+    list(it)
+    assert not prefetch_threads()
+
+    g = iter(it)
+    next(g)
+    assert prefetch_threads()  # it runs while the caller holds the epoch open ...
+    g.close()
+    assert not prefetch_threads()  # ... and stops, though its queue was full, when the caller lets go
+    assert it.position == 1
+
+    real, calls = batching.collate, [0]
+
+    def failing(split, ids):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise ValueError("disk gone")
+        return real(split, ids)
+
+    monkeypatch.setattr(batching, "collate", failing)
+    it = BatchIterator(split, 200, seed=7, prefetch=2)
+    g = iter(it)
+    got = [next(g) for _ in range(3)]
+    with pytest.raises(ValueError, match="disk gone"):
+        next(g)
+    assert len(got) == 3 and it.position == 3  # the failed batch was not counted
+    assert not prefetch_threads()
+
+
+def test_an_abandoned_prefetching_iterator_does_not_hold_up_interpreter_exit():
+    """A run that dies without closing its batches (an error outside the loop) still exits at once."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np
+        from aiayn.data import BatchIterator, EncodedSplit
+        rng = np.random.default_rng(0)
+        split = EncodedSplit.from_ids([rng.integers(4, 500, n).tolist() for n in range(1, 200)],
+                                      [rng.integers(4, 500, n).tolist() for n in range(1, 200)], vocab_size=500)
+        g = iter(BatchIterator(split, 200, prefetch=2))
+        next(g)
+        G = g  # kept alive to the end: the thread is still blocked on its full queue
+        raise SystemExit(3)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3, p.stderr
+
+
+def test_pin_memory_is_applied_on_the_prefetch_thread(monkeypatch):
+    """pin_memory=True (the trainer sets it on CUDA) hands out Batch.pin_memory() copies, made off the main
+    thread; pinning itself needs CUDA, so here it is a stand-in that records its thread."""
+    import threading
+
+    split = make_split(list(range(1, 30)), list(range(2, 31)))
+    where: list[str] = []
+
+    def pin(self):
+        where.append(threading.current_thread().name)
+        return Batch(self.src.clone(), self.tgt_in, self.tgt_out, self.ids, self.src_tokens, -1)
+
+    monkeypatch.setattr(Batch, "pin_memory", pin)
+    got = list(BatchIterator(split, 200, seed=1, prefetch=2, pin_memory=True))
+    assert got and all(b.tgt_tokens == -1 for b in got) and set(where) == {"aiayn-prefetch"}
+    assert all(b.tgt_tokens != -1 for b in BatchIterator(split, 200, seed=1, prefetch=2))

@@ -8,6 +8,8 @@ separately, so no batch ever exceeds the budget on either side.
 
 from __future__ import annotations
 
+import queue
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -38,6 +40,12 @@ class Batch:
         return Batch(self.src.to(device, non_blocking=non_blocking),
                      self.tgt_in.to(device, non_blocking=non_blocking),
                      self.tgt_out.to(device, non_blocking=non_blocking),
+                     self.ids, self.src_tokens, self.tgt_tokens)
+
+    def pin_memory(self) -> "Batch":
+        """A copy in page-locked host memory, so `to(cuda, non_blocking=True)` really is asynchronous
+        (from ordinary memory it is a synchronous copy). Needs CUDA."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
                      self.ids, self.src_tokens, self.tgt_tokens)
 
 
@@ -95,6 +103,55 @@ def _greedy_cuts(sl: np.ndarray, tl: np.ndarray, cap: int) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
+class _Prefetcher:
+    """Collates `plan` in order on a background thread, at most `depth` batches ahead of the consumer.
+
+    It holds no position: the iterator counts a batch when it is handed out, so a state_dict never
+    includes what was only collated ahead. An error in the thread is raised in the consumer at the batch
+    it concerns; `close()` stops the thread (it is a daemon too, so a forgotten one never holds up exit)."""
+
+    def __init__(self, split: EncodedSplit, plan: list[np.ndarray], depth: int, pin: bool) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, args=(split, plan, pin), name="aiayn-prefetch",
+                                       daemon=True)
+        self.thread.start()
+
+    def _work(self, split: EncodedSplit, plan: list[np.ndarray], pin: bool) -> None:
+        try:
+            for ids in plan:
+                b = collate(split, ids)
+                if not self._put((True, b.pin_memory() if pin else b)):
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put((False, e))
+
+    def _put(self, item: tuple[bool, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def get(self) -> Batch:
+        while True:
+            try:
+                ok, value = self._queue.get(timeout=0.05)  # a timeout keeps Ctrl-C (KeyboardInterrupt) responsive
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("the batch prefetch thread ended early") from None
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join()
+
+
 class BatchIterator:
     """Iterate token-budget batches of one split; stateful so training can resume mid-epoch.
 
@@ -116,10 +173,15 @@ class BatchIterator:
     once per epoch. The state records the chain of (world size, global batches consumed) that made the
     current epoch's plan, so a later resume (same size: exactly, bitwise; another: resharded again)
     rebuilds it.
+
+    `prefetch` > 0 collates up to that many batches ahead on a background thread while the caller
+    trains on the current one (`pin_memory`: in page-locked memory, for asynchronous copies to a GPU).
+    Batches, order and state are the same as without: the position counts batches handed out only.
+    Closing the generator (or exhausting it) stops the thread.
     """
 
     def __init__(self, split: EncodedSplit, max_tokens: int, seed: int = 0, shuffle: bool = True,
-                 rank: int = 0, world_size: int = 1) -> None:
+                 rank: int = 0, world_size: int = 1, prefetch: int = 0, pin_memory: bool = False) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if len(split) == 0:
@@ -132,6 +194,7 @@ class BatchIterator:
             raise DataError(f"{len(split)} examples cannot be sharded over {world_size} ranks")
         self.split, self.max_tokens, self.seed, self.shuffle = split, int(max_tokens), int(seed), bool(shuffle)
         self.rank, self.world_size = rank, world_size
+        self.prefetch, self.pin_memory = int(prefetch), bool(pin_memory)
         self.epoch, self.position = 0, 0
         self._reshards: list[tuple[int, int]] = []  # this epoch's (world size, global batches consumed) before now
         self._plan_epoch: int | None = None
@@ -213,10 +276,20 @@ class BatchIterator:
 
     def __iter__(self) -> Iterator[Batch]:
         plan = self._batches()
-        while self.position < len(plan):
-            ids = plan[self.position]
-            self.position += 1  # counted before yield: a state_dict taken now resumes after this batch
-            yield collate(self.split, ids)
+        if self.prefetch > 0:
+            ahead = _Prefetcher(self.split, plan[self.position:], self.prefetch, self.pin_memory)
+            try:
+                while self.position < len(plan):
+                    b = ahead.get()
+                    self.position += 1  # counted when handed out, not when collated ahead
+                    yield b
+            finally:  # exhausted, closed (the caller stopped early) or an error: no thread outlives it
+                ahead.close()
+        else:
+            while self.position < len(plan):
+                ids = plan[self.position]
+                self.position += 1  # counted before yield: a state_dict taken now resumes after this batch
+                yield collate(self.split, ids)
         self.epoch, self.position, self._reshards = self.epoch + 1, 0, []
 
     @property

@@ -76,6 +76,12 @@ class Batches:
             pass
         return micro
 
+    def close(self) -> None:
+        """Stop the epoch in progress (and its prefetch thread); the iterator keeps its position."""
+        if self._gen is not None:
+            self._gen.close()
+            self._gen = None
+
 
 class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False,
@@ -138,7 +144,8 @@ class Trainer:
         self.optimizer, scheduler, self.scaler = build_optimizer(self.model, o, self.model_config.d_model,
                                                                  self.device, self.amp)
         self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=c.seed, shuffle=True,
-                                      rank=self.dist.rank, world_size=self.dist.world_size)
+                                      rank=self.dist.rank, world_size=self.dist.world_size,
+                                      prefetch=2, pin_memory=self.device.type == "cuda")  # collated during the update
         self.batches = Batches(self.iterator, c.max_epochs)
         autocast = autocast_factory(self.amp, self.device)
         self.task = TranslationTask(self.model_config, self.prepared, self.device, label_smoothing=o.label_smoothing,
@@ -222,6 +229,7 @@ class Trainer:
                     self._validate()
             self._save()
         finally:
+            self.batches.close()
             for sig, h in handlers.items():
                 signal.signal(sig, h)
             self.progress.close()
