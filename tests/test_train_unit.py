@@ -286,6 +286,19 @@ def test_average_is_the_parameter_mean(tmp_path):
 # -- mixed precision --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("device, deterministic, tf32", [("cuda", False, True), ("cuda:1", False, True),
+                                                         ("cuda", True, False), ("cpu", False, False)])
+def test_tf32_is_allowed_on_cuda_unless_deterministic(monkeypatch, device, deterministic, tf32):
+    """float32 matmuls and cuDNN convolutions may use TF32 on a GPU; a deterministic run and a CPU run leave
+    torch's switches as they were (only flags are set, so no GPU is needed to check)."""
+    from aiayn.train.runtime import allow_tf32
+
+    for flags, name in ((torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")):
+        monkeypatch.setattr(flags, name, False)  # restored after the test: process-wide switches
+    allow_tf32(torch.device(device), deterministic)
+    assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+
+
 @pytest.mark.parametrize("major, emulated, expected", [(8, True, "bf16"), (9, True, "bf16"), (7, True, "fp16"),
                                                        (6, False, "fp16")])
 def test_amp_auto_picks_bf16_only_where_the_gpu_has_it(monkeypatch, major, emulated, expected):

@@ -31,8 +31,8 @@ from aiayn.train.checkpointing import CheckpointManager, RNGState, init_source, 
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.optim import ConfiguredAdam, build_optimizer
 from aiayn.train.progress import Progress
-from aiayn.train.runtime import (TrainingError, autocast_factory, derive_update_freq, global_batch_warning,
-                                 resolve_amp, resolve_device, set_deterministic)
+from aiayn.train.runtime import (TrainingError, allow_tf32, autocast_factory, derive_update_freq,
+                                 global_batch_warning, resolve_amp, resolve_device, set_deterministic)
 from aiayn.train.schedule import noam_lr
 from aiayn.train.state import capture_rng, warn
 from aiayn.train.step import Flags, StepResult, TrainStep, skipped_update
@@ -93,6 +93,7 @@ class Trainer:
         self.dist = distributed.init(resolve_device(c.device), c.dist_timeout_s)
         self.device = distributed.local_device(resolve_device(c.device), self.dist)
         self.main = self.dist.is_main
+        allow_tf32(self.device, c.deterministic)
         self.amp = resolve_amp(c.amp, self.device)
         if c.threads:
             torch.set_num_threads(c.threads)
