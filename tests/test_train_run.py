@@ -328,8 +328,8 @@ def test_deterministic_setting_switches_torch_to_deterministic_kernels(home, tmp
 def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
     """Every tensor-to-Python conversion (.item(), .tolist(), float(t), bool(t), ...) makes the host wait
     for the GPU. A single-process update needs one: the loss sums, the stop/time votes and the gradient
-    norm's finiteness come back together (under DDP the token count's all-reduce before backward adds a
-    second). Counted on CPU, where conversions are visible even though nothing waits."""
+    norm's finiteness come back together (under DDP too: the token count is all-reduced on the device,
+    see test_train_unit). Counted on CPU, where conversions are visible even though nothing waits."""
     import torch
 
     import aiayn.train.step as step_mod

@@ -375,3 +375,62 @@ def test_patience_settings_are_checked():
         Config.from_dict({"train": {"patience": 2, "patience_metric": "bleu", "eval_bleu": False}})
     with pytest.raises(ConfigError, match="eval_every"):
         Config.from_dict({"train": {"patience": 2, "eval_every": 0}})
+
+
+# -- the update under DDP ---------------------------------------------------------------------------
+
+
+def test_a_ddp_update_waits_for_the_device_once_and_scales_exactly(monkeypatch):
+    """Under DDP the loss is normalised by the global token count, known only after an all-reduce. That
+    count is summed and divided on the device, so the update still makes one host sync (the final sums),
+    not two, and the scale is the very float the host division gave: here 2 ranks are faked by an
+    all-reduce that doubles (a twin rank with the same batch; no gradient all-reduce, so each rank's
+    gradient is its own), and the parameters after the update equal, bitwise, a single process's on the
+    same batch, while the reported token count is the global one."""
+    import copy
+
+    import numpy as np
+
+    import aiayn.distributed as distributed
+    import aiayn.train.step as step_mod
+    from aiayn.data import EncodedSplit
+    from aiayn.data.batching import collate
+    from aiayn.distributed import DistInfo
+    from aiayn.train.step import Flags, TrainStep
+    from aiayn.train.tasks import TranslationTask
+
+    rng = np.random.default_rng(0)
+    split = EncodedSplit.from_ids([rng.integers(4, 40, n).tolist() for n in (3, 7, 5, 9)],
+                                  [rng.integers(4, 40, n).tolist() for n in (4, 6, 8, 5)], vocab_size=40)
+    batch = collate(split, np.arange(4))
+    mc = ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                     dropout=0.0)
+    torch.manual_seed(0)
+    base = Transformer(mc)
+    task = TranslationTask(mc, None, torch.device("cpu"), label_smoothing=0.1, max_tokens=1000)
+
+    def update(world: int) -> tuple[torch.nn.Module, object, list[str]]:
+        model = copy.deepcopy(base)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        step = TrainStep(task, model, model, opt, sched, None, DistInfo(world_size=1), torch.device("cpu"), 0.0)
+        step.dist = DistInfo(world_size=world)  # after StopVote: one micro-batch never votes
+        seen: list[str] = []
+        with monkeypatch.context() as m:
+            m.setattr(distributed, "all_reduce_sum", lambda t: t.mul_(world))
+            m.setattr(step_mod, "all_reduce_sum", lambda t: t.mul_(world), raising=False)
+            for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):
+                def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):
+                    seen.append(_name)
+                    return _real(self, *a, **k)
+                m.setattr(torch.Tensor, name, counting)
+            seen.clear()
+            result = step([batch], Flags(), lambda: False)
+        return model, result, seen
+
+    one, r1, _ = update(1)
+    two, r2, seen = update(2)
+    assert r2.tokens == 2 * r1.tokens == 2 * batch.tgt_tokens
+    for (n, p1), p2 in zip(one.named_parameters(), two.parameters()):
+        assert torch.equal(p1, p2), n
+    assert seen == ["tolist"], seen  # the final sums'; before, the token count's all-reduce made a first

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from aiayn.distributed import DistInfo, StopVote
+from aiayn.distributed import DistInfo, StopVote, all_reduce_sum
 from aiayn.train.runtime import TrainingError, sum_stats
 from aiayn.train.tasks import Task
 from aiayn.train.train_state import TrainState
@@ -55,9 +55,15 @@ class TrainStep:
         """Forward/backward over the micro-batches, then one optimizer step unless non-finite. None when a
         stop request (SIGTERM, Ctrl-C) ended the update between micro-batches, its gradients dropped."""
         local_tokens = float(sum(self.task.tokens(b) for b in micro))
-        # The normaliser is needed before backward: one all-reduce (and host sync) under DDP, none alone.
-        global_tokens = sum_stats([local_tokens], self.device)[0] if self.dist.enabled else local_tokens
-        scale = self.dist.world_size / global_tokens  # DDP averages gradients over ranks
+        # DDP averages gradients over ranks: scale = world size / global token count, needed before backward.
+        # Under DDP the count is summed on the device (filled by a kernel, not copied from the host, and
+        # all-reduced in stream order), so the scale never comes back to the host: no wait here; the host
+        # learns the count with the other sums below. The division is float64 as the host's would be.
+        scale: float | torch.Tensor = self.dist.world_size / local_tokens
+        if self.dist.enabled:
+            count = all_reduce_sum(torch.full((), local_tokens, dtype=torch.float64, device=self.device))
+            scale = torch.full((), float(self.dist.world_size), dtype=torch.float64, device=self.device).div_(count)
+            scale = scale.float()  # as a Python float multiplies a float32 loss: rounded to float32 once
         loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
         # A preempted job has seconds (torchrun, SLURM: SIGKILL ~30 s after SIGTERM), not the rest of a
         # long update: between micro-batches every rank checks, together, whether one was asked to stop.
@@ -83,11 +89,11 @@ class TrainStep:
             self.scaler.unscale_(self.optimizer)
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                self.clip_norm if self.clip_norm > 0 else math.inf)
-        # One host sync for everything else: loss sums, the stop requests and time budget (decided by all
-        # ranks together, at the same update) and the gradient norm, which DDP made equal on every rank,
-        # so its sum over ranks is finite exactly when it is.
-        loss_sum, nll_sum, stop, late, gnorm_sum = sum_stats(
-            [loss_sum, nll_sum, float(flags.stop), float(over_budget()), gnorm], self.device)
+        # The update's one host sync: loss sums, the stop requests and time budget (decided by all ranks
+        # together, at the same update), the gradient norm, which DDP made equal on every rank, so its sum
+        # over ranks is finite exactly when it is, and the global token count.
+        loss_sum, nll_sum, stop, late, gnorm_sum, global_tokens = sum_stats(
+            [loss_sum, nll_sum, float(flags.stop), float(over_budget()), gnorm, local_tokens], self.device)
         flags.stop, flags.late = flags.stop or bool(stop), flags.late or bool(late)
 
         finite_loss = math.isfinite(loss_sum)
