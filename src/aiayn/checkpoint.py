@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -20,6 +18,7 @@ from safetensors.torch import save_model as _st_save_model
 
 from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write  # noqa: F401 (re-exported: callers used to import it from here)
 from aiayn.model import Transformer
 
 WEIGHTS_SUFFIX = ".safetensors"
@@ -27,28 +26,6 @@ WEIGHTS_SUFFIX = ".safetensors"
 
 class CheckpointError(AiaynError, RuntimeError):
     """A checkpoint file is missing, truncated or not one of ours."""
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """Call `write(tmp_path)`, fsync it, then rename onto `path` (and fsync the directory)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
 
 
 def save_weights(model: Transformer, path: str | os.PathLike, step: int | None = None,

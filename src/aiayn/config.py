@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write
 
 class ConfigError(AiaynError, ValueError):
     """A config file, field or override that cannot be used (the CLI prints it as one line)."""
@@ -283,8 +284,6 @@ class Config:
 
     def save(self, path: str | Any) -> None:
         import yaml
-
-        from aiayn.checkpoint import atomic_write
 
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
         atomic_write(path, lambda tmp: open(tmp, "w").write(text))

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import distributed
-from aiayn.checkpoint import atomic_write
 from aiayn.config import Config, ModelConfig
+from aiayn.fileio import atomic_write
 from aiayn.train.runtime import TrainingError
 from aiayn.train.state import list_checkpoints
 

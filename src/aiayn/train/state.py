@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from aiayn.checkpoint import CheckpointError, atomic_write
+from aiayn.checkpoint import CheckpointError
+from aiayn.fileio import atomic_write
 
 _STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
 
