@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -22,6 +23,7 @@ from aiayn.fileio import atomic_write  # noqa: F401 (re-exported: callers used t
 from aiayn.model import Transformer
 
 WEIGHTS_SUFFIX = ".safetensors"
+_STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
 
 
 class CheckpointError(AiaynError, RuntimeError):
@@ -106,3 +108,22 @@ def find_tokenizer(path: str | os.PathLike) -> Path:
         raise CheckpointError(f"no spm.model found for {path} (looked in the run directory and up to "
                               f"three parents of a weights file)")
     return found
+
+
+# -- a run directory's step checkpoints (written by aiayn.train.state) ------------------------------
+
+def checkpoint_paths(run_dir: str | Path, step: int) -> tuple[Path, Path]:
+    d = Path(run_dir) / "checkpoints"
+    return d / f"step_{step:08d}.safetensors", d / f"step_{step:08d}.state.pt"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path, Path]]:
+    """Complete-looking checkpoints (both files present), oldest first."""
+    found = []
+    for p in (Path(run_dir) / "checkpoints").glob("step_*.safetensors"):
+        m = _STEP_RE.match(p.name)
+        if m:
+            weights, state = checkpoint_paths(run_dir, int(m.group(1)))
+            if state.is_file():
+                found.append((int(m.group(1)), weights, state))
+    return sorted(found)

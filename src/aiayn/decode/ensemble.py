@@ -84,7 +84,7 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
     Members must come with byte-identical spm.model files: the same id must mean the same piece.
     """
     from aiayn.checkpoint import find_tokenizer, load_model
-    from aiayn.train.average import average_last as average
+    from aiayn.averaging import average_last as average
 
     if not paths:
         raise AiaynError("no checkpoint given")
