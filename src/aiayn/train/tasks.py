@@ -81,7 +81,7 @@ class TranslationTask:
     def _greedy_bleu(self, model: torch.nn.Module) -> float | None:
         try:
             from aiayn.decode import Translator
-            from aiayn.evaluate import score
+            from aiayn.scoring import score
         except ImportError as e:  # decoding layer not installed: loss-only validation
             from aiayn.train.state import warn
 
