@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiayn import ablation
-from aiayn.ablation import Variant, apply, count_parameters, markdown_table, variants
+from aiayn.ablation import apply, count_parameters, markdown_table, variants
 from aiayn.config import ModelConfig
 from aiayn.model import Transformer
 
@@ -149,6 +149,7 @@ def test_markdown_table_like_the_paper():
 
 def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
+
     from aiayn.config import Config
 
     cfg = Config.load(None, {"model.preset": "tiny", "data.corpus": "embedded", "train.max_steps": 40,
@@ -190,6 +191,7 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
     import sys
 
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
+
     from aiayn.checkpoint import load_model
 
     out = tmp_path / "abl"

@@ -18,8 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -405,12 +405,13 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path, transla
 
 @pytest.mark.needs_browser
 def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_path: Path) -> None:
-    from conftest import browser_paths
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
+    from conftest import browser_paths
 
     chromium, driver_path = browser_paths()
     opts = webdriver.ChromeOptions()

@@ -32,8 +32,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError

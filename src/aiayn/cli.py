@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from aiayn import __version__, ablation, quickstart, viz
 from aiayn import export as export_commands

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from aiayn.errors import AiaynError
 from aiayn.fileio import atomic_write
 
+
 class ConfigError(AiaynError, ValueError):
     """A config file, field or override that cannot be used (the CLI prints it as one line)."""
 
@@ -67,7 +68,7 @@ class ModelConfig:
         return self.d_value if self.d_value is not None else self.head_dim
 
     @classmethod
-    def preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, vocab_size: int, **overrides: Any) -> ModelConfig:
         """A named size: `base`/`big` are Table 3's rows; `small`/`tiny` suit CPU-scale data."""
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -77,7 +78,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -255,7 +256,7 @@ class Config:
         return {"model": dict(self.model), **d}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> Config:
         unknown = set(d) - set(_SECTIONS)
         if unknown:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
@@ -268,7 +269,7 @@ class Config:
         return cls(**parts)
 
     @classmethod
-    def load(cls, path: str | None = None, overrides: list[str] | dict[str, Any] | None = None) -> "Config":
+    def load(cls, path: str | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
         """Read a YAML/TOML file (or start from defaults) and apply dotted overrides."""
         d = read_config_file(path) if path else {}
         if overrides:

@@ -6,12 +6,12 @@ Multi30k / WMT-2014 protocol). The scoring functions are re-exported here under 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aiayn.errors import AiaynError
 from aiayn.scoring import moses_tokenize, score, tokenized_bleu, unescape_moses  # noqa: F401 (re-exported)
-
 
 # -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
 

@@ -11,7 +11,8 @@ decode and train (validation BLEU); `aiayn.evaluate` runs it over a run's data.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from aiayn.errors import AiaynError
 

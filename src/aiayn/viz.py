@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from matplotlib.figure import Figure
@@ -39,7 +40,7 @@ class PlotDependencyError(AiaynError, ImportError):
     """matplotlib is not installed."""
 
 
-def _figure(width_in: float, height_in: float, dpi: int) -> "Figure":
+def _figure(width_in: float, height_in: float, dpi: int) -> Figure:
     """A Figure on the Agg canvas; a one-line install hint when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -58,7 +59,7 @@ def _text(s: str) -> str:
     return s.replace("$", r"\$")
 
 
-def _save(fig: "Figure", out: str | os.PathLike) -> Path:
+def _save(fig: Figure, out: str | os.PathLike) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")  # no bbox_inches="tight": the pixel size stays as documented
@@ -91,7 +92,7 @@ class AttentionMap:
                 "cross": (self.out_labels, self.src_labels)}[kind]
 
 
-def attention_map(model: "Transformer", tokenizer: "Tokenizer", sentence: str,
+def attention_map(model: Transformer, tokenizer: Tokenizer, sentence: str,
                   target_ids: Sequence[int] | None = None, max_len_a: float = 1.0,
                   max_len_b: int = 50) -> AttentionMap:
     """Encode `sentence`, translate it greedily (or take `target_ids`, pieces without BOS/EOS) and
@@ -272,7 +273,7 @@ def _colors(n: int) -> list:
 # -- command line ----------------------------------------------------------------------------------
 
 
-def _load_for_attention(path: str) -> tuple["Transformer", "Tokenizer"]:
+def _load_for_attention(path: str) -> tuple[Transformer, Tokenizer]:
     from aiayn.decode import Translator
 
     translator = Translator.load(path, device="cpu")

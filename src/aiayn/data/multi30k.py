@@ -16,8 +16,9 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from tqdm import tqdm
 

@@ -34,9 +34,10 @@ import re
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Callable
+from typing import IO
 
 from aiayn.data.errors import DataError
 from aiayn.data.io import check_counts

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 
 def read_line_batches(f: BinaryIO, chunk: int = 1 << 16) -> Iterator[list[str]]:

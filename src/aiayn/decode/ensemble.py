@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -32,10 +32,10 @@ class EnsembleCache:
 
     members: list[DecoderCache]
 
-    def reorder(self, rows: Tensor) -> "EnsembleCache":
+    def reorder(self, rows: Tensor) -> EnsembleCache:
         return EnsembleCache([c.reorder(rows) for c in self.members])
 
-    def keep(self, sources: Tensor) -> "EnsembleCache":
+    def keep(self, sources: Tensor) -> EnsembleCache:
         return EnsembleCache([c.keep(sources) for c in self.members])
 
 
@@ -83,8 +83,8 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
 
     Members must come with byte-identical spm.model files: the same id must mean the same piece.
     """
-    from aiayn.checkpoint import find_tokenizer, load_model
     from aiayn.averaging import average_last as average
+    from aiayn.checkpoint import find_tokenizer, load_model
 
     if not paths:
         raise AiaynError("no checkpoint given")

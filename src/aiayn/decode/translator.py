@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -59,7 +58,7 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, *,
-             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, **kw) -> "Translator":
+             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, **kw) -> Translator:
         """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
         `ensemble`: more runs/weights decoded together with `path` (decode.ensemble); `average_last`
         K: each run's last K step checkpoints averaged (§6.1) instead of its best weights."""

@@ -48,7 +48,7 @@ class DecoderCache:
 
     @classmethod
     def self_only(cls, batch: int, layers: int, device: torch.device | None = None,
-                  capacity: int = 64) -> "DecoderCache":
+                  capacity: int = 64) -> DecoderCache:
         """The cache of a decoder-only model: self-attention keys/values only, one row per sequence."""
         return cls([], torch.ones(batch, 1, 1, 0, dtype=torch.bool, device=device), capacity=capacity,
                    self_k=[None] * layers, self_v=[None] * layers)
@@ -84,12 +84,12 @@ class DecoderCache:
         buf_k[:, :, start:end], buf_v[:, :, start:end] = k, v
         return buf_k[:, :, :end], buf_v[:, :, :end]
 
-    def advanced(self, steps: int) -> "DecoderCache":
+    def advanced(self, steps: int) -> DecoderCache:
         """The value after a decode step wrote `steps` positions (this one is spent from now on)."""
         self._written[0] = self.length + steps
         return dataclasses.replace(self, length=self.length + steps)
 
-    def reorder(self, rows: Tensor) -> "DecoderCache":
+    def reorder(self, rows: Tensor) -> DecoderCache:
         """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group."""
         if self.length == 0:
             return self
@@ -110,7 +110,7 @@ class DecoderCache:
         self._written[0] = -1  # this value (and older ones over these buffers) is spent
         return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare, _written=[self.length])
 
-    def keep(self, sources: Tensor) -> "DecoderCache":
+    def keep(self, sources: Tensor) -> DecoderCache:
         """Keep only the source sentences `sources` (and all their rows)."""
         group = 1 if self.rows is None else self.rows // self.sources
         rows = (sources[:, None] * group + torch.arange(group, device=sources.device)).reshape(-1)

@@ -21,10 +21,11 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Union
+from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
@@ -72,11 +73,11 @@ class V1Translate(BaseModel):
     """aiayn's own request: strict types (no "4" -> 4), unknown fields refused."""
 
     model_config = ConfigDict(extra="forbid")
-    q: Union[StrictStr, list[StrictStr]]
+    q: StrictStr | list[StrictStr]
     beam: StrictInt | None = Field(None, ge=1, le=MAX_BEAM)
     n_best: StrictInt = Field(1, ge=1, le=MAX_BEAM)
-    length_penalty: Union[StrictFloat, StrictInt, None] = Field(None, ge=0, le=10)
-    max_len_a: Union[StrictFloat, StrictInt, None] = Field(None, ge=0, le=10)
+    length_penalty: StrictFloat | StrictInt | None = Field(None, ge=0, le=10)
+    max_len_a: StrictFloat | StrictInt | None = Field(None, ge=0, le=10)
     max_len_b: StrictInt | None = Field(None, ge=0, le=1024)
     api_key: StrictStr | None = None
 

@@ -11,8 +11,9 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Hypothesis, SearchOptions

@@ -20,8 +20,9 @@ import asyncio
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from aiayn.errors import AiaynError
 

@@ -17,7 +17,7 @@ def _serve(a: argparse.Namespace) -> int:
         raise AiaynError(f"aiayn serve needs the serve extra ({e.name} is missing): pip install 'aiayn[serve]'") \
             from None
     from aiayn.checkpoint import find_in_run
-    from aiayn.config import Config, DecodeConfig, DataConfig
+    from aiayn.config import Config, DataConfig, DecodeConfig
 
     found = find_in_run(a.checkpoint, "config.yaml")
     cfg = Config.load(str(found)) if found else None

@@ -14,13 +14,28 @@ from typing import Any
 import torch
 
 from aiayn import distributed
-from aiayn.checkpoint import (CheckpointError, find_tokenizer, load_weights, read_metadata, resolve_weights,
-                              save_weights, weights_config)
+from aiayn.checkpoint import (
+    CheckpointError,
+    find_tokenizer,
+    load_weights,
+    read_metadata,
+    resolve_weights,
+    save_weights,
+    weights_config,
+)
 from aiayn.distributed import DistInfo
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.runtime import TrainingError
-from aiayn.train.state import (capture_rng, checkpoint_paths, list_checkpoints, load_state, prune, restore_rng,
-                               save_state, warn)
+from aiayn.train.state import (
+    capture_rng,
+    checkpoint_paths,
+    list_checkpoints,
+    load_state,
+    prune,
+    restore_rng,
+    save_state,
+    warn,
+)
 from aiayn.train.train_state import TrainState
 
 # 1: the first format; 2: adds "early_stop" (best step, patience counter); version 1 still loads

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
