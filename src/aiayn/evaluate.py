@@ -10,14 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aiayn.config import Config
+from aiayn.data.io import read_lines
+from aiayn.data.multi30k import tokenized_reference_path
+from aiayn.data.prepare import prepare, with_run_tokenizer
 from aiayn.errors import AiaynError
 from aiayn.scoring import moses_tokenize, score, tokenized_bleu, unescape_moses  # noqa: F401 (re-exported)
 
 # -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
 
 def _run_data_config(run_dir: Path):
-    from aiayn.config import Config
-
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
         raise AiaynError(f"{cfg_file} not found: --split reads the run's data section from it")
@@ -26,17 +28,12 @@ def _run_data_config(run_dir: Path):
 
 def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     """(src lines, ref lines, tokenized refs or None, target language) of one of the run's splits."""
-    from aiayn.data.prepare import prepare, with_run_tokenizer
-
     cfg = with_run_tokenizer(_run_data_config(run_dir), run_dir)
     key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)
     src, ref = prepare(cfg).raw(key)
     lang = lang or cfg.tgt_lang
     tok = None
     if tokenized and cfg.corpus == "multi30k":
-        from aiayn.data.io import read_lines
-        from aiayn.data.multi30k import tokenized_reference_path
-
         tok = read_lines(tokenized_reference_path(key, lang, cfg.data_dir))
     return src, ref, tok, lang
 
@@ -48,8 +45,6 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
                  **search: Any) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
     `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split."""
-    from aiayn.data.io import read_lines
-
     if split is not None and (src or ref):
         raise AiaynError("give either --split or --src/--ref, not both")
     tok_refs = None

@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from aiayn.model import Transformer
 
 from aiayn.errors import AiaynError
+from aiayn.train.metrics import MetricsError
+from aiayn.train.metrics import read_metrics as _read_metrics
 
 PLOT_HINT = "plotting needs matplotlib: pip install 'aiayn[plot]'"
 KINDS = ("encoder", "decoder", "cross")
@@ -200,11 +202,8 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
 def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
     """RUN/metrics.jsonl (or the run directory) -> {"train": [...], "valid": [...]} sorted by step
     (the format and its reader live in aiayn.train.metrics)."""
-    from aiayn.train.metrics import MetricsError
-    from aiayn.train.metrics import read_metrics as read
-
     try:
-        return read(path)
+        return _read_metrics(path)
     except MetricsError as e:
         raise PlotError(str(e)) from None
 

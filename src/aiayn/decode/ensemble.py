@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from aiayn.averaging import average_last as average
+from aiayn.checkpoint import find_tokenizer, load_model
 from aiayn.errors import AiaynError
 from aiayn.model.cache import DecoderCache
 
@@ -83,9 +85,6 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
 
     Members must come with byte-identical spm.model files: the same id must mean the same piece.
     """
-    from aiayn.averaging import average_last as average
-    from aiayn.checkpoint import find_tokenizer, load_model
-
     if not paths:
         raise AiaynError("no checkpoint given")
     models = []

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiayn import distributed
 from aiayn.config import Config, ModelConfig
+from aiayn.data.prepare import prepare
 from aiayn.fileio import atomic_write
 from aiayn.train.runtime import TrainingError
 from aiayn.train.state import list_checkpoints
@@ -45,8 +46,6 @@ def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool
     """Prepare the data (every rank, outside any collective: one process per cache builds it under a
     file lock while the others wait on it, and a cold WMT cache takes longer than a collective's
     timeout). Rank 0 copies spm.model into the run; a resumed run must keep its own."""
-    from aiayn.data.prepare import prepare
-
     spm = run_dir / "spm.model"
     before = spm.read_bytes() if main and resume and spm.is_file() else None
     prepared = prepare(data, run_dir if main else None)

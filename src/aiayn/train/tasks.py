@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import ModelConfig
+from aiayn.data.batching import BatchIterator
 from aiayn.train.loss import label_smoothed_nll
 
 
@@ -69,8 +70,6 @@ class TranslationTask:
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
-        from aiayn.data.batching import BatchIterator
-
         loss = nll = tokens = 0.0
         for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
             logits, target = self._forward(model, b)
