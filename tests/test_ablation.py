@@ -70,7 +70,8 @@ def test_meta_parameter_count_equals_a_built_model():
 
 
 # Table 3's parameter column (millions), EN-DE with a shared 37000-piece vocabulary.
-PAPER_PARAMS = {"base": 65, "B d_k=16": 58, "B d_k=32": 60, "C N=2": 36, "C N=4": 50, "C N=8": 80, "C d_model=256": 28, "C d_model=1024": 168,
+PAPER_PARAMS = {"base": 65, "B d_k=16": 58, "B d_k=32": 60, "C N=2": 36, "C N=4": 50, "C N=8": 80,
+                "C d_model=256": 28, "C d_model=1024": 168,
                 "C d_ff=1024": 53, "C d_ff=4096": 90}
 
 

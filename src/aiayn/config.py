@@ -49,7 +49,8 @@ class ModelConfig:
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention_window is not None and self.attention_window < 1:
-            raise ConfigError(f"attention_window must be >= 1 (or null for full attention), not {self.attention_window}")
+            raise ConfigError(f"attention_window must be >= 1 (or null for full attention), "
+                              f"not {self.attention_window}")
         if (self.d_head is not None and self.d_head < 1) or (self.d_value is not None and self.d_value < 1):
             raise ConfigError(f"d_head and d_value must be >= 1, got {self.d_head} and {self.d_value}")
         if self.positional not in ("sinusoidal", "learned"):
@@ -184,8 +185,9 @@ class TrainConfig:
     max_minutes: float | None = None  # wall-clock budget of the run, resumes included (then evaluate, save, finish)
     seed: int = 1
     device: str = "auto"  # auto = cuda if available else cpu
-    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on GPUs with native bf16, else fp16; none on CPU
+    # auto = bf16 on GPUs with native bf16, else fp16; none on CPU
     #   (fp16 also runs on CPU, slowly, with GradScaler("cpu"))
+    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"
     compile: bool = False  # torch.compile the training forward
     log_every: int = 100
     eval_every: int = 1000  # validation loss + greedy BLEU; 0 = only at the end

@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported when run: `aiayn --help` stays light
+    from aiayn.config import Config
 
 SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
     "de": ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball im Park.",

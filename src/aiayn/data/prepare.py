@@ -123,7 +123,8 @@ def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfi
 def _file_pairs(cfg: DataConfig) -> dict[str, tuple[Path, Path] | None]:
     if cfg.corpus == "multi30k":
         d = multi30k.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
-        return {s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz", d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
+        return {s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz",
+                    d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
                 for s in SPLITS}
     if cfg.corpus == "wmt14":  # prepared by `aiayn data get wmt14`; DataError with that command otherwise
         return dict(wmt14.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir))
@@ -538,7 +539,8 @@ def _encode_chunk(task: tuple[bool, int, tuple[str, str], bytes, bytes, int]) ->
     tgt = t_flat[np.repeat(keep, tl)]
     dtype = _worker["dtype"]
     return {"src": src.astype(dtype), "tgt": tgt.astype(dtype), "src_lengths": (sl_k + 1).astype(np.int32),
-            "tgt_lengths": tl_k.astype(np.int32), "index": first + np.flatnonzero(keep), "lines": len(sl), "pos": pos, **counts}
+            "tgt_lengths": tl_k.astype(np.int32), "index": first + np.flatnonzero(keep), "lines": len(sl),
+            "pos": pos, **counts}
 
 
 # -- load -------------------------------------------------------------------------------------------

@@ -192,7 +192,8 @@ def load_initial_weights(model: torch.nn.Module, weights: Path, device: torch.de
     diff = [f"{k} {theirs.get(k)} vs {ours.get(k)}" for k in sorted(set(theirs) | set(ours))
             if k not in _REGULARISATION and theirs.get(k) != ours.get(k)]
     if diff:
-        vocab = " (another vocabulary: keep data.spm_model at the run's spm.model)" if "vocab_size" in "".join(diff) else ""
+        vocab = (" (another vocabulary: keep data.spm_model at the run's spm.model)"
+                 if "vocab_size" in "".join(diff) else "")
         raise TrainingError(f"--init-from {weights}: its model differs from this config's: {', '.join(diff)}{vocab}")
     try:
         load_weights(model, weights, device)

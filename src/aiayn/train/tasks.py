@@ -73,8 +73,8 @@ class TranslationTask:
         loss = nll = tokens = 0.0
         for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
             logits, target = self._forward(model, b)
-            l, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
-            loss, nll, tokens = loss + l.item(), nll + n.item(), tokens + k.item()
+            ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
+            loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
         return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0)),
                 "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
 
