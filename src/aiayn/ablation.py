@@ -252,7 +252,9 @@ def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
     already finished (a validation record at the last step) is read, not retrained.
     """
     if train_fn is None:
-        from aiayn.train import train as train_fn
+        from aiayn.train import train
+
+        train_fn = train
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

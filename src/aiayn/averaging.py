@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ from aiayn.checkpoint import CheckpointError, list_checkpoints, load_model, save
 from aiayn.model import Transformer
 
 
-def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
+def last_checkpoints(run_dir: str | os.PathLike, n: int) -> list[Path]:
     ckpts = [w for _, w, _ in list_checkpoints(run_dir)]
     if not ckpts:
         raise CheckpointError(f"no checkpoints in {Path(run_dir) / 'checkpoints'}")
@@ -43,7 +44,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Transformer:
     return model
 
 
-def average_last(run_dir: str | Path, k: int, device: str | torch.device = "cpu") -> Transformer:
+def average_last(run_dir: str | os.PathLike, k: int, device: str | torch.device = "cpu") -> Transformer:
     """The model whose weights average the last k step checkpoints of a run, in eval mode."""
     return average_checkpoints(last_checkpoints(run_dir, k)).to(device).eval()
 

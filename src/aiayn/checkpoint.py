@@ -11,6 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -30,10 +31,15 @@ class CheckpointError(AiaynError, RuntimeError):
     """A checkpoint file is missing, truncated or not one of ours."""
 
 
-def save_weights(model: Transformer, path: str | os.PathLike, step: int | None = None,
+def model_config(model: torch.nn.Module) -> ModelConfig:
+    """The ModelConfig every aiayn model (Transformer, EncoderOnly, DecoderOnly) carries as `.config`."""
+    return cast(ModelConfig, model.config)
+
+
+def save_weights(model: torch.nn.Module, path: str | os.PathLike, step: int | None = None,
                  extra: dict[str, str] | None = None) -> Path:
     """Write the model's weights (tied tensors stored once) with its config in the metadata."""
-    meta = {"format": "aiayn", "model_config": json.dumps(model.config.to_dict())}
+    meta = {"format": "aiayn", "model_config": json.dumps(model_config(model).to_dict())}
     if step is not None:
         meta["step"] = str(step)
     meta.update(extra or {})
@@ -112,12 +118,12 @@ def find_tokenizer(path: str | os.PathLike) -> Path:
 
 # -- a run directory's step checkpoints (written by aiayn.train.state) ------------------------------
 
-def checkpoint_paths(run_dir: str | Path, step: int) -> tuple[Path, Path]:
+def checkpoint_paths(run_dir: str | os.PathLike, step: int) -> tuple[Path, Path]:
     d = Path(run_dir) / "checkpoints"
     return d / f"step_{step:08d}.safetensors", d / f"step_{step:08d}.state.pt"
 
 
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path, Path]]:
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path, Path]]:
     """Complete-looking checkpoints (both files present), oldest first."""
     found = []
     for p in (Path(run_dir) / "checkpoints").glob("step_*.safetensors"):

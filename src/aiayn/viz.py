@@ -190,6 +190,7 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
                 ax.set_ylabel(f"{KIND_TITLES[k]}\nlayer {li + 1} of {n_layers}", fontsize=9)
     cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width,
                         min(cell, height - 2.3) / height))
+    assert image is not None  # at least one head was drawn
     fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
     title = _text(f"{amap.source}  →  {amap.translation}")
     fig.suptitle(title if len(title) < 160 else title[:157] + "...", fontsize=10, y=1 - 0.25 / height)

@@ -112,5 +112,5 @@ def _flatten(seqs: Sequence[Sequence[int]], dtype: type) -> tuple[np.ndarray, np
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((t for s in seqs for t in s), dtype=dtype, count=int(offsets[-1]))
+    flat: np.ndarray = np.fromiter((t for s in seqs for t in s), dtype=dtype, count=int(offsets[-1]))
     return flat, offsets

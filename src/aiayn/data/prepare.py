@@ -161,7 +161,7 @@ def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Sourc
         for path in pair or ():
             if not path.is_file():
                 raise DataError(f"file not found: {path}")
-    return pairs
+    return dict(pairs)  # dict[str, Source]: a copy typed as the wider value
 
 
 def _split_text(source: Source) -> tuple[list[str], list[str]]:
@@ -241,6 +241,7 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def _spm_model_bytes(cfg: DataConfig) -> bytes:
+    assert cfg.spm_model is not None  # called only when the data config names one
     path = Path(cfg.spm_model)
     if path.is_dir():  # a run directory: its spm.model
         path = path / "spm.model"
@@ -427,7 +428,8 @@ def _build_into(cfg: DataConfig, sources: dict[str, Source], counts: dict[str, i
 def _train_bpe(cfg: DataConfig, source: Source, sample: _Reservoir, model_file: Path) -> Tokenizer:
     """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target."""
     src, tgt = [], []
-    names = source if isinstance(source[0], Path) else ("train source", "train target")
+    assert source is not None  # a training split always has a source
+    names = (str(source[0]), str(source[1])) if isinstance(source[0], Path) else ("train source", "train target")
     pairs, sample.items = sample.pairs(), []  # the encoding pass runs beside the workers: hold no corpus
     for i, s, t in pairs:
         s_text, t_text = _clean(decode_blob(names[0], s, i + 1)), _clean(decode_blob(names[1], t, i + 1))

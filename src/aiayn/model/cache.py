@@ -77,10 +77,12 @@ class DecoderCache:
             cap = max(end, self.capacity, 2 * (0 if buf_k is None else buf_k.size(2)))
             grown_k = k.new_empty(k.size(0), k.size(1), cap, k.size(3))  # (rows, h, cap, d_k)
             grown_v = v.new_empty(v.size(0), v.size(1), cap, v.size(3))  # (rows, h, cap, d_v)
-            if start:
+            if start:  # positions written before: the buffers exist
+                assert buf_k is not None and buf_v is not None
                 grown_k[:, :, :start], grown_v[:, :, :start] = buf_k[:, :, :start], buf_v[:, :, :start]
             buf_k, buf_v = self.self_k[layer], self.self_v[layer] = grown_k, grown_v
             self._spare[2 * layer] = self._spare[2 * layer + 1] = None
+        assert buf_v is not None  # allocated together with buf_k
         buf_k[:, :, start:end], buf_v[:, :, start:end] = k, v
         return buf_k[:, :, :end], buf_v[:, :, :end]
 
@@ -94,8 +96,11 @@ class DecoderCache:
         if self.length == 0:
             return self
         self.check_fresh()
-        new_k, new_v, spare = [], [], []
+        new_k: list[Tensor | None] = []
+        new_v: list[Tensor | None] = []
+        spare: list[Tensor | None] = []
         for i, (k, v) in enumerate(zip(self.self_k, self.self_v)):
+            assert k is not None and v is not None  # length > 0: every layer has written
             out = []
             for buf, j in ((k, 2 * i), (v, 2 * i + 1)):
                 dst = self._spare[j]

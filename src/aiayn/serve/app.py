@@ -21,7 +21,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,7 +276,10 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     async def translate(request: Request) -> JSONResponse:
         fields = await read_fields(request)
         check_key(request, fields)
-        q, source, target = fields.get("q"), fields.get("source"), fields.get("target")
+        # untrusted JSON or form values, checked one by one below
+        q: Any = fields.get("q")
+        source: Any = fields.get("source")
+        target: Any = fields.get("target")
         for name, value in (("q", q), ("source", source), ("target", target)):
             if value is None or value == "" or value == []:
                 raise ApiError(400, f"Invalid request: missing {name} parameter")
@@ -386,7 +389,7 @@ def _one_line(x: Any) -> str:
     return str(x).replace("\n", " ")[:200]
 
 
-def _first_error(errors: list[dict]) -> str:
+def _first_error(errors: Sequence[Any]) -> str:
     """Pydantic's first complaint as `field: message` (the full list would drown the one that matters)."""
     if not errors:
         return "invalid body"

@@ -216,7 +216,9 @@ class Batcher:
             if batch[0].fn is not None:
                 outputs = [batch[0].fn()]
             else:
-                outputs = self.backend.translate([it.text for it in batch], batch[0].opts)
+                opts = batch[0].opts
+                assert opts is not None  # sentences carry their search options; only exclusive jobs have none
+                outputs = self.backend.translate([it.text for it in batch], opts)
                 target_tokens = sum(h[0][2] for h in outputs if h)
         except BaseException as e:  # noqa: BLE001 - any failure goes to the requests, never kills the worker
             for t in tickets.values():

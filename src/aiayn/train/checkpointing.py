@@ -18,6 +18,7 @@ from aiayn.checkpoint import (
     CheckpointError,
     find_tokenizer,
     load_weights,
+    model_config,
     read_metadata,
     resolve_weights,
     save_weights,
@@ -188,7 +189,7 @@ def init_source(path: str | Path) -> tuple[Path, Path]:
 
 def load_initial_weights(model: torch.nn.Module, weights: Path, device: torch.device) -> None:
     """Fine-tuning starts from these weights; the architecture must be the same (dropout may differ)."""
-    theirs, ours = weights_config(weights).to_dict(), model.config.to_dict()
+    theirs, ours = weights_config(weights).to_dict(), model_config(model).to_dict()
     diff = [f"{k} {theirs.get(k)} vs {ours.get(k)}" for k in sorted(set(theirs) | set(ours))
             if k not in _REGULARISATION and theirs.get(k) != ours.get(k)]
     if diff:

@@ -7,7 +7,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiayn import distributed
 from aiayn.config import Config, ModelConfig
@@ -59,7 +59,7 @@ def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool
 def check_ranks_agree_on_data(prepared: Any) -> None:
     """Node-local caches must hold the same ids: every rank compares its cache key and tokenizer."""
     mine = (prepared.report["key"], hashlib.sha256(prepared.tokenizer.path.read_bytes()).hexdigest())
-    seen = distributed.all_gather_object(mine)
+    seen = cast(list[tuple[str, str]], distributed.all_gather_object(mine))
     if any(other != seen[0] for other in seen):
         detail = "; ".join(f"rank {r}: cache {k}, spm.model sha256 {h[:12]}" for r, (k, h) in enumerate(seen))
         raise TrainingError(f"ranks prepared different data ({detail}); give every node the same corpus and "

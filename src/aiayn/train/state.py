@@ -36,6 +36,7 @@ def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
     """Host RNGs, plus the CUDA generator of `device` (this rank's GPU) when training on one. Only
     that one: saving every visible GPU's state made a resume with fewer visible GPUs fail."""
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # the legacy form (the default)
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
