@@ -13,7 +13,6 @@ import argparse
 import json
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 

@@ -142,7 +142,8 @@ def main() -> None:
         cold = run_child(cfg, home, a.workers, plan=False, src=a.src)
         warm = run_child(cfg, home, a.workers, plan=True, src=a.src)
         disk = sum(f.stat().st_size for f in Path(home, "prepared").rglob("*") if f.is_file())
-        row = {"pairs": n, "code": a.src or "this checkout", "cold_wall_s": cold["wall_s"], "pairs_per_s": round(n / cold["wall_s"]),
+        row = {"pairs": n, "code": a.src or "this checkout", "cold_wall_s": cold["wall_s"],
+               "pairs_per_s": round(n / cold["wall_s"]),
                "peak_rss_mb": cold["peak_rss_mb"], "seconds": cold["report"].get("seconds"),
                "workers": cold["report"].get("workers"), "disk_mb": round(disk / 2**20, 1),
                "cached_start_s": warm["report"]["seconds_total"], "cached_wall_s": warm["wall_s"],

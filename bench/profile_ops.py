@@ -18,7 +18,6 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).parent))
 import throughput as T  # noqa: E402
-
 from aiayn.config import ModelConfig  # noqa: E402
 
 

@@ -62,7 +62,8 @@ def start_server(run: str, flags: list[str], beam: int, threads: int, backend: s
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"aiayn-serve-{port}.log", "w+b")  # never a full pipe
     proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "-c", run, "--port", str(port), "--device", "cpu",
-                             "--beam", str(beam), "--threads", str(threads), "--backend", backend, *flags], env=env, stdout=log, stderr=log)
+                             "--beam", str(beam), "--threads", str(threads), "--backend", backend, *flags],
+                            env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -135,9 +136,11 @@ async def fuzz(url: str, n: int, seed: int = 0) -> dict:
         if kind == 0:
             return path, {"content": rng.randbytes(rng.randint(1, 4000))}
         if kind == 1:
-            return path, {"content": rng.randbytes(rng.randint(1, 200)), "headers": {"content-type": "application/json"}}
+            return path, {"content": rng.randbytes(rng.randint(1, 200)),
+                          "headers": {"content-type": "application/json"}}
         if kind == 2:  # truncated JSON
-            return path, {"content": json.dumps({"q": "Ein Hund", "source": "de", "target": "en"})[: rng.randint(1, 30)],
+            truncated = json.dumps({"q": "Ein Hund", "source": "de", "target": "en"})[: rng.randint(1, 30)]
+            return path, {"content": truncated,
                           "headers": {"content-type": "application/json"}}
         if kind == 3:  # oversized body
             return path, {"content": b"x" * (1 << 20) + b"x" * rng.randint(1, 1000)}
@@ -187,8 +190,8 @@ def main() -> int:
     a = p.parse_args()
     with gzip.open(Path(a.data) / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         sentences = [line.strip() for line in f if line.strip()]
-    results: dict = {"clients": a.clients, "seconds": a.seconds, "beam": a.beam, "threads": a.threads, "backend": a.backend,
-                     "run": a.checkpoint, "modes": {}}
+    results: dict = {"clients": a.clients, "seconds": a.seconds, "beam": a.beam, "threads": a.threads,
+                     "backend": a.backend, "run": a.checkpoint, "modes": {}}
     for mode in a.modes.split(","):
         proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.backend)
         try:
@@ -196,7 +199,8 @@ def main() -> int:
             r = asyncio.run(load(url, sentences, a.clients, a.seconds, proc.pid))
             print(f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "
                   f"p50 {r['latency_p50_s']:.3f}s p95 {r['latency_p95_s']:.3f}s p99 {r['latency_p99_s']:.3f}s  "
-                  f"errors {r['errors'] or 0}  batch {r['mean_batch_sentences']} busy {r['worker_busy']}  RSS MiB {r['rss_mib'][0][1]} -> {r['rss_mib'][-1][1]}", flush=True)
+                  f"errors {r['errors'] or 0}  batch {r['mean_batch_sentences']} busy {r['worker_busy']}  "
+                  f"RSS MiB {r['rss_mib'][0][1]} -> {r['rss_mib'][-1][1]}", flush=True)
             if mode == "batched" and a.fuzz:
                 r["fuzz"] = asyncio.run(fuzz(url, a.fuzz))
                 r["rss_after_fuzz_mib"] = round(rss_mib(proc.pid), 1)

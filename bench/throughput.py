@@ -15,21 +15,21 @@ Engines (same shape: layers, d_model, heads, d_ff, vocab 8000; post-LN; ReLU; ti
 Inputs are identical for every engine: fixed seed, batches of 64 pairs, source and target lengths
 uniform in 20..30 (EOS included), ids uniform over the 8k vocabulary, right padding.
 
-Training: target tokens/s (non-pad tgt_out tokens) for forward + label-smoothed (0.1) cross-entropy +
-backward + fused Adam step, dropout 0.1 as in the presets; aiayn uses its trainer's loss
-(aiayn.train.loss.label_smoothed_nll), the peers F.cross_entropy(label_smoothing=0.1). Decoding: every engine runs exactly --decode-len decoder steps per
-sentence (EOS banned before, forced/stopped at that length: min = max length on HF and CT2, an
-EOS-banning wrapper + max_len on aiayn), because untrained random models either stop at once or
-run to the length limit at random; the work per step is then the same everywhere. Reported as
+Training: target tokens/s (non-pad tgt_out tokens) for forward + label-smoothed (0.1) cross-entropy + backward
++ fused Adam step, dropout 0.1 as in the presets; aiayn uses its trainer's loss
+(aiayn.train.loss.label_smoothed_nll), the peers F.cross_entropy(label_smoothing=0.1). Decoding: every engine
+runs exactly --decode-len decoder steps per sentence (EOS banned before, forced/stopped at that length: min =
+max length on HF and CT2, an EOS-banning wrapper + max_len on aiayn), because untrained random models either
+stop at once or run to the length limit at random; the work per step is then the same everywhere. Reported as
 target tokens/s (decode-len x sentences / s) and sentences/s.
 
-Repeats alternate engines (the order rotates each repeat) so a load change on the shared machine
-hits everyone alike (they alternate batch by batch); each figure is the median over repeats, and each ratio aiayn/peer is the median
-of the per-repeat ratios. Process CPU time is recorded beside wall time (tokens_per_cpu_s,
-cpu_ratios): on a shared machine it is less sensitive to other jobs. Peak memory: each (engine, task) runs once more in a fresh subprocess; the
-figure is the growth of resident memory over the process's RSS just before the work (peak VmHWM,
-reset through /proc/self/clear_refs, minus VmRSS): activations, gradients, Adam state, caches,
-allocator slack. torch's CPU allocator is plain malloc, so tracemalloc does not see it.
+Repeats alternate engines (the order rotates each repeat) so a load change on the shared machine hits everyone
+alike (they alternate batch by batch); each figure is the median over repeats, and each ratio aiayn/peer is
+the median of the per-repeat ratios. Process CPU time is recorded beside wall time (tokens_per_cpu_s,
+cpu_ratios): on a shared machine it is less sensitive to other jobs. Peak memory: each (engine, task) runs
+once more in a fresh subprocess; the figure is the growth of resident memory over the process's RSS just
+before the work (peak VmHWM, reset through /proc/self/clear_refs, minus VmRSS): activations, gradients, Adam
+state, caches, allocator slack. torch's CPU allocator is plain malloc, so tracemalloc does not see it.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -211,7 +212,8 @@ def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int,
         def run(src: Tensor) -> list[int]:
             out = hf.generate(input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False,
                               max_new_tokens=length, min_new_tokens=length,
-                              **({"length_penalty": 0.6, "early_stopping": False} if beam > 1 else {}))  # (B, 1 + length): decoder start + new tokens
+                              **({"length_penalty": 0.6, "early_stopping": False} if beam > 1 else {}))
+            # out: (B, 1 + length), the decoder start + the new tokens
             return [out.size(1) - 1] * out.size(0)
         return run
     if engine.startswith("ct2-"):
@@ -348,7 +350,8 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
         res: dict[str, Any] = {}
         for e in engines:
             secs = runs[e]
-            res[e] = {"seconds": secs, "cpu_seconds": cpu[e], "tokens_per_s": statistics.median(units / s for s in secs),
+            res[e] = {"seconds": secs, "cpu_seconds": cpu[e],
+                      "tokens_per_s": statistics.median(units / s for s in secs),
                       "tokens_per_cpu_s": statistics.median(units / s for s in cpu[e])}
             if per:
                 res[e]["sentences_per_s"] = statistics.median(per / s for s in secs)
@@ -391,7 +394,8 @@ def report(size: str, r: dict[str, Any]) -> None:
             ms = "" if mem is None else f"  +{mem['growth_mb']:.0f} MB (peak RSS {mem['peak_rss_mb']:.0f} MB)"
             fl = r.get("flops_per_token", {}).get(task)
             gf = "" if fl is None else \
-                f"  {v['tokens_per_s'] * fl / 1e9:5.0f} GFLOP/s ({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
+                f"  {v['tokens_per_s'] * fl / 1e9:5.0f} GFLOP/s " \
+                f"({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
             print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{gf}{ms}{rs}")
         if (fl := r.get("flops_per_token", {}).get(task)) is not None:
             bound = r["gemm_gflops"] * 1e9 / fl

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiayn import ablation
-from aiayn.ablation import Variant, apply, count_parameters, markdown_table, variants
+from aiayn.ablation import apply, count_parameters, markdown_table, variants
 from aiayn.config import ModelConfig
 from aiayn.model import Transformer
 
@@ -70,7 +70,8 @@ def test_meta_parameter_count_equals_a_built_model():
 
 
 # Table 3's parameter column (millions), EN-DE with a shared 37000-piece vocabulary.
-PAPER_PARAMS = {"base": 65, "B d_k=16": 58, "B d_k=32": 60, "C N=2": 36, "C N=4": 50, "C N=8": 80, "C d_model=256": 28, "C d_model=1024": 168,
+PAPER_PARAMS = {"base": 65, "B d_k=16": 58, "B d_k=32": 60, "C N=2": 36, "C N=4": 50, "C N=8": 80,
+                "C d_model=256": 28, "C d_model=1024": 168,
                 "C d_ff=1024": 53, "C d_ff=4096": 90}
 
 
@@ -149,6 +150,7 @@ def test_markdown_table_like_the_paper():
 
 def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
+
     from aiayn.config import Config
 
     cfg = Config.load(None, {"model.preset": "tiny", "data.corpus": "embedded", "train.max_steps": 40,
@@ -190,6 +192,7 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
     import sys
 
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
+
     from aiayn.checkpoint import load_model
 
     out = tmp_path / "abl"

@@ -65,7 +65,9 @@ def test_mid_epoch_resume_is_exact(pairs, max_tokens, seed, world, data):
     if len(split) < world:
         return
     rank = data.draw(st.integers(0, world - 1))
-    make = lambda: BatchIterator(split, max_tokens, seed=seed, rank=rank, world_size=world)
+    def make():
+        return BatchIterator(split, max_tokens, seed=seed, rank=rank, world_size=world)
+
     ref = make()
     ref.set_epoch(2)
     try:
@@ -108,7 +110,9 @@ def test_resume_after_break_exact():
 
 def test_shuffle_is_deterministic_per_seed_and_epoch():
     split = make_split([5, 9, 12, 3, 7, 30, 2] * 20, [6, 8, 11, 4, 7, 25, 3] * 20)
-    order = lambda seed, epoch: [b.ids.tolist() for b in _at(BatchIterator(split, 120, seed=seed), epoch)]
+    def order(seed, epoch):
+        return [b.ids.tolist() for b in _at(BatchIterator(split, 120, seed=seed), epoch)]
+
     assert order(1, 0) == order(1, 0)
     assert order(1, 0) != order(1, 1)
     assert order(1, 0) != order(2, 0)

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from aiayn.config import EOS_ID, DataConfig
-from aiayn.data import DataError, EncodedSplit, Tokenizer, prepare, read_lines
-from aiayn.data import embedded, multi30k
+from aiayn.data import DataError, EncodedSplit, Tokenizer, embedded, multi30k, prepare, read_lines
 
 MIRROR = os.environ.get("AIAYN_DATA_DIR")
 needs_mirror = pytest.mark.needs_mirror  # skip without the mirror, fail under CI (tests/conftest.py)
@@ -184,7 +183,7 @@ def test_line_count_mismatch_is_reported_first(tmp_path, home):
 
 def test_invalid_utf8_names_file_and_line(tmp_path):
     cfg = files_cfg(tmp_path, (["ok", "fine", "also"], ["ok", "fine", "also"]), (["x"], ["y"]))
-    write(Path(cfg.train_tgt), "ok\nfine\n".encode() + b"caf\xc3(\n")
+    write(Path(cfg.train_tgt), b"ok\nfine\n" + b"caf\xc3(\n")
     with pytest.raises(DataError, match=rf"{cfg.train_tgt}: line 3 is not valid UTF-8"):
         prepare(cfg)
     with pytest.raises(DataError, match="line 3 is not valid UTF-8"):

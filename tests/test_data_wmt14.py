@@ -307,8 +307,9 @@ def test_unreachable_server_is_one_line(home):
 def test_line_count_mismatch_names_the_files(server, home):
     archives = build_archives(short="commoncrawl")
     serve(server, archives)
-    with pytest.raises(DataError, match=r"line counts differ: training-parallel-commoncrawl\.tgz:commoncrawl\.de-en\.en "
-                                        r"has 30 lines, training-parallel-commoncrawl\.tgz:commoncrawl\.de-en\.de has 29"):
+    with pytest.raises(DataError, match=r"line counts differ: training-parallel-commoncrawl\.tgz:"
+                                        r"commoncrawl\.de-en\.en has 30 lines, training-parallel-commoncrawl\.tgz:"
+                                        r"commoncrawl\.de-en\.de has 29"):
         get(server, archives)
     d = home / "wmt14" / "en-de"
     assert sorted(p.name for p in d.iterdir()) == []  # no train.* and no temp files

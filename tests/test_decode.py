@@ -26,10 +26,10 @@ class FakeCache:
     def __init__(self, history: torch.Tensor, sources: int) -> None:
         self.history, self.sources = history, sources  # (rows, t) decoder inputs so far (BOS first)
 
-    def reorder(self, rows: torch.Tensor) -> "FakeCache":
+    def reorder(self, rows: torch.Tensor) -> FakeCache:
         return FakeCache(self.history.index_select(0, rows), self.sources)
 
-    def keep(self, sources: torch.Tensor) -> "FakeCache":
+    def keep(self, sources: torch.Tensor) -> FakeCache:
         g = self.history.size(0) // self.sources
         rows = (sources[:, None] * g + torch.arange(g)).reshape(-1)
         return FakeCache(self.history.index_select(0, rows), sources.numel())

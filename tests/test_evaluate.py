@@ -58,7 +58,8 @@ def test_tokenized_pipeline_reproduces_multi30k_references():
     d = data_dir()
     for lang in ("en", "de"):
         raw = gzip.open(d / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
-        tok = gzip.open(d / "tok" / f"test_2016_flickr.lc.norm.tok.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+        tok_file = d / "tok" / f"test_2016_flickr.lc.norm.tok.{lang}.gz"
+        tok = gzip.open(tok_file, "rt", encoding="utf-8").read().splitlines()
         assert tokenized_bleu(raw, tok, lang) > 99.9  # our hypothesis pipeline == the refs' pipeline
 
 
@@ -104,7 +105,8 @@ def test_evaluate_command_translates_src(tmp_path):
     def api(m) -> list[str]:
         return Translator(m, tok, device="cpu").translate(REFS, beam=2, length_penalty=0.6, max_len_b=3)
 
-    expected = {"newest": api(members[2]), "average": api(averaged), "ensemble": api(Ensemble([members[2], members[1]]))}
+    expected = {"newest": api(members[2]), "average": api(averaged),
+                "ensemble": api(Ensemble([members[2], members[1]]))}
     assert len({tuple(h) for h in expected.values()}) == 3, expected  # the three cases are told apart
 
     src, ref, hyp = tmp_path / "src", tmp_path / "ref", tmp_path / "hyp"

@@ -32,7 +32,8 @@ def analytic_params(c: ModelConfig) -> int:
     emb = c.vocab_size * d * (1 if c.tie_embeddings else 3)
     pos = 2 * c.max_positions * d if c.positional == "learned" else 0
     final = 2 * ln if c.norm == "pre" else 0
-    return emb + pos + c.n_encoder_layers * (attn + ffn + 2 * ln) + c.n_decoder_layers * (2 * attn + ffn + 3 * ln) + final
+    return (emb + pos + c.n_encoder_layers * (attn + ffn + 2 * ln) + c.n_decoder_layers * (2 * attn + ffn + 3 * ln)
+            + final)
 
 
 @pytest.mark.parametrize("name, paper", [("base", 65e6), ("big", 213e6)])
@@ -378,7 +379,7 @@ def test_tiny_model_learns_to_reverse():
     tgt = src.flip(1)
     tgt_in = torch.cat([torch.full((32, 1), 2), tgt], 1)
     tgt_out = torch.cat([tgt, torch.full((32, 1), 3)], 1)
-    for step in range(300):
+    for step in range(300):  # noqa: B007 (the message reads it after the loop)
         loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten())
         opt.zero_grad()
         loss.backward()

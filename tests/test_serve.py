@@ -18,8 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -35,7 +35,8 @@ from aiayn.model import Transformer
 PAIRS = [
     ("Ein Hund rennt.", "A dog runs."), ("Eine Frau fährt Fahrrad.", "A woman rides a bike."),
     ("Zwei Männer spielen Fußball.", "Two men play football."), ("Ein Kind schläft.", "A child sleeps."),
-    ("Eine Katze sitzt auf dem Tisch.", "A cat sits on the table."), ("Der Mann liest ein Buch.", "The man reads a book."),
+    ("Eine Katze sitzt auf dem Tisch.", "A cat sits on the table."),
+    ("Der Mann liest ein Buch.", "The man reads a book."),
     ("Die Frau singt.", "The woman sings."), ("Ein Junge springt ins Wasser.", "A boy jumps into the water."),
     ("Zwei Hunde spielen im Park.", "Two dogs play in the park."), ("Ein Mädchen lacht.", "A girl laughs."),
     ("Der Hund schläft auf dem Sofa.", "The dog sleeps on the sofa."), ("Eine Gruppe tanzt.", "A group dances."),
@@ -267,7 +268,8 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(server: Thr
 def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
     u = server.url
     cases = [
-        (dict(json={"q": ["x" * 500, "y" * 501], "source": "de", "target": "en"}), 413, "exceeds character limit (1000)"),
+        (dict(json={"q": ["x" * 500, "y" * 501], "source": "de", "target": "en"}), 413,
+         "exceeds character limit (1000)"),
         (dict(json={"q": ["a"] * 9, "source": "de", "target": "en"}), 413, "exceeds text limit (8)"),
         (dict(json={"q": "a" * 25_000}), 413, "exceeds limit"),
         (dict(content=b'{"q": "a"', headers={"content-type": "application/json"}), 400, "not valid JSON"),
@@ -405,12 +407,13 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path, transla
 
 @pytest.mark.needs_browser
 def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_path: Path) -> None:
-    from conftest import browser_paths
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
+    from conftest import browser_paths
 
     chromium, driver_path = browser_paths()
     opts = webdriver.ChromeOptions()

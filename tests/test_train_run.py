@@ -207,7 +207,7 @@ def test_corrupted_checkpoint_is_named_and_an_older_one_is_used(reference, tmp_p
     # 141..150 were replayed from 140: the same losses as the original run
     assert losses(run)[-10:] == losses(ref)[-10:]
 
-    for _, w, s in list_checkpoints(run):
+    for _, _w, s in list_checkpoints(run):
         s.write_bytes(b"not a zip file")
     with pytest.raises(TrainingError, match=r"no usable checkpoint[\s\S]*step_00000150\.state\.pt"):
         train(cfg, run, resume=True)
@@ -338,7 +338,7 @@ def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
     seen: list[list[str]] = []
     inside = [False]
     for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):
-        def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):
+        def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):  # noqa: B008 (bind now)
             if inside[0]:
                 seen[-1].append(_name)
             return _real(self, *a, **k)
@@ -557,7 +557,8 @@ def test_max_epochs_stops_after_whole_passes(home, tmp_path):
                                                "eval_bleu": False, "save_every": 1000}})
     summary = train(cfg, tmp_path / "run")
     assert summary["step"] == 19  # the 1,080 training pairs make 19 batches of <= 512 tokens
-    assert {r["epoch"] for r in records(tmp_path / "run", "train")} == {0} and list_checkpoints(tmp_path / "run")[-1][0] == 19
+    assert {r["epoch"] for r in records(tmp_path / "run", "train")} == {0}
+    assert list_checkpoints(tmp_path / "run")[-1][0] == 19
 
 
 def test_time_budget_spans_resumes(home, tmp_path, capfd):

@@ -164,7 +164,8 @@ def test_shipped_configs_load():
     root = Path(__file__).resolve().parents[1] / "configs"
     base = Config.load(root / "wmt14_en_de_base.yaml")
     big = Config.load(root / "wmt14_en_de_big.yaml")
-    assert (base.optim.warmup, base.optim.betas, base.optim.eps, base.optim.label_smoothing) == (4000, (0.9, 0.98), 1e-9, 0.1)
+    o = base.optim
+    assert (o.warmup, o.betas, o.eps, o.label_smoothing) == (4000, (0.9, 0.98), 1e-9, 0.1)
     assert base.model_config(37000).d_model == 512 and big.model_config(37000).d_model == 1024
     assert big.model_config(37000).dropout == 0.3 and base.train.max_steps == 100_000 and big.train.max_steps == 300_000
     for c in (base, big):  # the paper's ~25k-token batch on any GPU count, not 3125 x 8 per GPU

@@ -165,7 +165,8 @@ def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
     assert [r["bleu"] for r in m["valid"]] == [5.0, 9.0]
 
     (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\nnot json\n{"kind": "x", "step": 2}\n')
+    (tmp_path / "bad" / "metrics.jsonl").write_text(
+        '{"kind": "train", "step": 1}\nnot json\n{"kind": "x", "step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
         viz.read_metrics(tmp_path / "bad")
     with pytest.raises(viz.PlotError, match="metrics.jsonl"):

@@ -32,11 +32,13 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from aiayn.config import ModelConfig
+from aiayn.config import Config, ModelConfig, parse_overrides
 from aiayn.errors import AiaynError
+from aiayn.viz import plot_runs, read_metrics
 
 PAPER = dict(N=6, d_model=512, d_ff=2048, h=8, d_k=64)  # Table 3, row "base"
 
@@ -186,8 +188,6 @@ def read_result(variant: Variant, config: ModelConfig, label_smoothing: float,
                 run_dir: str | os.PathLike, params: int | None = None) -> Result:
     """A finished run's numbers from RUN/metrics.jsonl: the last validation record (same budget
     for every variant, so the last one, not the best one)."""
-    from aiayn.viz import read_metrics
-
     m = read_metrics(run_dir)
     valid = m["valid"][-1] if m["valid"] else {}
     steps = max([r["step"] for r in m["train"] + m["valid"]], default=None)
@@ -237,8 +237,6 @@ def markdown_table(results: Sequence[Result]) -> str:
 
 
 def _finished(run_dir: Path, steps: int) -> bool:
-    from aiayn.viz import read_metrics
-
     if not (run_dir / "metrics.jsonl").is_file():
         return False
     m = read_metrics(run_dir)
@@ -254,7 +252,9 @@ def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
     already finished (a validation record at the last step) is read, not retrained.
     """
     if train_fn is None:
-        from aiayn.train import train as train_fn
+        from aiayn.train import train
+
+        train_fn = train
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -280,8 +280,6 @@ def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
     table = markdown_table(results)
     (out / "table.md").write_text(_table_doc(config, table), encoding="utf-8")
     try:
-        from aiayn.viz import plot_runs
-
         plot_runs([out / r.variant.slug for r in results], out / "curves.png",
                   labels=[r.variant.name for r in results])
     except ImportError as e:  # the table is the result; the picture is optional
@@ -324,8 +322,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="config override, repeatable (e.g. --set train.eval_every=200)")
 
     def run(a: argparse.Namespace) -> int:
-        from aiayn.config import Config, parse_overrides
-
         overrides = parse_overrides([f"--{kv}" for kv in a.set])
         if a.preset:
             overrides["model.preset"] = a.preset

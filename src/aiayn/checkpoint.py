@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import re
 from pathlib import Path
-from typing import Callable
+from typing import cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -20,41 +20,26 @@ from safetensors.torch import save_model as _st_save_model
 
 from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write  # noqa: F401 (re-exported: callers used to import it from here)
 from aiayn.model import Transformer
 
 WEIGHTS_SUFFIX = ".safetensors"
+_STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
 
 
 class CheckpointError(AiaynError, RuntimeError):
     """A checkpoint file is missing, truncated or not one of ours."""
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """Call `write(tmp_path)`, fsync it, then rename onto `path` (and fsync the directory)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
+def model_config(model: torch.nn.Module) -> ModelConfig:
+    """The ModelConfig every aiayn model (Transformer, EncoderOnly, DecoderOnly) carries as `.config`."""
+    return cast(ModelConfig, model.config)
 
 
-def save_weights(model: Transformer, path: str | os.PathLike, step: int | None = None,
+def save_weights(model: torch.nn.Module, path: str | os.PathLike, step: int | None = None,
                  extra: dict[str, str] | None = None) -> Path:
     """Write the model's weights (tied tensors stored once) with its config in the metadata."""
-    meta = {"format": "aiayn", "model_config": json.dumps(model.config.to_dict())}
+    meta = {"format": "aiayn", "model_config": json.dumps(model_config(model).to_dict())}
     if step is not None:
         meta["step"] = str(step)
     meta.update(extra or {})
@@ -129,3 +114,22 @@ def find_tokenizer(path: str | os.PathLike) -> Path:
         raise CheckpointError(f"no spm.model found for {path} (looked in the run directory and up to "
                               f"three parents of a weights file)")
     return found
+
+
+# -- a run directory's step checkpoints (written by aiayn.train.state) ------------------------------
+
+def checkpoint_paths(run_dir: str | os.PathLike, step: int) -> tuple[Path, Path]:
+    d = Path(run_dir) / "checkpoints"
+    return d / f"step_{step:08d}.safetensors", d / f"step_{step:08d}.state.pt"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path, Path]]:
+    """Complete-looking checkpoints (both files present), oldest first."""
+    found = []
+    for p in (Path(run_dir) / "checkpoints").glob("step_*.safetensors"):
+        m = _STEP_RE.match(p.name)
+        if m:
+            weights, state = checkpoint_paths(run_dir, int(m.group(1)))
+            if state.is_file():
+                found.append((int(m.group(1)), weights, state))
+    return sorted(found)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from aiayn import __version__, ablation, quickstart, viz
 from aiayn import export as export_commands
 from aiayn.data import commands as data_commands
 from aiayn.decode import commands as decode_commands
+from aiayn.errors import AiaynError
 from aiayn.serve import commands as serve_commands
 from aiayn.train import commands as train_commands
 
@@ -73,8 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
-    from aiayn.errors import AiaynError
-
     try:
         return int(args.run(args) or 0)
     except AiaynError as e:  # something the user can fix: one line, no traceback

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write
+
 
 class ConfigError(AiaynError, ValueError):
     """A config file, field or override that cannot be used (the CLI prints it as one line)."""
@@ -47,7 +49,8 @@ class ModelConfig:
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention_window is not None and self.attention_window < 1:
-            raise ConfigError(f"attention_window must be >= 1 (or null for full attention), not {self.attention_window}")
+            raise ConfigError(f"attention_window must be >= 1 (or null for full attention), "
+                              f"not {self.attention_window}")
         if (self.d_head is not None and self.d_head < 1) or (self.d_value is not None and self.d_value < 1):
             raise ConfigError(f"d_head and d_value must be >= 1, got {self.d_head} and {self.d_value}")
         if self.positional not in ("sinusoidal", "learned"):
@@ -66,7 +69,7 @@ class ModelConfig:
         return self.d_value if self.d_value is not None else self.head_dim
 
     @classmethod
-    def preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, vocab_size: int, **overrides: Any) -> ModelConfig:
         """A named size: `base`/`big` are Table 3's rows; `small`/`tiny` suit CPU-scale data."""
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -76,7 +79,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -182,8 +185,9 @@ class TrainConfig:
     max_minutes: float | None = None  # wall-clock budget of the run, resumes included (then evaluate, save, finish)
     seed: int = 1
     device: str = "auto"  # auto = cuda if available else cpu
-    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"  # auto = bf16 on GPUs with native bf16, else fp16; none on CPU
+    # auto = bf16 on GPUs with native bf16, else fp16; none on CPU
     #   (fp16 also runs on CPU, slowly, with GradScaler("cpu"))
+    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"
     compile: bool = False  # torch.compile the training forward
     log_every: int = 100
     eval_every: int = 1000  # validation loss + greedy BLEU; 0 = only at the end
@@ -254,7 +258,7 @@ class Config:
         return {"model": dict(self.model), **d}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> Config:
         unknown = set(d) - set(_SECTIONS)
         if unknown:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
@@ -267,7 +271,7 @@ class Config:
         return cls(**parts)
 
     @classmethod
-    def load(cls, path: str | None = None, overrides: list[str] | dict[str, Any] | None = None) -> "Config":
+    def load(cls, path: str | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
         """Read a YAML/TOML file (or start from defaults) and apply dotted overrides."""
         d = read_config_file(path) if path else {}
         if overrides:
@@ -283,8 +287,6 @@ class Config:
 
     def save(self, path: str | Any) -> None:
         import yaml
-
-        from aiayn.checkpoint import atomic_write
 
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
         atomic_write(path, lambda tmp: open(tmp, "w").write(text))

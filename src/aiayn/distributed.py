@@ -12,9 +12,9 @@ wraps the model in DistributedDataParallel from outside.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping
 
 import torch
 import torch.distributed as dist

@@ -1,69 +1,25 @@
-"""Scoring translations the ways results are compared (paper §6.1, Table 2).
-
-- `score`: sacreBLEU on detokenized, cased text (13a tokenization) plus chrF, each with its
-  signature: the comparable, reproducible number.
-- `tokenized_bleu`: the published Multi30k / WMT-2014 protocol (multi-bleu.perl): hypotheses
-  lowercased, punctuation-normalised and Moses-tokenized, scored against the dataset's own
-  tokenized references with no further tokenization. Moses HTML escapes (&apos; &quot; ...) are
-  undone on both sides, so escaped and plain tokenized references score alike.
+"""`aiayn evaluate`: translate a split of a run's data (or a file) and score it against its
+references with `aiayn.scoring` (sacreBLEU + chrF, and the tokenized BLEU of the published
+Multi30k / WMT-2014 protocol). The scoring functions are re-exported here under their old names.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from aiayn.config import Config
+from aiayn.data.io import read_lines
+from aiayn.data.multi30k import tokenized_reference_path
+from aiayn.data.prepare import prepare, with_run_tokenizer
 from aiayn.errors import AiaynError
-
-_MOSES_ESCAPES = (("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&apos;", "'"), ("&quot;", '"'),
-                  ("&#91;", "["), ("&#93;", "]"), ("&amp;", "&"))
-
-
-def score(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
-    """Corpus sacreBLEU (detokenized, cased) and chrF of `hyps` against one reference each."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    if len(hyps) != len(refs):
-        raise AiaynError(f"{len(hyps)} hypotheses but {len(refs)} references")
-    bleu, chrf = BLEU(), CHRF()
-    b = bleu.corpus_score(list(hyps), [list(refs)])
-    c = chrf.corpus_score(list(hyps), [list(refs)])
-    return {"bleu": b.score, "bleu_signature": str(bleu.get_signature()), "bleu_str": str(b),
-            "chrf": c.score, "chrf_signature": str(chrf.get_signature()), "chrf_str": str(c),
-            "sentences": len(hyps)}
-
-
-def unescape_moses(line: str) -> str:
-    for esc, char in _MOSES_ESCAPES:
-        line = line.replace(esc, char)
-    return line
-
-
-def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
-    """lowercase -> normalize-punctuation -> tokenizer (the Multi30k tok/*.lc.norm.tok.* pipeline)."""
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
-    return [tok.tokenize(norm.normalize(line.lower()), escape=False, aggressive_dash_splits=False,
-                         return_str=True).strip() for line in lines]
-
-
-def tokenized_bleu(hyps: Sequence[str], tok_refs: Sequence[str], lang: str) -> float:
-    """BLEU of detokenized `hyps` against already lowercased+tokenized references (multi-bleu.perl)."""
-    from sacrebleu.metrics import BLEU
-
-    if len(hyps) != len(tok_refs):
-        raise AiaynError(f"{len(hyps)} hypotheses but {len(tok_refs)} references")
-    refs = [unescape_moses(r.strip()) for r in tok_refs]
-    return BLEU(tokenize="none", force=True).corpus_score(moses_tokenize(hyps, lang), [refs]).score
-
+from aiayn.scoring import moses_tokenize, score, tokenized_bleu, unescape_moses  # noqa: F401 (re-exported)
 
 # -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
 
 def _run_data_config(run_dir: Path):
-    from aiayn.config import Config
-
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
         raise AiaynError(f"{cfg_file} not found: --split reads the run's data section from it")
@@ -72,17 +28,12 @@ def _run_data_config(run_dir: Path):
 
 def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     """(src lines, ref lines, tokenized refs or None, target language) of one of the run's splits."""
-    from aiayn.data.prepare import prepare, with_run_tokenizer
-
     cfg = with_run_tokenizer(_run_data_config(run_dir), run_dir)
     key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)
     src, ref = prepare(cfg).raw(key)
     lang = lang or cfg.tgt_lang
     tok = None
     if tokenized and cfg.corpus == "multi30k":
-        from aiayn.data.io import read_lines
-        from aiayn.data.multi30k import tokenized_reference_path
-
         tok = read_lines(tokenized_reference_path(key, lang, cfg.data_dir))
     return src, ref, tok, lang
 
@@ -94,8 +45,6 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
                  **search: Any) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
     `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split."""
-    from aiayn.data.io import read_lines
-
     if split is not None and (src or ref):
         raise AiaynError("give either --split or --src/--ref, not both")
     tok_refs = None

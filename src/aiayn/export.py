@@ -30,6 +30,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from aiayn.config import ConfigError
+from aiayn.errors import AiaynError
+
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, used by every norm in aiayn.model
 
 
@@ -65,8 +68,6 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     if len(vocabulary) != c.vocab_size:
         raise ValueError(f"vocabulary has {len(vocabulary)} pieces but the model has vocab_size={c.vocab_size}")
     pre = c.norm == "pre"
-    from aiayn.config import ConfigError
-
     if c.value_dim != c.head_dim:
         raise ConfigError(f"CTranslate2 needs d_v = d_k; this model has d_k={c.head_dim}, d_v={c.value_dim}")
     if c.attention_window is not None:
@@ -180,8 +181,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
 
     def run(a: argparse.Namespace) -> int:
-        from aiayn.errors import AiaynError
-
         try:
             import ctranslate2  # noqa: F401
         except ImportError:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported when run: `aiayn --help` stays light
+    from aiayn.config import Config
 
 SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
     "de": ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball im Park.",
@@ -22,7 +25,7 @@ SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
 }
 
 
-def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> "Config":
+def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Config:
     """The §5 recipe sized for a CPU and a short budget: fairseq's `transformer_tiny` shape (the
     published Multi30k anchor), joint 8k BPE, label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with the
     paper's schedule, 1,024-token batches; the average of the last two checkpoints decodes."""
@@ -108,8 +111,8 @@ def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: 
     result = {"test": score(hyps, ref), "steps": summary["step"]}
     line = f"test BLEU {result['test']['bleu']:.2f} (sacreBLEU, detokenized, cased), chrF {result['test']['chrf']:.2f}"
     if corpus == "multi30k":
-        from aiayn.data.multi30k import tokenized_reference_path
         from aiayn.data.io import read_lines
+        from aiayn.data.multi30k import tokenized_reference_path
 
         tok_ref = read_lines(tokenized_reference_path("test", cfg.data.tgt_lang, data_dir))[:test_limit]
         result["test_tokenized_bleu"] = tokenized_bleu(hyps, tok_ref, cfg.data.tgt_lang)

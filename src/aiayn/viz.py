@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from matplotlib.figure import Figure
@@ -24,6 +25,8 @@ if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from aiayn.model import Transformer
 
 from aiayn.errors import AiaynError
+from aiayn.train.metrics import MetricsError
+from aiayn.train.metrics import read_metrics as _read_metrics
 
 PLOT_HINT = "plotting needs matplotlib: pip install 'aiayn[plot]'"
 KINDS = ("encoder", "decoder", "cross")
@@ -39,7 +42,7 @@ class PlotDependencyError(AiaynError, ImportError):
     """matplotlib is not installed."""
 
 
-def _figure(width_in: float, height_in: float, dpi: int) -> "Figure":
+def _figure(width_in: float, height_in: float, dpi: int) -> Figure:
     """A Figure on the Agg canvas; a one-line install hint when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -58,7 +61,7 @@ def _text(s: str) -> str:
     return s.replace("$", r"\$")
 
 
-def _save(fig: "Figure", out: str | os.PathLike) -> Path:
+def _save(fig: Figure, out: str | os.PathLike) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")  # no bbox_inches="tight": the pixel size stays as documented
@@ -91,7 +94,7 @@ class AttentionMap:
                 "cross": (self.out_labels, self.src_labels)}[kind]
 
 
-def attention_map(model: "Transformer", tokenizer: "Tokenizer", sentence: str,
+def attention_map(model: Transformer, tokenizer: Tokenizer, sentence: str,
                   target_ids: Sequence[int] | None = None, max_len_a: float = 1.0,
                   max_len_b: int = 50) -> AttentionMap:
     """Encode `sentence`, translate it greedily (or take `target_ids`, pieces without BOS/EOS) and
@@ -187,6 +190,7 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
                 ax.set_ylabel(f"{KIND_TITLES[k]}\nlayer {li + 1} of {n_layers}", fontsize=9)
     cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width,
                         min(cell, height - 2.3) / height))
+    assert image is not None  # at least one head was drawn
     fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
     title = _text(f"{amap.source}  →  {amap.translation}")
     fig.suptitle(title if len(title) < 160 else title[:157] + "...", fontsize=10, y=1 - 0.25 / height)
@@ -199,11 +203,8 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
 def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
     """RUN/metrics.jsonl (or the run directory) -> {"train": [...], "valid": [...]} sorted by step
     (the format and its reader live in aiayn.train.metrics)."""
-    from aiayn.train.metrics import MetricsError
-    from aiayn.train.metrics import read_metrics as read
-
     try:
-        return read(path)
+        return _read_metrics(path)
     except MetricsError as e:
         raise PlotError(str(e)) from None
 
@@ -272,7 +273,7 @@ def _colors(n: int) -> list:
 # -- command line ----------------------------------------------------------------------------------
 
 
-def _load_for_attention(path: str) -> tuple["Transformer", "Tokenizer"]:
+def _load_for_attention(path: str) -> tuple[Transformer, Tokenizer]:
     from aiayn.decode import Translator
 
     translator = Translator.load(path, device="cpu")

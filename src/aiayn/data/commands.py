@@ -68,6 +68,7 @@ def _prepare(a: argparse.Namespace) -> int:
     prep = prepare(cfg.data, workers=a.workers, progress=not a.no_progress)
     r = prep.report
     splits = ", ".join(f"{s} {v['pairs']:,}" for s, v in r["splits"].items())
-    print(f"{'cached' if r['cached'] else 'prepared'} {prep.cache_dir}: {splits} pairs, vocabulary {r['vocab_size']:,}, "
+    print(f"{'cached' if r['cached'] else 'prepared'} {prep.cache_dir}: {splits} pairs, "
+          f"vocabulary {r['vocab_size']:,}, "
           f"dropped {json.dumps(r['dropped'])}, {r['seconds_total']:.1f} s")
     return 0

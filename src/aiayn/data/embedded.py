@@ -8,6 +8,8 @@ segmentation; digits <-> words needs both. Sizes are drawn so short and long num
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from aiayn.data.errors import DataError
@@ -63,7 +65,7 @@ def _de(n: int, prefix: bool = False) -> str:
     return _de(k, True) + "tausend" + (_de(r) if r else "")
 
 
-_RENDER = {"digits": str, "en": english, "de": german}
+_RENDER: dict[str, Callable[[int], str]] = {"digits": str, "en": english, "de": german}
 
 
 def split_sizes(size: int) -> dict[str, int]:

@@ -9,8 +9,8 @@ size is encoded in bounded memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class EncodedSplit:
 
     @classmethod
     def from_ids(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
-                 vocab_size: int = 65536, index: Sequence[int] | None = None) -> "EncodedSplit":
+                 vocab_size: int = 65536, index: Sequence[int] | None = None) -> EncodedSplit:
         """Build from lists of ids; EOS is appended to every source sentence here."""
         dtype = id_dtype(vocab_size)
         src_ids = [list(s) + [EOS_ID] for s in src_ids]
@@ -63,7 +63,7 @@ class EncodedSplit:
             np.save(d / f"{name}.{side}_lengths.npy", np.asarray(lengths, dtype=np.int32))
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, name: str) -> "EncodedSplit":
+    def load(cls, directory: str | os.PathLike, name: str) -> EncodedSplit:
         """Every array memory-mapped: nothing is copied per process, whatever the corpus size."""
         d = Path(directory)
         arrs = {k: np.load(d / f"{name}.{k}.npy", mmap_mode="r")
@@ -112,5 +112,5 @@ def _flatten(seqs: Sequence[Sequence[int]], dtype: type) -> tuple[np.ndarray, np
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((t for s in seqs for t in s), dtype=dtype, count=int(offsets[-1]))
+    flat: np.ndarray = np.fromiter((t for s in seqs for t in s), dtype=dtype, count=int(offsets[-1]))
     return flat, offsets

@@ -87,7 +87,7 @@ class LineStream:
         self._f.close()
         self._raw.close()
 
-    def __enter__(self) -> "LineStream":
+    def __enter__(self) -> LineStream:
         return self
 
     def __exit__(self, *exc: object) -> None:

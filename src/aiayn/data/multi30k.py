@@ -16,8 +16,9 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from tqdm import tqdm
 
@@ -136,6 +137,7 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None, timeout: flo
         if resp is None:  # 416: the part is not a prefix of this file (it changed on the server): start over
             have, h = 0, _new_hash(sha256, md5)
             resp = _open(url, 0, timeout, hint)
+            assert resp is not None  # 416 answers a Range request only; this one has none
         with resp:
             if have and resp.status != 206:  # the server ignored Range and sends everything
                 have, h = 0, _new_hash(sha256, md5)

@@ -27,12 +27,13 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import sentencepiece
@@ -122,7 +123,8 @@ def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfi
 def _file_pairs(cfg: DataConfig) -> dict[str, tuple[Path, Path] | None]:
     if cfg.corpus == "multi30k":
         d = multi30k.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
-        return {s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz", d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
+        return {s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz",
+                    d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
                 for s in SPLITS}
     if cfg.corpus == "wmt14":  # prepared by `aiayn data get wmt14`; DataError with that command otherwise
         return dict(wmt14.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir))
@@ -159,7 +161,7 @@ def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Sourc
         for path in pair or ():
             if not path.is_file():
                 raise DataError(f"file not found: {path}")
-    return pairs
+    return dict(pairs)  # dict[str, Source]: a copy typed as the wider value
 
 
 def _split_text(source: Source) -> tuple[list[str], list[str]]:
@@ -239,6 +241,7 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def _spm_model_bytes(cfg: DataConfig) -> bytes:
+    assert cfg.spm_model is not None  # called only when the data config names one
     path = Path(cfg.spm_model)
     if path.is_dir():  # a run directory: its spm.model
         path = path / "spm.model"
@@ -425,7 +428,8 @@ def _build_into(cfg: DataConfig, sources: dict[str, Source], counts: dict[str, i
 def _train_bpe(cfg: DataConfig, source: Source, sample: _Reservoir, model_file: Path) -> Tokenizer:
     """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target."""
     src, tgt = [], []
-    names = source if isinstance(source[0], Path) else ("train source", "train target")
+    assert source is not None  # a training split always has a source
+    names = (str(source[0]), str(source[1])) if isinstance(source[0], Path) else ("train source", "train target")
     pairs, sample.items = sample.pairs(), []  # the encoding pass runs beside the workers: hold no corpus
     for i, s, t in pairs:
         s_text, t_text = _clean(decode_blob(names[0], s, i + 1)), _clean(decode_blob(names[1], t, i + 1))
@@ -537,7 +541,8 @@ def _encode_chunk(task: tuple[bool, int, tuple[str, str], bytes, bytes, int]) ->
     tgt = t_flat[np.repeat(keep, tl)]
     dtype = _worker["dtype"]
     return {"src": src.astype(dtype), "tgt": tgt.astype(dtype), "src_lengths": (sl_k + 1).astype(np.int32),
-            "tgt_lengths": tl_k.astype(np.int32), "index": first + np.flatnonzero(keep), "lines": len(sl), "pos": pos, **counts}
+            "tgt_lengths": tl_k.astype(np.int32), "index": first + np.flatnonzero(keep), "lines": len(sl),
+            "pos": pos, **counts}
 
 
 # -- load -------------------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -36,7 +36,7 @@ class Tokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], model_file: str | os.PathLike, vocab_size: int = 8000,
-              max_sentences: int = 2_000_000, threads: int | None = None) -> "Tokenizer":
+              max_sentences: int = 2_000_000, threads: int | None = None) -> Tokenizer:
         """Train a BPE model on an iterator of lines (source and target text together).
 
         The model is written through `model_writer`, so no path is stored in it: the same text gives

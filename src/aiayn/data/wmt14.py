@@ -34,9 +34,10 @@ import re
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Callable
+from typing import IO
 
 from aiayn.data.errors import DataError
 from aiayn.data.io import check_counts
@@ -303,6 +304,7 @@ def _extract(c: Corpus, archive: Path, out: dict[str, IO[bytes]]) -> dict[str, i
                 if not m.isfile():
                     raise DataError(f"{archive}: member {m.name} is not a regular file")
                 f = tar.extractfile(m)
+                assert f is not None  # m.isfile()
                 if c.sgm:
                     lines = read_sgm(f.read())
                     out[lang].write("".join(x + "\n" for x in lines).encode("utf-8"))
@@ -319,7 +321,7 @@ def _extract(c: Corpus, archive: Path, out: dict[str, IO[bytes]]) -> dict[str, i
     return counts
 
 
-def _copy_lines(src: IO[bytes], out: IO[bytes]) -> int:
+def _copy_lines(src: IO[bytes] | gzip.GzipFile, out: IO[bytes]) -> int:
     """Copy `src` to `out`, returning its line count; a last line without "\\n" gets one, so that the next
     corpus starts on a line of its own."""
     n, last = 0, b"\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 
 def read_line_batches(f: BinaryIO, chunk: int = 1 << 16) -> Iterator[list[str]]:
@@ -81,6 +82,7 @@ def _translate(a: argparse.Namespace) -> int:
     if a.input and not os.path.isfile(a.input):
         raise AiaynError(f"input file not found: {a.input}")
     first, more = _members(a)
+    assert first is not None  # -c is required here
     t = Translator.load(first, device=a.device, ensemble=more, max_tokens=a.max_tokens)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer

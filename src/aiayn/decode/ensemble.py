@@ -15,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
+from aiayn.averaging import average_last as average
+from aiayn.checkpoint import find_tokenizer, load_model
 from aiayn.errors import AiaynError
+from aiayn.model import Transformer
 from aiayn.model.cache import DecoderCache
 
 
@@ -32,17 +36,17 @@ class EnsembleCache:
 
     members: list[DecoderCache]
 
-    def reorder(self, rows: Tensor) -> "EnsembleCache":
+    def reorder(self, rows: Tensor) -> EnsembleCache:
         return EnsembleCache([c.reorder(rows) for c in self.members])
 
-    def keep(self, sources: Tensor) -> "EnsembleCache":
+    def keep(self, sources: Tensor) -> EnsembleCache:
         return EnsembleCache([c.keep(sources) for c in self.members])
 
 
 class Ensemble(nn.Module):
     """Models that share one vocabulary and its special ids, decoded as one."""
 
-    def __init__(self, models: Sequence[nn.Module]) -> None:
+    def __init__(self, models: Sequence[Transformer]) -> None:
         super().__init__()
         if len(models) < 1:
             raise AiaynError("an ensemble needs at least one model")
@@ -58,17 +62,21 @@ class Ensemble(nn.Module):
         # Outputs are bounded by the member with the fewest positions.
         self.config = dataclasses.replace(first, max_positions=min(m.config.max_positions for m in models))
 
+    @property
+    def members(self) -> list[Transformer]:
+        return cast(list[Transformer], list(self.models))
+
     def encode(self, src: Tensor) -> list[Tensor]:
         """(B, S) source ids -> each member's memory (B, S, d_model_m)."""
-        return [m.encode(src) for m in self.models]
+        return [m.encode(src) for m in self.members]
 
     def init_cache(self, memory: list[Tensor], src_mask: Tensor, capacity: int = 64) -> EnsembleCache:
-        return EnsembleCache([m.init_cache(mem, src_mask, capacity=capacity) for m, mem in zip(self.models, memory)])
+        return EnsembleCache([m.init_cache(mem, src_mask, capacity=capacity) for m, mem in zip(self.members, memory)])
 
     def decode(self, tgt_in: Tensor, *, cache: EnsembleCache) -> tuple[Tensor, EnsembleCache]:
         """Next-token ids (rows, T) -> mean log-probs (rows, T, V) float32, and the updated cache."""
         logps, caches = [], []
-        for m, c in zip(self.models, cache.members):
+        for m, c in zip(self.members, cache.members):
             logits, c = m.decode(tgt_in, cache=c)
             logps.append(torch.log_softmax(logits.float(), dim=-1))  # (rows, T, V)
             caches.append(c)
@@ -83,9 +91,6 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
 
     Members must come with byte-identical spm.model files: the same id must mean the same piece.
     """
-    from aiayn.checkpoint import find_tokenizer, load_model
-    from aiayn.train.average import average_last as average
-
     if not paths:
         raise AiaynError("no checkpoint given")
     models = []

@@ -8,8 +8,8 @@ The model needs `config.{pad_id,bos_id,eos_id}` and `model(ids, cache=cache) -> 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor

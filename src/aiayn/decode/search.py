@@ -15,8 +15,8 @@ Conventions used here (documented once):
 - Returned ids hold neither BOS nor EOS; beam scores are sum(log p) / lp(Y).
 - Pad and BOS are never generated.
 
-The model needs only `config.{pad_id,bos_id,eos_id}`, `encode(src)`, `init_cache(memory,
-src_mask)` and `decode(ids, cache=cache) -> (logits, cache)` with a cache offering
+The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eos_id}`, `encode(src)`,
+`init_cache(memory, src_mask)` and `decode(ids, cache=cache) -> (logits, cache)` with a cache offering
 `reorder(rows)` and `keep(sources)`; tests drive the search with a scripted fake model.
 """
 
@@ -26,12 +26,13 @@ import torch
 from torch import Tensor
 
 from aiayn.config import ConfigError
+from aiayn.decode.decodable import Decodable
 from aiayn.model.masks import padding_mask
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
 
 
-def max_lengths(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> Tensor:
+def max_lengths(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> Tensor:
     """(B, S) source ids -> (B,) maximum number of output tokens before EOS."""
     cfg = model.config
     src_len = (src != cfg.pad_id).sum(1).double()  # (B,)
@@ -41,7 +42,7 @@ def max_lengths(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 5
     return limit if cap is None else limit.clamp(max=cap - 1)
 
 
-def _start(model, src: Tensor, max_len: Tensor):
+def _start(model: Decodable, src: Tensor, max_len: Tensor):
     cfg = model.config
     memory = model.encode(src)  # (B, S, d_model)
     # Buffers for the longest hypothesis (EOS included): no growing copies on the way.
@@ -49,7 +50,7 @@ def _start(model, src: Tensor, max_len: Tensor):
 
 
 @torch.inference_mode()
-def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> list[list[int]]:
+def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> list[list[int]]:
     """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
     cfg = model.config
     B, dev = src.size(0), src.device
@@ -79,7 +80,7 @@ def greedy_search(model, src: Tensor, max_len_a: float = 1.0, max_len_b: float =
 
 
 @torch.inference_mode()
-def beam_search(model, src: Tensor, beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.0,
+def beam_search(model: Decodable, src: Tensor, beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.0,
                 max_len_b: float = 50, n_best: int = 1) -> Hypotheses:
     """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
 

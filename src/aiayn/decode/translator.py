@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from aiayn.config import DecodeConfig
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode.ensemble import load_members
 from aiayn.decode.search import beam_search, greedy_search
 from aiayn.errors import AiaynError
 
@@ -59,12 +59,10 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, *,
-             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, **kw) -> "Translator":
+             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, **kw) -> Translator:
         """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
         `ensemble`: more runs/weights decoded together with `path` (decode.ensemble); `average_last`
         K: each run's last K step checkpoints averaged (§6.1) instead of its best weights."""
-        from aiayn.decode.ensemble import load_members
-
         dev = auto_device(device)
         model, spm = load_members([path, *ensemble], dev, average_last)
         return cls(model, Tokenizer(spm), dev, **kw)

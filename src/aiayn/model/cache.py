@@ -48,7 +48,7 @@ class DecoderCache:
 
     @classmethod
     def self_only(cls, batch: int, layers: int, device: torch.device | None = None,
-                  capacity: int = 64) -> "DecoderCache":
+                  capacity: int = 64) -> DecoderCache:
         """The cache of a decoder-only model: self-attention keys/values only, one row per sequence."""
         return cls([], torch.ones(batch, 1, 1, 0, dtype=torch.bool, device=device), capacity=capacity,
                    self_k=[None] * layers, self_v=[None] * layers)
@@ -77,25 +77,30 @@ class DecoderCache:
             cap = max(end, self.capacity, 2 * (0 if buf_k is None else buf_k.size(2)))
             grown_k = k.new_empty(k.size(0), k.size(1), cap, k.size(3))  # (rows, h, cap, d_k)
             grown_v = v.new_empty(v.size(0), v.size(1), cap, v.size(3))  # (rows, h, cap, d_v)
-            if start:
+            if start:  # positions written before: the buffers exist
+                assert buf_k is not None and buf_v is not None
                 grown_k[:, :, :start], grown_v[:, :, :start] = buf_k[:, :, :start], buf_v[:, :, :start]
             buf_k, buf_v = self.self_k[layer], self.self_v[layer] = grown_k, grown_v
             self._spare[2 * layer] = self._spare[2 * layer + 1] = None
+        assert buf_v is not None  # allocated together with buf_k
         buf_k[:, :, start:end], buf_v[:, :, start:end] = k, v
         return buf_k[:, :, :end], buf_v[:, :, :end]
 
-    def advanced(self, steps: int) -> "DecoderCache":
+    def advanced(self, steps: int) -> DecoderCache:
         """The value after a decode step wrote `steps` positions (this one is spent from now on)."""
         self._written[0] = self.length + steps
         return dataclasses.replace(self, length=self.length + steps)
 
-    def reorder(self, rows: Tensor) -> "DecoderCache":
+    def reorder(self, rows: Tensor) -> DecoderCache:
         """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group."""
         if self.length == 0:
             return self
         self.check_fresh()
-        new_k, new_v, spare = [], [], []
+        new_k: list[Tensor | None] = []
+        new_v: list[Tensor | None] = []
+        spare: list[Tensor | None] = []
         for i, (k, v) in enumerate(zip(self.self_k, self.self_v)):
+            assert k is not None and v is not None  # length > 0: every layer has written
             out = []
             for buf, j in ((k, 2 * i), (v, 2 * i + 1)):
                 dst = self._spare[j]
@@ -110,7 +115,7 @@ class DecoderCache:
         self._written[0] = -1  # this value (and older ones over these buffers) is spent
         return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare, _written=[self.length])
 
-    def keep(self, sources: Tensor) -> "DecoderCache":
+    def keep(self, sources: Tensor) -> DecoderCache:
         """Keep only the source sentences `sources` (and all their rows)."""
         group = 1 if self.rows is None else self.rows // self.sources
         rows = (sources[:, None] * group + torch.arange(group, device=sources.device)).reshape(-1)

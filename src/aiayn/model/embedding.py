@@ -28,6 +28,8 @@ class Positions(nn.Module):
     `offset` is the absolute position of the first input column, used by cached decoding.
     """
 
+    table: nn.Embedding | Tensor  # learned: an embedding; sinusoidal: a (max_positions, d_model) buffer
+
     def __init__(self, kind: str, max_positions: int, d_model: int) -> None:
         super().__init__()
         self.kind, self.max_positions, self.d_model = kind, max_positions, d_model
@@ -45,9 +47,9 @@ class Positions(nn.Module):
                     f"{self.max_positions}; shorten the input or raise max_positions"
                 )
             # Sinusoids extrapolate (the reason §3.5 prefers them): extend the table.
-            self.table = sinusoidal_table(max(end, 2 * self.max_positions), self.d_model).to(x.device)
-            self.max_positions = self.table.size(0)
-        pe = self.table.weight if self.kind == "learned" else self.table
+            table = sinusoidal_table(max(end, 2 * self.max_positions), self.d_model).to(x.device)
+            self.table, self.max_positions = table, table.size(0)
+        pe = self.table.weight if isinstance(self.table, nn.Embedding) else self.table  # learned or sinusoidal
         return x + pe[offset:end].to(x.dtype)  # (B, T, d) + (T, d)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
 # Decoder self-attention over a whole right-padded target (teacher forcing): the causal triangle
 # alone, run by SDPA's is_causal kernel. Exact where it matters: every pad key sits after every
 # real query, so key padding changes nothing at real positions, and pad positions carry no loss.

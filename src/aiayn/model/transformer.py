@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import overload
+from typing import cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -88,7 +88,7 @@ class Transformer(nn.Module):
     def init_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> DecoderCache:
         """Cross-attention keys/values of every decoder layer, computed once per source.
         `capacity`: target positions to preallocate self-attention buffers for (they grow if needed)."""
-        cross = [layer.cross_attn.project(memory) for layer in self.decoder]
+        cross = [cast(DecoderLayer, layer).cross_attn.project(memory) for layer in self.decoder]
         return DecoderCache(cross, src_mask, capacity=capacity)
 
     @overload

@@ -21,10 +21,11 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Union
+from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
@@ -72,11 +73,11 @@ class V1Translate(BaseModel):
     """aiayn's own request: strict types (no "4" -> 4), unknown fields refused."""
 
     model_config = ConfigDict(extra="forbid")
-    q: Union[StrictStr, list[StrictStr]]
+    q: StrictStr | list[StrictStr]
     beam: StrictInt | None = Field(None, ge=1, le=MAX_BEAM)
     n_best: StrictInt = Field(1, ge=1, le=MAX_BEAM)
-    length_penalty: Union[StrictFloat, StrictInt, None] = Field(None, ge=0, le=10)
-    max_len_a: Union[StrictFloat, StrictInt, None] = Field(None, ge=0, le=10)
+    length_penalty: StrictFloat | StrictInt | None = Field(None, ge=0, le=10)
+    max_len_a: StrictFloat | StrictInt | None = Field(None, ge=0, le=10)
     max_len_b: StrictInt | None = Field(None, ge=0, le=1024)
     api_key: StrictStr | None = None
 
@@ -275,7 +276,10 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     async def translate(request: Request) -> JSONResponse:
         fields = await read_fields(request)
         check_key(request, fields)
-        q, source, target = fields.get("q"), fields.get("source"), fields.get("target")
+        # untrusted JSON or form values, checked one by one below
+        q: Any = fields.get("q")
+        source: Any = fields.get("source")
+        target: Any = fields.get("target")
         for name, value in (("q", q), ("source", source), ("target", target)):
             if value is None or value == "" or value == []:
                 raise ApiError(400, f"Invalid request: missing {name} parameter")
@@ -385,7 +389,7 @@ def _one_line(x: Any) -> str:
     return str(x).replace("\n", " ")[:200]
 
 
-def _first_error(errors: list[dict]) -> str:
+def _first_error(errors: Sequence[Any]) -> str:
     """Pydantic's first complaint as `field: message` (the full list would drown the one that matters)."""
     if not errors:
         return "invalid body"

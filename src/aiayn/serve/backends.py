@@ -11,8 +11,9 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Hypothesis, SearchOptions
@@ -121,7 +122,8 @@ class CTranslate2Backend:
         self.max_input_len = int(json.loads(meta.read_text())["max_positions"]) if meta.is_file() else 1024
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return [min(len(ids) + 1, self.max_input_len) for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])]
+        ids = self.tokenizer.encode_batch([_clean(t) for t in texts])
+        return [min(len(i) + 1, self.max_input_len) for i in ids]
 
     def _pieces(self, texts: Sequence[str]) -> list[list[str]]:
         sp = self.tokenizer.sp

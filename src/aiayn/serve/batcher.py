@@ -20,8 +20,9 @@ import asyncio
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from aiayn.errors import AiaynError
 
@@ -215,7 +216,9 @@ class Batcher:
             if batch[0].fn is not None:
                 outputs = [batch[0].fn()]
             else:
-                outputs = self.backend.translate([it.text for it in batch], batch[0].opts)
+                opts = batch[0].opts
+                assert opts is not None  # sentences carry their search options; only exclusive jobs have none
+                outputs = self.backend.translate([it.text for it in batch], opts)
                 target_tokens = sum(h[0][2] for h in outputs if h)
         except BaseException as e:  # noqa: BLE001 - any failure goes to the requests, never kills the worker
             for t in tickets.values():

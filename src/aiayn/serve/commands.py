@@ -17,7 +17,7 @@ def _serve(a: argparse.Namespace) -> int:
         raise AiaynError(f"aiayn serve needs the serve extra ({e.name} is missing): pip install 'aiayn[serve]'") \
             from None
     from aiayn.checkpoint import find_in_run
-    from aiayn.config import Config, DecodeConfig, DataConfig
+    from aiayn.config import Config, DataConfig, DecodeConfig
 
     found = find_in_run(a.checkpoint, "config.yaml")
     cfg = Config.load(str(found)) if found else None
@@ -65,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads of torch / CTranslate2 (default 0: the library's choice)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op threads of torch / CTranslate2 (default 0: the library's choice)")
     p.add_argument("--max-connections", type=int, default=1000,
                    help="open connections beyond this get 503 (default 1000)")
     p.add_argument("--grace-s", type=float, default=30.0,

@@ -1,56 +1,6 @@
-"""Checkpoint averaging (paper §6.1: "averaging the last 5 checkpoints, written at 10-minute intervals")."""
+"""Checkpoint averaging now lives in `aiayn.averaging` (below decode, which averages too); this keeps
+the old import path working."""
 
-from __future__ import annotations
+from aiayn.averaging import average_checkpoints, average_last, average_run, last_checkpoints
 
-import json
-import sys
-from pathlib import Path
-from typing import Sequence
-
-import torch
-
-from aiayn.checkpoint import CheckpointError, load_model, save_weights
-from aiayn.model import Transformer
-from aiayn.train.state import list_checkpoints
-
-
-def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
-    ckpts = [w for _, w, _ in list_checkpoints(run_dir)]
-    if not ckpts:
-        raise CheckpointError(f"no checkpoints in {Path(run_dir) / 'checkpoints'}")
-    if len(ckpts) < n:
-        print(f"warning: {run_dir} has only {len(ckpts)} checkpoints; averaging those", file=sys.stderr)
-    return ckpts[-n:]
-
-
-def average_checkpoints(paths: Sequence[str | Path]) -> Transformer:
-    """A model whose floating-point parameters are the element-wise mean of the given checkpoints'
-    (summed in float64, so the order of files does not matter to rounding at float32 precision)."""
-    if not paths:
-        raise ValueError("nothing to average")
-    model = load_model(paths[0])
-    names = {k for k, v in model.state_dict().items() if v.is_floating_point()}
-    total = {k: v.double() for k, v in model.state_dict().items() if k in names}
-    for p in paths[1:]:
-        other = load_model(p)
-        if other.config != model.config:
-            raise CheckpointError(f"{p} has a different model config than {paths[0]}; cannot average")
-        for k, v in other.state_dict().items():
-            if k in names:
-                total[k] += v.double()
-    with torch.no_grad():
-        state = {k: (total[k] / len(paths)).to(v.dtype) if k in names else v for k, v in model.state_dict().items()}
-        model.load_state_dict(state)
-    return model
-
-
-def average_last(run_dir: str | Path, k: int, device: str | torch.device = "cpu") -> Transformer:
-    """The model whose weights average the last k step checkpoints of a run, in eval mode."""
-    return average_checkpoints(last_checkpoints(run_dir, k)).to(device).eval()
-
-
-def average_run(run_dir: str | Path, last: int, output: str | Path) -> Path:
-    paths = last_checkpoints(run_dir, last)
-    model = average_checkpoints(paths)
-    step = int(paths[-1].stem.split("_")[1])
-    return save_weights(model, output, step=step, extra={"averaged": json.dumps([str(p) for p in paths])})
+__all__ = ["average_checkpoints", "average_last", "average_run", "last_checkpoints"]

@@ -14,13 +14,29 @@ from typing import Any
 import torch
 
 from aiayn import distributed
-from aiayn.checkpoint import (CheckpointError, find_tokenizer, load_weights, read_metadata, resolve_weights,
-                              save_weights, weights_config)
+from aiayn.checkpoint import (
+    CheckpointError,
+    find_tokenizer,
+    load_weights,
+    model_config,
+    read_metadata,
+    resolve_weights,
+    save_weights,
+    weights_config,
+)
 from aiayn.distributed import DistInfo
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.runtime import TrainingError
-from aiayn.train.state import (capture_rng, checkpoint_paths, list_checkpoints, load_state, prune, restore_rng,
-                               save_state, warn)
+from aiayn.train.state import (
+    capture_rng,
+    checkpoint_paths,
+    list_checkpoints,
+    load_state,
+    prune,
+    restore_rng,
+    save_state,
+    warn,
+)
 from aiayn.train.train_state import TrainState
 
 # 1: the first format; 2: adds "early_stop" (best step, patience counter); version 1 still loads
@@ -173,11 +189,12 @@ def init_source(path: str | Path) -> tuple[Path, Path]:
 
 def load_initial_weights(model: torch.nn.Module, weights: Path, device: torch.device) -> None:
     """Fine-tuning starts from these weights; the architecture must be the same (dropout may differ)."""
-    theirs, ours = weights_config(weights).to_dict(), model.config.to_dict()
+    theirs, ours = weights_config(weights).to_dict(), model_config(model).to_dict()
     diff = [f"{k} {theirs.get(k)} vs {ours.get(k)}" for k in sorted(set(theirs) | set(ours))
             if k not in _REGULARISATION and theirs.get(k) != ours.get(k)]
     if diff:
-        vocab = " (another vocabulary: keep data.spm_model at the run's spm.model)" if "vocab_size" in "".join(diff) else ""
+        vocab = (" (another vocabulary: keep data.spm_model at the run's spm.model)"
+                 if "vocab_size" in "".join(diff) else "")
         raise TrainingError(f"--init-from {weights}: its model differs from this config's: {', '.join(diff)}{vocab}")
     try:
         load_weights(model, weights, device)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write  # torch-free: reading and writing metrics stay so
 
 FILE_NAME = "metrics.jsonl"
 
@@ -36,8 +37,6 @@ class MetricsWriter:
         """Drop records after `step` (written before a crash, replayed by the resumed run)."""
         if not self.enabled:
             return
-        from aiayn.checkpoint import atomic_write  # here: reading stays torch-free
-
         keep = []
         if self.path.is_file():
             for line in self.path.read_text().splitlines():

@@ -35,7 +35,8 @@ class Progress:
         # description says the budget, instead of an ETA towards a step count that will not be reached.
         timed = c.max_minutes is not None
         self.bar = (tqdm(total=None if timed else c.max_steps, initial=self.state.step, unit="step", file=sys.stderr,
-                         dynamic_ncols=True, mininterval=1.0, desc=f"train ({c.max_minutes:g} min)" if timed else "train")
+                         dynamic_ncols=True, mininterval=1.0,
+                         desc=f"train ({c.max_minutes:g} min)" if timed else "train")
                     if self.main and c.progress else None)
 
     def close(self) -> None:

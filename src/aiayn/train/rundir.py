@@ -7,11 +7,12 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiayn import distributed
-from aiayn.checkpoint import atomic_write
 from aiayn.config import Config, ModelConfig
+from aiayn.data.prepare import prepare
+from aiayn.fileio import atomic_write
 from aiayn.train.runtime import TrainingError
 from aiayn.train.state import list_checkpoints
 
@@ -45,8 +46,6 @@ def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool
     """Prepare the data (every rank, outside any collective: one process per cache builds it under a
     file lock while the others wait on it, and a cold WMT cache takes longer than a collective's
     timeout). Rank 0 copies spm.model into the run; a resumed run must keep its own."""
-    from aiayn.data.prepare import prepare
-
     spm = run_dir / "spm.model"
     before = spm.read_bytes() if main and resume and spm.is_file() else None
     prepared = prepare(data, run_dir if main else None)
@@ -60,7 +59,7 @@ def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool
 def check_ranks_agree_on_data(prepared: Any) -> None:
     """Node-local caches must hold the same ids: every rank compares its cache key and tokenizer."""
     mine = (prepared.report["key"], hashlib.sha256(prepared.tokenizer.path.read_bytes()).hexdigest())
-    seen = distributed.all_gather_object(mine)
+    seen = cast(list[tuple[str, str]], distributed.all_gather_object(mine))
     if any(other != seen[0] for other in seen):
         detail = "; ".join(f"rank {r}: cache {k}, spm.model sha256 {h[:12]}" for r, (k, h) in enumerate(seen))
         raise TrainingError(f"ranks prepared different data ({detail}); give every node the same corpus and "

@@ -11,7 +11,6 @@ only when both files exist and load, so a kill at any moment leaves the previous
 from __future__ import annotations
 
 import random
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,26 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from aiayn.checkpoint import CheckpointError, atomic_write
-
-_STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
-
-
-def checkpoint_paths(run_dir: str | Path, step: int) -> tuple[Path, Path]:
-    d = Path(run_dir) / "checkpoints"
-    return d / f"step_{step:08d}.safetensors", d / f"step_{step:08d}.state.pt"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path, Path]]:
-    """Complete-looking checkpoints (both files present), oldest first."""
-    found = []
-    for p in (Path(run_dir) / "checkpoints").glob("step_*.safetensors"):
-        m = _STEP_RE.match(p.name)
-        if m:
-            weights, state = checkpoint_paths(run_dir, int(m.group(1)))
-            if state.is_file():
-                found.append((int(m.group(1)), weights, state))
-    return sorted(found)
+from aiayn.checkpoint import CheckpointError, checkpoint_paths, list_checkpoints  # noqa: F401 (re-exported)
+from aiayn.fileio import atomic_write
 
 
 def prune(run_dir: str | Path, keep_last: int) -> None:
@@ -55,6 +36,7 @@ def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
     """Host RNGs, plus the CUDA generator of `device` (this rank's GPU) when training on one. Only
     that one: saving every visible GPU's state made a resume with fewer visible GPUs fail."""
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # the legacy form (the default)
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),

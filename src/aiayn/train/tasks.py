@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from aiayn.config import ModelConfig
+from aiayn.data.batching import BatchIterator
 from aiayn.train.loss import label_smoothed_nll
 
 
@@ -68,20 +70,18 @@ class TranslationTask:
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
-        from aiayn.data.batching import BatchIterator
-
         loss = nll = tokens = 0.0
         for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
             logits, target = self._forward(model, b)
-            l, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
-            loss, nll, tokens = loss + l.item(), nll + n.item(), tokens + k.item()
+            ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
+            loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
         return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0)),
                 "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
 
     def _greedy_bleu(self, model: torch.nn.Module) -> float | None:
         try:
             from aiayn.decode import Translator
-            from aiayn.evaluate import score
+            from aiayn.scoring import score
         except ImportError as e:  # decoding layer not installed: loss-only validation
             from aiayn.train.state import warn
 
