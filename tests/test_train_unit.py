@@ -420,11 +420,16 @@ def test_a_ddp_update_waits_for_the_device_once_and_scales_exactly(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(distributed, "all_reduce_sum", lambda t: t.mul_(world))
             m.setattr(step_mod, "all_reduce_sum", lambda t: t.mul_(world), raising=False)
+            def counter(name: str):
+                real = getattr(torch.Tensor, name)
+
+                def counting(self, *a, **k):
+                    seen.append(name)
+                    return real(self, *a, **k)
+                return counting
+
             for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):
-                def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):
-                    seen.append(_name)
-                    return _real(self, *a, **k)
-                m.setattr(torch.Tensor, name, counting)
+                m.setattr(torch.Tensor, name, counter(name))
             seen.clear()
             result = step([batch], Flags(), lambda: False)
         return model, result, seen

@@ -11,8 +11,9 @@ from __future__ import annotations
 import queue
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,13 +37,13 @@ class Batch:
     def __len__(self) -> int:
         return self.src.size(0)
 
-    def to(self, device: str | torch.device, non_blocking: bool = False) -> "Batch":
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> Batch:
         return Batch(self.src.to(device, non_blocking=non_blocking),
                      self.tgt_in.to(device, non_blocking=non_blocking),
                      self.tgt_out.to(device, non_blocking=non_blocking),
                      self.ids, self.src_tokens, self.tgt_tokens)
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         """A copy in page-locked host memory, so `to(cuda, non_blocking=True)` really is asynchronous
         (from ordinary memory it is a synchronous copy). Needs CUDA."""
         return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
@@ -261,7 +262,8 @@ class BatchIterator:
         try:
             return self._global_batches(self.epoch, self.world_size, left)
         except DataError:  # a handful of examples at the very end of the epoch: too few for equal shards
-            warnings.warn(f"after resharding, the {len(left)} example(s) left of epoch {self.epoch} cannot be "
+            n_left = len(self.split) if left is None else len(left)
+            warnings.warn(f"after resharding, the {n_left} example(s) left of epoch {self.epoch} cannot be "
                           f"split over {self.world_size} ranks; they are skipped in this epoch", stacklevel=2)
             return []
 

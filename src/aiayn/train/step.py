@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, cast
 
 import torch
 
@@ -64,7 +65,8 @@ class TrainStep:
             count = all_reduce_sum(torch.full((), local_tokens, dtype=torch.float64, device=self.device))
             scale = torch.full((), float(self.dist.world_size), dtype=torch.float64, device=self.device).div_(count)
             scale = scale.float()  # as a Python float multiplies a float32 loss: rounded to float32 once
-        loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # summed on device: no sync per micro-batch
+        # summed on the device: no host sync per micro-batch
+        loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         # A preempted job has seconds (torchrun, SLURM: SIGKILL ~30 s after SIGTERM), not the rest of a
         # long update: between micro-batches every rank checks, together, whether one was asked to stop.
         if len(micro) > 1:
@@ -78,7 +80,7 @@ class TrainStep:
                 if i < len(micro) - 1:
                     self.vote.start(flags.stop)
             sync = i == len(micro) - 1 or not self.dist.enabled
-            with contextlib.nullcontext() if sync else self.train_model.no_sync():
+            with contextlib.nullcontext() if sync else cast(Any, self.train_model).no_sync():  # DDP's
                 loss, nll = self.task.loss(self.train_model, b)
                 obj = loss * scale
                 (self.scaler.scale(obj) if self.scaler else obj).backward()
@@ -92,11 +94,11 @@ class TrainStep:
         # The update's one host sync: loss sums, the stop requests and time budget (decided by all ranks
         # together, at the same update), the gradient norm, which DDP made equal on every rank, so its sum
         # over ranks is finite exactly when it is, and the global token count.
-        loss_sum, nll_sum, stop, late, gnorm_sum, global_tokens = sum_stats(
+        loss_total, nll_total, stop, late, gnorm_sum, global_tokens = sum_stats(
             [loss_sum, nll_sum, float(flags.stop), float(over_budget()), gnorm, local_tokens], self.device)
         flags.stop, flags.late = flags.stop or bool(stop), flags.late or bool(late)
 
-        finite_loss = math.isfinite(loss_sum)
+        finite_loss = math.isfinite(loss_total)
         ok = finite_loss and math.isfinite(gnorm_sum)
         if ok and self.scaler:  # gradients known finite; with fused Adam the scaler's step adds no sync
             self.scaler.step(self.optimizer)
@@ -107,7 +109,7 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         if ok:
             self.scheduler.step()
-        return StepResult(ok, loss_sum, nll_sum, global_tokens, lr, gnorm_sum / self.dist.world_size,
+        return StepResult(ok, loss_total, nll_total, global_tokens, lr, gnorm_sum / self.dist.world_size,
                           overflow=not ok and self.scaler is not None and finite_loss)
 
 
@@ -125,6 +127,7 @@ def skipped_update(result: StepResult, state: TrainState, scaler: torch.amp.Grad
     fields: dict[str, Any] = {"reason": what, "consecutive": state.nan_consecutive, "total": state.nan_total}
     scale = None
     if result.overflow:
+        assert scaler is not None  # an overflow is the scaler's finding
         scale = scaler.get_scale()  # already halved by scaler.update()
         what = f"fp16 gradient overflow (loss scale now {scale:g})"
         fields.update(reason="fp16 gradient overflow", scale=scale)

@@ -17,8 +17,9 @@ import random
 import signal
 import sys
 import threading
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -31,8 +32,16 @@ from aiayn.train.checkpointing import CheckpointManager, RNGState, init_source, 
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.optim import ConfiguredAdam, build_optimizer
 from aiayn.train.progress import Progress
-from aiayn.train.runtime import (TrainingError, allow_tf32, autocast_factory, derive_update_freq,
-                                 global_batch_warning, resolve_amp, resolve_device, set_deterministic)
+from aiayn.train.runtime import (
+    TrainingError,
+    allow_tf32,
+    autocast_factory,
+    derive_update_freq,
+    global_batch_warning,
+    resolve_amp,
+    resolve_device,
+    set_deterministic,
+)
 from aiayn.train.schedule import noam_lr
 from aiayn.train.state import capture_rng, warn
 from aiayn.train.step import Flags, StepResult, TrainStep, skipped_update
@@ -52,7 +61,7 @@ class Batches:
 
     def __init__(self, iterator: Any, max_epochs: int | None) -> None:
         self.it, self.max_epochs = iterator, max_epochs
-        self._gen: Iterator | None = None
+        self._gen: Generator[Any, None, None] | None = None
 
     def next(self) -> Any:
         for _ in range(2):
@@ -158,7 +167,7 @@ class Trainer:
                                       self.state, self.dist, self.device, c.keep_last, o.tokens_per_update)
         train_model: torch.nn.Module = self.model
         if c.compile:
-            train_model = torch.compile(self.model)  # checkpoints always save self.model (no _orig_mod.)
+            train_model = cast(torch.nn.Module, torch.compile(self.model))  # checkpoints save self.model: no _orig_mod.
         self.train_step = TrainStep(self.task, self.model, train_model, self.optimizer, scheduler, self.scaler,
                               self.dist, self.device, o.clip_norm)  # its stop vote: collective, before the resume's
         if self.resume:
