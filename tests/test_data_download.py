@@ -8,12 +8,12 @@ import http.server
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from aiayn.data import DataError, multi30k
+from local_http import LocalHTTPServer
 
 MIRROR = os.environ.get("AIAYN_DATA_DIR")
 needs_mirror = pytest.mark.needs_mirror  # skip without the mirror, fail under CI (tests/conftest.py)
@@ -43,14 +43,11 @@ class Server:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.http = LocalHTTPServer(Handler)
+        self.url = self.http.url + "/"
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import io
 import re
 import socket
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from aiayn import cli
 from aiayn.config import DataConfig
 from aiayn.data import DataError, multi30k, prepare, wmt14
+from local_http import LocalHTTPServer
 
 
 class Server:
@@ -63,14 +63,11 @@ class Server:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.http = LocalHTTPServer(Handler)
+        self.url = self.http.url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.close()
 
 
 @pytest.fixture
