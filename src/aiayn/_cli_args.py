@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 
 def collect_overrides(parser: argparse.ArgumentParser) -> None:
-    """Let `--section.field VALUE` pairs through: unknown arguments become `args.overrides`
-    (validated by Config.load, which names the known fields), instead of an argparse error."""
-    parse = parser.parse_known_args
+    """Mark a subcommand as taking `--section.field VALUE` pairs: `parse` hands the arguments argparse
+    does not know to it as `args.overrides` (validated by Config.load, which names the known fields)."""
+    parser.set_defaults(overrides=[], takes_overrides=True)
 
-    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
-        ns, extra = parse(args, namespace)
-        ns.overrides = list(getattr(ns, "overrides", None) or []) + extra
-        return ns, []
 
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser.parse_args`, except that a command marked by `collect_overrides` receives the unknown
+    arguments as its overrides instead of an error."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not getattr(args, "takes_overrides", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides) + extra
+    return args

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from aiayn import __version__, ablation, quickstart, viz
 from aiayn import export as export_commands
+from aiayn._cli_args import parse
 from aiayn.data import commands as data_commands
 from aiayn.decode import commands as decode_commands
 from aiayn.errors import AiaynError
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
