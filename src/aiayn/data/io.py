@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import BinaryIO
@@ -22,7 +23,7 @@ class LineStream:
     """The lines of a plain or gzipped file, without line endings (\\n or \\r\\n), read in blocks.
 
     `take(n)` returns the next n lines (fewer at the end); `position` is how many bytes of the file
-    (compressed bytes for gzip) have been read, for progress bars. Same lines as `read_bytes_lines`.
+    (compressed bytes for gzip) have been read, for progress bars.
     """
 
     def __init__(self, path: str | os.PathLike, block: int = 1 << 22) -> None:
@@ -95,23 +96,9 @@ class LineStream:
 
 
 def read_bytes_lines(path: str | os.PathLike) -> list[bytes]:
-    """Raw lines of a plain or gzipped file, without line endings (\\n or \\r\\n)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise DataError(f"{path}: corrupt gzip file ({e})") from None
-    if not data:
-        return []
-    lines = data.split(b"\n")
-    if lines[-1] == b"":  # a trailing newline does not start another line
-        lines.pop()
-    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+    """Raw lines of a plain or gzipped file, without line endings (\\n or \\r\\n): the whole file."""
+    with LineStream(path) as stream:
+        return stream.take(sys.maxsize)
 
 
 def decode_blob(path: str | os.PathLike, blob: bytes, first_line: int = 1) -> str:

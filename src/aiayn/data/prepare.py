@@ -44,6 +44,7 @@ from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder
+from aiayn.fileio import atomic_write
 
 SPLITS = ("train", "valid", "test")
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
@@ -106,7 +107,8 @@ def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, worker
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        _copy_atomic(final / "spm.model", run_dir / "spm.model")
+        model = (final / "spm.model").read_bytes()
+        atomic_write(run_dir / "spm.model", lambda tmp: Path(tmp).write_bytes(model))
         (run_dir / "data_report.json").write_text(json.dumps(out.report, indent=1) + "\n")
     return out
 
@@ -379,7 +381,7 @@ def _build(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any]
             shutil.rmtree(tmp, ignore_errors=True)
     stamps = multi30k.aiayn_home() / "stamps"
     stamps.mkdir(parents=True, exist_ok=True)
-    _write_atomic(stamps / stamp, key.encode())
+    atomic_write(stamps / stamp, lambda tmp: Path(tmp).write_text(key))
     return final, cached
 
 
@@ -551,18 +553,3 @@ def _load(cfg: DataConfig, d: Path) -> Prepared:
     report = json.loads((d / "report.json").read_text())
     return Prepared(tokenizer=Tokenizer(d / "spm.model"), splits={s: EncodedSplit.load(d, s) for s in SPLITS},
                     report=report, cache_dir=d, cfg=cfg)
-
-
-def _write_atomic(dst: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _copy_atomic(src: Path, dst: Path) -> None:
-    _write_atomic(dst, src.read_bytes())
