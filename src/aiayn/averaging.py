@@ -11,7 +11,6 @@ from pathlib import Path
 import torch
 
 from aiayn.checkpoint import CheckpointError, list_checkpoints, load_model, save_weights
-from aiayn.model import Transformer
 
 
 def last_checkpoints(run_dir: str | os.PathLike, n: int) -> list[Path]:
@@ -23,7 +22,7 @@ def last_checkpoints(run_dir: str | os.PathLike, n: int) -> list[Path]:
     return ckpts[-n:]
 
 
-def average_checkpoints(paths: Sequence[str | Path]) -> Transformer:
+def average_checkpoints(paths: Sequence[str | Path]) -> torch.nn.Module:
     """A model whose floating-point parameters are the element-wise mean of the given checkpoints'
     (summed in float64, so the order of files does not matter to rounding at float32 precision)."""
     if not paths:
@@ -44,7 +43,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Transformer:
     return model
 
 
-def average_last(run_dir: str | os.PathLike, k: int, device: str | torch.device = "cpu") -> Transformer:
+def average_last(run_dir: str | os.PathLike, k: int, device: str | torch.device = "cpu") -> torch.nn.Module:
     """The model whose weights average the last k step checkpoints of a run, in eval mode."""
     return average_checkpoints(last_checkpoints(run_dir, k)).to(device).eval()
 

@@ -21,7 +21,7 @@ from safetensors.torch import save_model as _st_save_model
 from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError
 from aiayn.fileio import atomic_write  # noqa: F401 (re-exported: callers used to import it from here)
-from aiayn.model import Transformer
+from aiayn.model import Transformer, build_model
 
 WEIGHTS_SUFFIX = ".safetensors"
 _STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
@@ -82,20 +82,38 @@ def weights_config(path: str | os.PathLike) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(read_metadata(path)["model_config"]))
 
 
-def load_weights(model: torch.nn.Module, path: str | os.PathLike, device: str | torch.device = "cpu") -> None:
-    """The one way weights enter a model (inference, resume, fine-tuning): strict, all keys and shapes."""
+def load_weights(model: torch.nn.Module, path: str | os.PathLike, device: str | torch.device = "cpu",
+                 new_heads: tuple[str, ...] = ()) -> None:
+    """The one way weights enter a model (inference, resume, fine-tuning): strict, all keys and shapes,
+    except that parameters under the `new_heads` prefixes may be absent from the file (a classifier head
+    fine-tuned on a pre-trained encoder keeps its fresh initialisation)."""
     try:
-        _st_load_model(model, str(path), strict=True, device=str(device))
+        missing, unexpected = _st_load_model(model, str(path), strict=not new_heads, device=str(device))
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(f"cannot load weights from {path}: {e}") from None
+    wrong = [k for k in missing if not k.startswith(new_heads)] + list(unexpected)
+    if new_heads and wrong:
+        raise CheckpointError(f"cannot load weights from {path}: missing or unexpected tensors "
+                              f"{', '.join(sorted(wrong)[:8])}")
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> Transformer:
-    """Build the model described by a checkpoint (or run directory) and load its weights, in eval mode."""
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """Build the model described by a checkpoint (or run directory) and load its weights, in eval mode:
+    a `Transformer`, `EncoderOnly` or `DecoderOnly` as its config's `kind` says."""
     file = resolve_weights(path)
-    model = Transformer(weights_config(file))
+    model = build_model(weights_config(file))
     load_weights(model, file, device)
     return model.to(device).eval()
+
+
+def load_translation_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> Transformer:
+    """`load_model` for the translation commands: refuses encoder-only and decoder-only weights in one line."""
+    file = resolve_weights(path)
+    kind = weights_config(file).kind
+    if kind != "encoder-decoder":
+        raise CheckpointError(f"{file} holds a {kind} model, not a translation (encoder-decoder) model; "
+                              f"use `aiayn generate` / `aiayn score` for decoder-only runs")
+    return cast(Transformer, load_model(file, device))
 
 
 def find_in_run(path: str | os.PathLike, name: str) -> Path | None:

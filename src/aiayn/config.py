@@ -39,6 +39,9 @@ class ModelConfig:
     d_head: int | None = None  # d_k (and d_v); None means d_model / n_heads (§3.2.2). Table 3 (B) sets it.
     d_value: int | None = None  # d_v when it differs from d_k (Table 3 (B) keeps d_v = 64); None = d_k
     attention_window: int | None = None  # Table 1's restricted self-attention: see keys <= r positions away
+    # which stack: the paper's encoder-decoder, the encoder alone (BERT) or the decoder alone (GPT)
+    kind: Literal["encoder-decoder", "encoder-only", "decoder-only"] = "encoder-decoder"
+    n_classes: int | None = None  # encoder-only: a pooled classification head with this many classes
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
@@ -55,6 +58,11 @@ class ModelConfig:
             raise ConfigError(f"d_head and d_value must be >= 1, got {self.d_head} and {self.d_value}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.kind not in MODEL_KINDS:
+            raise ConfigError(f"model kind must be one of {', '.join(MODEL_KINDS)}, not {self.kind!r}")
+        if self.n_classes is not None and (self.kind != "encoder-only" or self.n_classes < 2):
+            raise ConfigError(f"n_classes={self.n_classes}: a classification head needs an encoder-only model "
+                              f"and at least 2 classes")
         if self.norm not in ("post", "pre"):
             raise ConfigError(f"norm must be 'post' or 'pre', not {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
@@ -87,6 +95,8 @@ class ModelConfig:
         return cls(**d)
 
 
+MODEL_KINDS = ("encoder-decoder", "encoder-only", "decoder-only")
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Table 3, "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (65M parameters with 37k BPE)
     "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6, dropout=0.1),
@@ -102,7 +112,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 class DataConfig:
     """Where parallel text comes from and how it becomes batches (paper §5.1)."""
 
-    corpus: Literal["multi30k", "files", "embedded", "wmt14"] = "multi30k"  # wmt14: `aiayn data get wmt14` first
+    # parallel text (task translate): multi30k | files | embedded | wmt14 (`aiayn data get wmt14` first);
+    # text (tasks lm, mlm, classify): text (files) | multi30k (data.text_langs) | tinyshakespeare
+    corpus: Literal["multi30k", "files", "embedded", "wmt14", "text", "tinyshakespeare"] = "multi30k"
     src_lang: str = "de"
     tgt_lang: str = "en"
     data_dir: str | None = None  # offline mirror laid out like Multi30k; else $AIAYN_DATA_DIR, cache, download
@@ -123,6 +135,24 @@ class DataConfig:
     max_tokens: int = 4096  # per batch, counted on padded source and padded target separately
     bpe_sample_pairs: int = 500_000  # BPE trains on a seeded random sample of this many training pairs
     embedded_size: int = 20000  # pairs in the generated offline corpus
+    # -- text for the encoder-only and decoder-only tasks --
+    # corpus == "text": plain or gzipped text files, one example per line (a list: their lines in turn);
+    # for task classify, tab-separated: LABEL<TAB>TEXT or LABEL<TAB>TEXT_A<TAB>TEXT_B (a sentence pair)
+    text_train: str | list[str] | None = None
+    text_valid: str | list[str] | None = None  # None with text_unit=document: see valid_fraction
+    text_test: str | list[str] | None = None
+    text_langs: list[str] | None = None  # corpus == "multi30k": whose captions, e.g. [en] or [en, de, fr, cs]
+    text_unit: Literal["line", "document"] = "line"  # document: all the text is one stream (newlines kept)
+    valid_fraction: float = 0.1  # document without text_valid: the last share of the training characters
+    tokenizer: Literal["bpe", "char"] = "bpe"  # char: one piece per character (nothing normalised)
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in ("bpe", "char"):
+            raise ConfigError(f"data.tokenizer must be bpe or char, not {self.tokenizer!r}")
+        if self.text_unit not in ("line", "document"):
+            raise ConfigError(f"data.text_unit must be line or document, not {self.text_unit!r}")
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ConfigError(f"data.valid_fraction must lie in (0, 1), not {self.valid_fraction}")
 
 
 @dataclass
@@ -137,6 +167,40 @@ class DecodeConfig:
 
 
 # --- training (owned by the training layer) ---------------------------------------------------
+
+TASKS = ("translate", "lm", "mlm", "classify")
+TASK_MODEL_KIND = {"translate": "encoder-decoder", "lm": "decoder-only", "mlm": "encoder-only",
+                   "classify": "encoder-only"}
+
+
+@dataclass
+class TaskConfig:
+    """What the run trains: `translate` (the paper), `lm` (decoder-only, next token), `mlm` (encoder-only,
+    masked tokens, BERT) or `classify` (encoder-only with a pooled head, usually from an mlm run)."""
+
+    name: Literal["translate", "lm", "mlm", "classify"] = "translate"
+    # lm: train on contiguous blocks of this many tokens drawn at random from the text (nanoGPT's way);
+    # None: one example per line, batched under data.max_tokens like sentences
+    block_size: int | None = None
+    batch_size: int = 12  # lm blocks per batch and rank (with block_size)
+    mask_prob: float = 0.15  # mlm: share of the non-special tokens chosen for prediction (BERT)
+    mask_token: float = 0.8  # ... of which this share becomes [MASK]
+    random_token: float = 0.1  # ... and this share a random token (the rest stays as it was)
+
+    def __post_init__(self) -> None:
+        if self.name not in TASKS:
+            raise ConfigError(f"task.name must be one of {' | '.join(TASKS)}, not {self.name!r}")
+        if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:
+            raise ConfigError("task.block_size must be >= 2 (or null) and task.batch_size >= 1")
+        if not 0 < self.mask_prob < 1 or self.mask_token < 0 or self.random_token < 0 \
+                or self.mask_token + self.random_token > 1:
+            raise ConfigError("task.mask_prob must lie in (0, 1), mask_token and random_token in [0, 1] "
+                              "with a sum <= 1")
+
+    @property
+    def model_kind(self) -> str:
+        return TASK_MODEL_KIND[self.name]
+
 
 
 @dataclass
@@ -198,7 +262,8 @@ class TrainConfig:
     # Early stopping: stop after this many validations without a better patience_metric (0 = never).
     # The best weights by that metric are RUN/best.safetensors whether or not patience is set.
     patience: int = 0
-    patience_metric: Literal["auto", "bleu", "loss"] = "auto"  # auto = bleu with eval_bleu, else validation loss
+    # auto = translate: bleu with eval_bleu, else validation loss; other tasks: validation loss
+    patience_metric: Literal["auto", "bleu", "loss", "accuracy"] = "auto"
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
@@ -212,15 +277,16 @@ class TrainConfig:
             raise ConfigError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
             raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
-        if self.patience_metric not in ("auto", "bleu", "loss"):
-            raise ConfigError(f"train.patience_metric must be auto | bleu | loss, not {self.patience_metric!r}")
+        if self.patience_metric not in ("auto", "bleu", "loss", "accuracy"):
+            raise ConfigError(f"train.patience_metric must be auto | bleu | loss | accuracy, "
+                              f"not {self.patience_metric!r}")
         if self.patience_metric == "bleu" and not self.eval_bleu:
             raise ConfigError("train.patience_metric=bleu needs train.eval_bleu=true")
         if self.patience < 0 or (self.patience and not self.eval_every):
             raise ConfigError("train.patience must be >= 0, and needs train.eval_every > 0 (validations to count)")
 
 
-_SECTIONS = ("model", "data", "optim", "train", "decode")
+_SECTIONS = ("model", "data", "optim", "train", "decode", "task")
 
 
 @dataclass
@@ -236,6 +302,7 @@ class Config:
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
 
     def __post_init__(self) -> None:
         self.model = dict(self.model)
@@ -248,9 +315,11 @@ class Config:
             raise ConfigError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
         self.model_config(vocab_size=max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1)  # bad sizes fail now, not after data prep
 
-    def model_config(self, vocab_size: int) -> ModelConfig:
-        overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size")}
-        return ModelConfig.preset(self.model["preset"], vocab_size=vocab_size, **overrides)
+    def model_config(self, vocab_size: int, n_classes: int | None = None) -> ModelConfig:
+        """The model this run trains: the preset, the file's overrides, the task's kind of stack."""
+        overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size", "kind", "n_classes")}
+        return ModelConfig.preset(self.model["preset"], vocab_size=vocab_size, kind=self.task.model_kind,
+                                  n_classes=n_classes if self.task.name == "classify" else None, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: dataclasses.asdict(getattr(self, k)) for k in _SECTIONS if k != "model"}
@@ -262,7 +331,8 @@ class Config:
         unknown = set(d) - set(_SECTIONS)
         if unknown:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
-        kinds = {"data": DataConfig, "optim": OptimConfig, "train": TrainConfig, "decode": DecodeConfig}
+        kinds = {"data": DataConfig, "optim": OptimConfig, "train": TrainConfig, "decode": DecodeConfig,
+                 "task": TaskConfig}
         mfields = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
         parts: dict[str, Any] = {"model": {k: _coerce(v, mfields[k], f"model.{k}") if k in mfields else v
                                            for k, v in (d.get("model") or {}).items()}}

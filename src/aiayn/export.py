@@ -133,11 +133,11 @@ def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | 
     `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
     """
-    from aiayn.checkpoint import find_tokenizer, load_model
+    from aiayn.checkpoint import find_tokenizer, load_translation_model
 
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
-        model = load_model(path, "cpu")
+        model = load_translation_model(path, "cpu")
         spm_file = Path(spm_file) if spm_file else find_tokenizer(path)
     else:
         model = model_or_path

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,9 +111,11 @@ class _Prefetcher:
     includes what was only collated ahead. An error in the thread is raised in the consumer at the batch
     it concerns; `close()` stops the thread (it is a daemon too, so a forgotten one never holds up exit)."""
 
-    def __init__(self, split: EncodedSplit, plan: list[np.ndarray], depth: int, pin: bool) -> None:
+    def __init__(self, split: EncodedSplit, plan: list[np.ndarray], depth: int, pin: bool,
+                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] = collate) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
+        self.collate_fn = collate_fn
         self.thread = threading.Thread(target=self._work, args=(split, plan, pin), name="aiayn-prefetch",
                                        daemon=True)
         self.thread.start()
@@ -121,7 +123,7 @@ class _Prefetcher:
     def _work(self, split: EncodedSplit, plan: list[np.ndarray], pin: bool) -> None:
         try:
             for ids in plan:
-                b = collate(split, ids)
+                b = self.collate_fn(split, ids)
                 if not self._put((True, b.pin_memory() if pin else b)):
                     return
         except BaseException as e:  # handed to the consumer, raised there
@@ -179,10 +181,14 @@ class BatchIterator:
     trains on the current one (`pin_memory`: in page-locked memory, for asynchronous copies to a GPU).
     Batches, order and state are the same as without: the position counts batches handed out only.
     Closing the generator (or exhausting it) stops the thread.
+
+    `collate_fn(split, ids)` makes the batch (default: the translation pairs' `collate`; the text tasks
+    bring their own layout, `text_batching.TextCollate`).
     """
 
     def __init__(self, split: EncodedSplit, max_tokens: int, seed: int = 0, shuffle: bool = True,
-                 rank: int = 0, world_size: int = 1, prefetch: int = 0, pin_memory: bool = False) -> None:
+                 rank: int = 0, world_size: int = 1, prefetch: int = 0, pin_memory: bool = False,
+                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] = collate) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if len(split) == 0:
@@ -196,6 +202,7 @@ class BatchIterator:
         self.split, self.max_tokens, self.seed, self.shuffle = split, int(max_tokens), int(seed), bool(shuffle)
         self.rank, self.world_size = rank, world_size
         self.prefetch, self.pin_memory = int(prefetch), bool(pin_memory)
+        self.collate_fn = collate_fn
         self.epoch, self.position = 0, 0
         self._reshards: list[tuple[int, int]] = []  # this epoch's (world size, global batches consumed) before now
         self._plan_epoch: int | None = None
@@ -276,10 +283,10 @@ class BatchIterator:
         """Batches per epoch on this rank (for the current epoch; ties make it vary slightly)."""
         return len(self._batches())
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Any]:
         plan = self._batches()
         if self.prefetch > 0:
-            ahead = _Prefetcher(self.split, plan[self.position:], self.prefetch, self.pin_memory)
+            ahead = _Prefetcher(self.split, plan[self.position:], self.prefetch, self.pin_memory, self.collate_fn)
             try:
                 while self.position < len(plan):
                     b = ahead.get()
@@ -291,7 +298,7 @@ class BatchIterator:
             while self.position < len(plan):
                 ids = plan[self.position]
                 self.position += 1  # counted before yield: a state_dict taken now resumes after this batch
-                yield collate(self.split, ids)
+                yield self.collate_fn(self.split, ids)
         self.epoch, self.position, self._reshards = self.epoch + 1, 0, []
 
     @property

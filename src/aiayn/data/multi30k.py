@@ -16,7 +16,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,20 +262,29 @@ def locate(src_lang: str, tgt_lang: str, data_dir: str | os.PathLike | None = No
            base_url: str | None = None) -> Path:
     """The directory holding train/val/test_2016_flickr files for the pair: mirror, cache, or download."""
     check_langs(src_lang, tgt_lang)
+    return locate_langs((src_lang, tgt_lang), data_dir, download_ok, base_url)
+
+
+def locate_langs(langs: Sequence[str], data_dir: str | os.PathLike | None = None, download_ok: bool = True,
+                 base_url: str | None = None) -> Path:
+    """The directory holding the train/val/test_2016_flickr files of `langs`: mirror, cache, or download."""
+    for lang in langs:
+        if lang not in LANGS:
+            raise DataError(f"multi30k has no {lang!r} text; languages: {', '.join(LANGS)}")
     mirror = mirror_dir(data_dir)
     if mirror is not None:
         if not mirror.is_dir():
             raise DataError(f"multi30k data directory not found: {mirror}")
-        for name in raw_files((src_lang, tgt_lang)):
+        for name in raw_files(langs):
             if not (mirror / name).is_file():
                 raise DataError(f"multi30k file missing: {mirror / name}")
         return mirror
     cache = cache_dir()
-    if all((cache / n).is_file() for n in raw_files((src_lang, tgt_lang))):
+    if all((cache / n).is_file() for n in raw_files(langs)):
         return cache
     if not download_ok:
         raise DataError(f"multi30k not found in {cache}; run `aiayn data get multi30k` or set AIAYN_DATA_DIR")
-    return fetch((src_lang, tgt_lang), base_url=base_url)
+    return fetch(langs, base_url=base_url)
 
 
 def paths(split: str, lang: str, data_dir: str | os.PathLike | None = None) -> Path:

@@ -36,24 +36,39 @@ class Tokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], model_file: str | os.PathLike, vocab_size: int = 8000,
-              max_sentences: int = 2_000_000, threads: int | None = None) -> Tokenizer:
+              max_sentences: int = 2_000_000, threads: int | None = None, *, model_type: str = "bpe",
+              user_symbols: Sequence[str] = ()) -> Tokenizer:
         """Train a BPE model on an iterator of lines (source and target text together).
 
+        `model_type="char"` makes one piece per character seen, with nothing normalised (spaces, runs of
+        spaces and case kept), so that decode(encode(x)) == x for character-level language models.
+        `user_symbols` are extra pieces never split, with ids right after the four special ids
+        (e.g. [MASK], [CLS], [SEP] for an encoder-only model, or a newline piece for running text).
         The model is written through `model_writer`, so no path is stored in it: the same text gives
         the same bytes on every machine (multi-node caches and ensembles compare them)."""
         model_file = Path(model_file)
         model_file.parent.mkdir(parents=True, exist_ok=True)
         proto = io.BytesIO()
+        char = model_type == "char"
+        extra: dict = dict(normalization_rule_name="identity", remove_extra_whitespaces=False,
+                           add_dummy_prefix=False, split_by_whitespace=False) if char else {}
+        if user_symbols:
+            extra["user_defined_symbols"] = list(user_symbols)
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=proto, model_type="bpe",
-            vocab_size=vocab_size, character_coverage=1.0, byte_fallback=True,
+            sentence_iterator=iter(texts), model_writer=proto, model_type=model_type,
+            vocab_size=vocab_size, character_coverage=1.0, byte_fallback=not char,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
             num_threads=threads or os.cpu_count() or 1, minloglevel=2,
-            hard_vocab_limit=False,
+            hard_vocab_limit=False, **extra,
         )
         model_file.write_bytes(proto.getvalue())
         return cls(model_file)
+
+    def piece_id(self, piece: str) -> int | None:
+        """The id of a whole piece (e.g. "[MASK]"), or None when the vocabulary lacks it."""
+        i = self.sp.piece_to_id(piece)
+        return None if i == self.unk_id and piece != self.sp.id_to_piece(self.unk_id) else int(i)
 
     @property
     def vocab_size(self) -> int:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.averaging import average_last as average
-from aiayn.checkpoint import find_tokenizer, load_model
+from aiayn.checkpoint import find_tokenizer, load_translation_model, model_config
 from aiayn.errors import AiaynError
 from aiayn.model import Transformer
 from aiayn.model.cache import DecoderCache
@@ -98,9 +98,12 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
         if average_last:
             if not Path(p).is_dir():
                 raise AiaynError(f"--average-last needs run directories, got {p}")
-            models.append(average(p, average_last, device))
+            model = average(p, average_last, device)
+            if model_config(model).kind != "encoder-decoder":
+                raise AiaynError(f"{p} holds a {model_config(model).kind} model, not a translation model")
+            models.append(cast(Transformer, model))
         else:
-            models.append(load_model(p, device))
+            models.append(load_translation_model(p, device))
     spm = [find_tokenizer(p) for p in paths]
     for p, s in zip(paths[1:], spm[1:]):
         if s.read_bytes() != spm[0].read_bytes():

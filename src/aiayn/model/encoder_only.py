@@ -8,6 +8,8 @@ context, with a masked-token head (tied to the embeddings) and a pooled first-to
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor, nn
 
@@ -19,11 +21,14 @@ from aiayn.model.transformer import init_parameters
 
 
 class EncoderOnly(nn.Module):
-    """`n_encoder_layers` encoder layers; `n_classes` adds the classification head."""
+    """`n_encoder_layers` encoder layers; `n_classes` (default: the config's) adds the classification head."""
 
     def __init__(self, config: ModelConfig, n_classes: int | None = None) -> None:
         super().__init__()
+        if n_classes is not None and n_classes != config.n_classes:
+            config = dataclasses.replace(config, n_classes=n_classes, kind="encoder-only")
         self.config = c = config
+        n_classes = c.n_classes
         tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         self.embed = Embedding(tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.segment_embed = nn.Embedding(2, c.d_model)  # sentence A / B of a pair (BERT)

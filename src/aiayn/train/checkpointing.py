@@ -174,6 +174,7 @@ class CheckpointManager:
 # -- fine-tuning ------------------------------------------------------------------------------------
 
 _REGULARISATION = ("dropout", "attention_dropout")  # may differ between pre-training and fine-tuning
+_HEADS = ("pooler.", "classifier.")  # a classifier's head, new on a pre-trained (mlm) encoder
 
 
 def init_source(path: str | Path) -> tuple[Path, Path]:
@@ -190,13 +191,15 @@ def init_source(path: str | Path) -> tuple[Path, Path]:
 def load_initial_weights(model: torch.nn.Module, weights: Path, device: torch.device) -> None:
     """Fine-tuning starts from these weights; the architecture must be the same (dropout may differ)."""
     theirs, ours = weights_config(weights).to_dict(), model_config(model).to_dict()
+    new_head = theirs.get("n_classes") is None and ours.get("n_classes") is not None
+    skip = _REGULARISATION + (("n_classes",) if new_head else ())
     diff = [f"{k} {theirs.get(k)} vs {ours.get(k)}" for k in sorted(set(theirs) | set(ours))
-            if k not in _REGULARISATION and theirs.get(k) != ours.get(k)]
+            if k not in skip and theirs.get(k) != ours.get(k)]
     if diff:
         vocab = (" (another vocabulary: keep data.spm_model at the run's spm.model)"
                  if "vocab_size" in "".join(diff) else "")
         raise TrainingError(f"--init-from {weights}: its model differs from this config's: {', '.join(diff)}{vocab}")
     try:
-        load_weights(model, weights, device)
+        load_weights(model, weights, device, new_heads=_HEADS if new_head else ())
     except CheckpointError as e:
         raise TrainingError(f"--init-from {weights}: {e}") from None

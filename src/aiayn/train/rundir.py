@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +18,8 @@ from aiayn.train.runtime import TrainingError
 from aiayn.train.state import list_checkpoints
 
 # data settings that name files: written absolute into the run's config.yaml
-_DATA_PATHS = ("data_dir", "spm_model", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
+_DATA_PATHS = ("data_dir", "spm_model", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt",
+               "text_train", "text_valid", "text_test")
 
 
 def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
@@ -42,13 +44,14 @@ def check_new_or_resumed(run_dir: Path, resume: bool) -> None:
                             f"`aiayn train --resume {run_dir}` or choose a new run directory")
 
 
-def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool) -> Any:
+def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool,
+                              prepare_fn: Callable[[Any, Path | None], Any] | None = None) -> Any:
     """Prepare the data (every rank, outside any collective: one process per cache builds it under a
     file lock while the others wait on it, and a cold WMT cache takes longer than a collective's
     timeout). Rank 0 copies spm.model into the run; a resumed run must keep its own."""
     spm = run_dir / "spm.model"
     before = spm.read_bytes() if main and resume and spm.is_file() else None
-    prepared = prepare(data, run_dir if main else None)
+    prepared = (prepare_fn or prepare)(data, run_dir if main else None)
     if before is not None and spm.read_bytes() != before:
         atomic_write(spm, lambda tmp: Path(tmp).write_bytes(before))  # keep the run's own tokenizer
         raise TrainingError(f"the prepared data's tokenizer differs from {spm} (data settings changed or "
@@ -72,6 +75,9 @@ def save_resolved_config(cfg: Config, model_config: ModelConfig, run_dir: Path) 
     resolved = cfg.to_dict()
     resolved["model"] = {"preset": cfg.model["preset"], **model_config.to_dict()}
     for k in _DATA_PATHS:
-        if resolved["data"].get(k):
-            resolved["data"][k] = os.path.abspath(resolved["data"][k])
+        value = resolved["data"].get(k)
+        if isinstance(value, list):
+            resolved["data"][k] = [os.path.abspath(v) for v in value]
+        elif value:
+            resolved["data"][k] = os.path.abspath(value)
     Config.from_dict(resolved).save(run_dir / "config.yaml")

@@ -26,8 +26,8 @@ import torch
 
 from aiayn import distributed
 from aiayn.config import Config
-from aiayn.model import Transformer
-from aiayn.train import rundir
+from aiayn.model import build_model
+from aiayn.train import rundir, tasks
 from aiayn.train.checkpointing import CheckpointManager, RNGState, init_source, load_initial_weights
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.optim import ConfiguredAdam, build_optimizer
@@ -45,7 +45,6 @@ from aiayn.train.runtime import (
 from aiayn.train.schedule import noam_lr
 from aiayn.train.state import capture_rng, warn
 from aiayn.train.step import Flags, StepResult, TrainStep, skipped_update
-from aiayn.train.tasks import TranslationTask
 from aiayn.train.train_state import TrainState
 from aiayn.train.validate import Validator
 
@@ -107,14 +106,12 @@ class Trainer:
         if c.threads:
             torch.set_num_threads(c.threads)
         self.metrics = MetricsWriter(self.run_dir, self.main)
-        self.state = TrainState(metric=c.patience_metric if c.patience_metric != "auto"
-                                else ("bleu" if c.eval_bleu else "loss"))
+        self.state = TrainState(metric=tasks.default_metric(config))
         self.flags = Flags()
         self.progress = Progress(c, self.state, self.metrics, self.main)
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from aiayn.data.batching import BatchIterator
         from aiayn.data.prepare import with_run_tokenizer
 
         run_dir, c = self.run_dir, self.cfg.train
@@ -127,7 +124,8 @@ class Trainer:
             rundir.check_new_or_resumed(run_dir, self.resume)
         distributed.barrier()
         data = with_run_tokenizer(cfg.data, run_dir) if self.resume else cfg.data  # config.yaml keeps the original
-        self.prepared = rundir.prepare_keeping_tokenizer(data, run_dir, self.main, self.resume)
+        self.prepared = rundir.prepare_keeping_tokenizer(data, run_dir, self.main, self.resume,
+                                                         lambda d, r: tasks.prepare_data(cfg, d, r))
         rundir.check_ranks_agree_on_data(self.prepared)
         vocab = self.prepared.tokenizer.vocab_size
         if "vocab_size" in cfg.model and int(cfg.model["vocab_size"]) != vocab:
@@ -137,12 +135,12 @@ class Trainer:
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
         random.seed(c.seed)
-        self.model_config = cfg.model_config(vocab)
-        self.model = Transformer(self.model_config).to(self.device)  # identical init on every rank
+        self.model_config = cfg.model_config(vocab, tasks.n_classes(self.prepared))
+        self.model = build_model(self.model_config).to(self.device)  # identical init on every rank
         if weights is not None:
             load_initial_weights(self.model, weights, self.device)
         torch.manual_seed(c.seed + self.dist.rank)  # dropout differs across ranks, as it should
-        n_params = self.model.num_parameters()
+        n_params = sum(p.numel() for p in self.model.parameters())
         if self.main:
             rundir.check_run_dir(run_dir, need_bytes=2 * 16 * n_params)  # weights + Adam moments, twice over
             rundir.save_resolved_config(cfg, self.model_config, run_dir)
@@ -150,17 +148,14 @@ class Trainer:
         o = cfg.optim
         self.update_freq = o.update_freq
         if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
-            self.update_freq = derive_update_freq(o.tokens_per_update, cfg.data.max_tokens, self.dist.world_size)
+            self.update_freq = derive_update_freq(o.tokens_per_update, tasks.micro_batch_tokens(cfg),
+                                                  self.dist.world_size)
         self.optimizer, scheduler, self.scaler = build_optimizer(self.model, o, self.model_config.d_model,
                                                                  self.device, self.amp)
-        self.iterator = BatchIterator(self.prepared.splits["train"], cfg.data.max_tokens, seed=c.seed, shuffle=True,
-                                      rank=self.dist.rank, world_size=self.dist.world_size,
-                                      prefetch=2, pin_memory=self.device.type == "cuda")  # collated during the update
+        self.iterator = tasks.train_iterator(cfg, self.prepared, self.dist, self.device)
         self.batches = Batches(self.iterator, c.max_epochs)
-        autocast = autocast_factory(self.amp, self.device)
-        self.task = TranslationTask(self.model_config, self.prepared, self.device, label_smoothing=o.label_smoothing,
-                                    max_tokens=cfg.data.max_tokens, autocast=autocast, compiled=c.compile,
-                                    eval_bleu=c.eval_bleu, eval_max_sentences=c.eval_max_sentences)
+        self.task = tasks.build_task(cfg, self.model_config, self.prepared, self.device,
+                                     autocast_factory(self.amp, self.device))
         parts = {"optimizer": ConfiguredAdam(self.optimizer), "scheduler": scheduler, "scaler": self.scaler,
                  "data": self.iterator}
         self.ckpt = CheckpointManager(run_dir, self.model, parts, RNGState(self.device, self.dist, c.seed),
@@ -186,16 +181,18 @@ class Trainer:
 
     def _banner(self, n_params: int, weights: Path | None) -> None:
         cfg, o, world = self.cfg, self.cfg.optim, self.dist.world_size
-        eff = cfg.data.max_tokens * self.update_freq * world
+        micro = tasks.micro_batch_tokens(cfg)
+        eff = micro * self.update_freq * world
         derived = (f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"
                    if o.tokens_per_update is not None else "")
         start = (f" | resumed at step {self.state.step}" if self.state.step else "") + \
                 (f" | fine-tuning {weights}" if weights else "")
-        print(f"aiayn train: {self.run_dir} | {n_params:,} parameters | {len(self.prepared.splits['train']):,} "
-              f"training pairs, {len(self.iterator)} batches/epoch/rank | update = {self.update_freq} x {world} x "
-              f"{cfg.data.max_tokens} tokens (<= {eff:,}{derived}) | device {self.device}, amp {self.amp}{start}",
+        print(f"aiayn train: {self.run_dir} | {cfg.task.name} | {n_params:,} parameters | "
+              f"{len(self.prepared.splits['train']):,} training examples, {len(self.iterator)} batches/epoch/rank | "
+              f"update = {self.update_freq} x {world} x {micro} tokens (<= {eff:,}{derived}) | "
+              f"device {self.device}, amp {self.amp}{start}",
               flush=True)
-        off = (global_batch_warning(o.tokens_per_update, cfg.data.max_tokens, self.update_freq, world)
+        off = (global_batch_warning(o.tokens_per_update, micro, self.update_freq, world)
                if o.tokens_per_update is not None else None)
         if off:
             warn(off)

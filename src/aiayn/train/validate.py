@@ -52,9 +52,8 @@ class Validator:
             t = time.perf_counter()
             rec = self.metrics.write("valid", s.step, **validate(self.task, self.model))
             self.last = rec
-            bleu = "" if rec.get("bleu") is None else f" | bleu {rec['bleu']:.2f}"
-            self.say(f"valid step {s.step} | loss {rec['loss']:.3f} | nll {rec['nll']:.3f} | "
-                     f"ppl {rec['ppl']:.2f}{bleu} ({time.perf_counter() - t:.1f}s)")
+            shown = " | ".join(f"{k} {v:.4g}" for k, v in rec.items() if isinstance(v, float))
+            self.say(f"valid step {s.step} | {shown} ({time.perf_counter() - t:.1f}s)")
             value = rec.get(s.metric)
             if value is not None and s.record_validation(value):
                 save_weights(self.model, self.run_dir / "best.safetensors", step=s.step,

@@ -1,18 +1,11 @@
-"""What the loop trains: the seam between a generic training loop and one kind of model.
-
-A task turns a batch into a summed loss (and names the token count that sum is normalised by) and
-says what validation measures. The loop (accumulation, DDP, AMP, skipping non-finite updates,
-checkpoints, early stopping) knows nothing else about the model, so encoder-only (MLM,
-classification) and decoder-only (LM) models can train in it by bringing their own task.
-`TranslationTask` is the encoder-decoder of the paper.
-"""
+"""The paper's task: translation with the encoder-decoder (§5), on the loop's task seam."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,17 +13,6 @@ from torch import Tensor
 from aiayn.config import ModelConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.train.loss import label_smoothed_nll
-
-
-class Task(Protocol):
-    def tokens(self, batch: Any) -> int:
-        """The count the update's loss is normalised by (known on the host, before any forward)."""
-
-    def loss(self, model: torch.nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
-        """(training loss, nll), each summed over this batch's `tokens`: scalars on the device."""
-
-    def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
-        """Validation measures of the (unwrapped, eval-mode) model; "loss" at least, lower is better."""
 
 
 class TranslationTask:
