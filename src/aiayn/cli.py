@@ -16,6 +16,7 @@ from aiayn import export as export_commands
 from aiayn._cli_args import parse
 from aiayn.data import commands as data_commands
 from aiayn.decode import commands as decode_commands
+from aiayn.decode import lm_commands
 from aiayn.errors import AiaynError
 from aiayn.serve import commands as serve_commands
 from aiayn.train import commands as train_commands
@@ -55,7 +56,7 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
     quickstart.register, data_commands.register, train_commands.register, decode_commands.register,
-    viz.register, ablation.register, export_commands.register, serve_commands.register, _add_model,
+    lm_commands.register, viz.register, ablation.register, export_commands.register, serve_commands.register, _add_model,
 ]
 
 

@@ -8,7 +8,7 @@ The model needs `config.{pad_id,bos_id,eos_id}` and `model(ids, cache=cache) -> 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -57,23 +57,33 @@ def next_token(logits: Tensor, sampling: Sampling, generator: torch.Generator | 
 
 @torch.inference_mode()
 def generate(model, prompt: Tensor, sampling: Sampling | None = None,
-             on_token: Callable[[Tensor], None] | None = None) -> list[list[int]]:
-    """Continue each row of a (B, T) prompt (BOS first; right-padded rows are not supported: give
-    prompts of one length or one at a time) until EOS or `max_tokens`; returns the new ids per row
-    (without EOS). `on_token((B,) ids)` sees every step as it is made, for streaming."""
+             on_token: Callable[[Tensor], None] | None = None, context: int | None = None,
+             banned: Sequence[int] = ()) -> list[list[int]]:
+    """Continue each row of a (B, T) prompt (right-padded rows are not supported: give prompts of one
+    length or one at a time) until EOS or `max_tokens`; returns the new ids per row (without EOS).
+    `on_token((B,) ids)` sees every step as it is made, for streaming.
+
+    The model sees at most `context` tokens (default: its `max_positions`): past that, the oldest are
+    dropped and the cache is primed again from the last `context` tokens at each step, as nanoGPT
+    crops its input to the block size. PAD, BOS and `banned` ids are never generated."""
     s = sampling or Sampling()
     cfg = model.config
+    context = min(context or cfg.max_positions, cfg.max_positions)
+    if prompt.size(1) > context:
+        prompt = prompt[:, -context:]
     gen = None
     if s.seed is not None:
         gen = torch.Generator(device=prompt.device).manual_seed(s.seed)
     B = prompt.size(0)
-    cache = model.init_cache(B, capacity=prompt.size(1) + s.max_tokens)
+    cache = model.init_cache(B, capacity=min(context, prompt.size(1) + s.max_tokens))
     logits, cache = model(prompt, cache=cache)  # (B, T, V)
+    history = prompt  # (B, L): what a re-primed cache is built from
     out: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+    never = [cfg.pad_id, cfg.bos_id, *banned]
     for _ in range(s.max_tokens):
         step = logits[:, -1].clone()  # (B, V)
-        step[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
+        step[:, never] = float("-inf")
         ids = next_token(step, s, gen)  # (B,)
         ids = ids.masked_fill(done, cfg.eos_id)
         if on_token is not None:
@@ -83,7 +93,12 @@ def generate(model, prompt: Tensor, sampling: Sampling | None = None,
             out[i].append(int(ids[i]))
         if bool(done.all()):
             break
-        logits, cache = model(ids[:, None], cache=cache)
+        history = torch.cat([history, ids[:, None]], dim=1)
+        if history.size(1) > context:  # past the window: the last `context` tokens, afresh
+            history = history[:, -context:]
+            logits, cache = model(history, cache=model.init_cache(B, capacity=context))
+        else:
+            logits, cache = model(ids[:, None], cache=cache)
     return out
 
 

@@ -16,6 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="resume after a crash or Ctrl-C: aiayn train --resume RUN_DIR [overrides]; fine-tune: "
                "aiayn train --init-from RUN_DIR --run-dir NEW_RUN [--config ...] [overrides]")
     p.add_argument("--config", help="YAML or TOML config (see configs/)")
+    p.add_argument("--task", choices=["translate", "lm", "mlm", "classify"],
+                   help="what to train (sets task.name): translate (encoder-decoder, the default), lm "
+                        "(decoder-only), mlm (encoder-only, masked tokens) or classify (encoder-only + head)")
     p.add_argument("--run-dir", "-o", help="run directory (config, tokenizer, checkpoints, metrics)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest usable checkpoint, "
                    "with its config.yaml (plus any overrides)")
@@ -30,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         from aiayn.config import Config, ConfigError
         from aiayn.train import train
 
-        overrides = a.overrides
+        overrides = list(a.overrides or []) + (["--task.name", a.task] if a.task else [])
         if a.resume:
             run_dir = Path(a.resume)
             saved = run_dir / "config.yaml"
