@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from aiayn.config import Config, DataConfig, ModelConfig
+from aiayn.config import Config, ModelConfig
 from aiayn.data.text import prepare_text
 from aiayn.data.text_batching import BlockIterator, TextCollate, stream_blocks
 from aiayn.decode.lm import LanguageModel

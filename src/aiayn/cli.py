@@ -56,7 +56,8 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
     quickstart.register, data_commands.register, train_commands.register, decode_commands.register,
-    lm_commands.register, viz.register, ablation.register, export_commands.register, serve_commands.register, _add_model,
+    lm_commands.register, viz.register, ablation.register, export_commands.register, serve_commands.register,
+    _add_model,
 ]
 
 

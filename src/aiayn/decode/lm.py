@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, resolve_weights, weights_config
+from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights, weights_config
 from aiayn.config import Config
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.sampling import Sampling, generate
@@ -44,8 +44,10 @@ class Scored:
 class LanguageModel:
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, running_text: bool = False,
                  device: str | torch.device | None = None) -> None:
-        if model.config.kind != "decoder-only":  # type: ignore[union-attr]
-            raise AiaynError(f"generation needs a decoder-only model (task lm), not {model.config.kind}")
+        config = model_config(model)
+        if config.kind != "decoder-only":
+            raise AiaynError(f"generation needs a decoder-only model (task lm), not {config.kind}")
+        self.context = config.max_positions
         self.device = auto_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer, self.running_text = tokenizer, running_text
@@ -99,7 +101,7 @@ class LanguageModel:
         """Log-likelihood of each line under the model: of text + EOS after BOS for a sentence model, of
         every token after the first for a running-text model (the line cut to the model's context)."""
         out: list[Scored] = []
-        limit = self.model.config.max_positions  # type: ignore[union-attr]
+        limit = self.context
         for i in range(0, len(lines), batch_size):
             rows = []
             for line in lines[i:i + batch_size]:
@@ -107,12 +109,12 @@ class LanguageModel:
                 rows.append(ids if self.running_text else [self.tokenizer.bos_id, *ids, self.tokenizer.eos_id])
             rows = [r[: limit + 1] for r in rows]
             width = max(2, max(map(len, rows)))
-            ids = torch.zeros(len(rows), width, dtype=torch.long)  # (B, T), right-padded
+            batch = torch.zeros(len(rows), width, dtype=torch.long)  # (B, T), right-padded
             for k, r in enumerate(rows):
-                ids[k, : len(r)] = torch.tensor(r, dtype=torch.long)
-            ids = ids.to(self.device)
-            logp = self.model(ids[:, :-1]).float().log_softmax(-1)  # (B, T-1, V)
-            picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+                batch[k, : len(r)] = torch.tensor(r, dtype=torch.long)
+            batch = batch.to(self.device)
+            logp = self.model(batch[:, :-1]).float().log_softmax(-1)  # (B, T-1, V)
+            picked = logp.gather(-1, batch[:, 1:, None]).squeeze(-1)  # (B, T-1)
             real = torch.zeros_like(picked, dtype=torch.bool)
             for k, r in enumerate(rows):
                 real[k, : max(0, len(r) - 1)] = True

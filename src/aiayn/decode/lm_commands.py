@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         from aiayn.decode.sampling import Sampling
 
         lm = LanguageModel.load(a.checkpoint, a.device)
+
+        def show(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
         try:
             for k in range(a.num_samples):
                 seed = None if a.seed is None else a.seed + k
@@ -33,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 if a.num_samples > 1:
                     print(f"--- sample {k + 1}" + ("" if seed is None else f" (seed {seed})"), flush=True)
                 sys.stdout.write(a.prompt)
-                lm.generate(a.prompt, s, on_text=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+                lm.generate(a.prompt, s, on_text=show)
                 sys.stdout.write("\n")
                 sys.stdout.flush()
         except ValueError as e:  # bad sampling settings
