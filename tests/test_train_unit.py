@@ -131,6 +131,34 @@ def test_scheduler_drives_the_optimizer_and_resumes():
     assert opt2.param_groups[0]["lr"] == pytest.approx(noam_lr(26, d, w, 3.0))
 
 
+def test_cosine_schedule_warms_up_like_noam_then_falls_to_its_floor_at_max_steps_and_resumes():
+    d, w, total = 64, 10, 50
+
+    def run(steps: int, start: dict | None = None) -> tuple[list[float], dict]:
+        opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+        sched = noam_scheduler(opt, d, w, scale=2.0, cosine_to=(total, 0.1))
+        if start is not None:
+            sched.load_state_dict(start)
+        seen = []
+        for _ in range(steps):
+            seen.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return seen, sched.state_dict()
+
+    lrs, _ = run(60)
+    peak = noam_lr(w, d, w, 2.0)
+    assert lrs[:w] == pytest.approx([noam_lr(s, d, w, 2.0) for s in range(1, w + 1)])  # the same warm-up
+    assert lrs[w - 1] == pytest.approx(peak) and max(lrs) == pytest.approx(peak)
+    after = lrs[w - 1:total]
+    assert all(a > b for a, b in zip(after, after[1:]))  # strictly falling to ...
+    assert lrs[total - 1] == pytest.approx(0.1 * peak) and lrs[-1] == pytest.approx(0.1 * peak)  # ... the floor
+    assert lrs[(w + total) // 2 - 1] == pytest.approx(0.55 * peak)  # half way: the cosine's midpoint
+    first, state = run(20)
+    rest, _ = run(40, state)
+    assert first + rest == pytest.approx(lrs, rel=1e-12)
+
+
 # -- config -----------------------------------------------------------------------------------------
 
 

@@ -220,6 +220,10 @@ class OptimConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0 disables; the paper does not clip
     label_smoothing: float = 0.1  # §5.4
+    # noam: §5.3; cosine: the same warm-up and peak, then a half cosine to min_lr_ratio x peak at
+    # train.max_steps (GPT-style language models)
+    schedule: Literal["noam", "cosine"] = "noam"
+    min_lr_ratio: float = 0.1
     update_freq: int = 1
     # Global batch target (the paper: ~25000); update_freq = max(1, round(target / (max_tokens x world
     # size))) at startup. None: update_freq as given, and the batch grows with the GPU count.
@@ -240,6 +244,9 @@ class OptimConfig:
                                   f"choose update_freq yourself")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("optim.label_smoothing must lie in [0, 1)")
+        if self.schedule not in ("noam", "cosine") or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"optim.schedule must be noam | cosine (not {self.schedule!r}) and "
+                              f"optim.min_lr_ratio lie in [0, 1]")
 
 
 @dataclass

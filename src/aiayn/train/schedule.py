@@ -3,9 +3,15 @@
     lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)
 
 linear warm-up for `warmup` steps, then decay with the inverse square root of the step.
+
+`optim.schedule: cosine` keeps the same warm-up and peak, then follows a half cosine down to
+`min_lr_ratio` of the peak at `train.max_steps` (the schedule of GPT-style language models, e.g.
+nanoGPT's): a run of known length ends at a low rate instead of the inverse square root's tail.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -28,6 +34,21 @@ class NoamFactor:
         return noam_lr(i + 1, 1, self.warmup)  # d_model^-0.5 and scale live in the base lr
 
 
+class CosineFactor:
+    """LambdaLR multiplier: the Noam warm-up to its peak, then a half cosine to `min_ratio` x peak."""
+
+    def __init__(self, warmup: int, total: int, min_ratio: float) -> None:
+        self.warmup, self.total, self.min_ratio = warmup, max(total, warmup + 1), min_ratio
+
+    def __call__(self, i: int) -> float:
+        step = i + 1
+        peak = self.warmup**-0.5  # d_model^-0.5 and scale live in the base lr, as for NoamFactor
+        if step <= self.warmup:
+            return peak * step / self.warmup
+        progress = min(1.0, (step - self.warmup) / (self.total - self.warmup))
+        return peak * (self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 class NoamScheduler(LambdaLR):
     """LambdaLR whose saved state is only a position: loading it continues at the saved update count
     with the warm-up and scale of the current config (so a resume can change the learning rate)."""
@@ -41,8 +62,10 @@ class NoamScheduler(LambdaLR):
 
 
 def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int = 4000,
-                   scale: float = 1.0) -> NoamScheduler:
-    """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update."""
+                   scale: float = 1.0, cosine_to: tuple[int, float] | None = None) -> NoamScheduler:
+    """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update.
+    `cosine_to=(total_steps, min_ratio)`: the cosine schedule instead of the inverse square root."""
     for group in optimizer.param_groups:
         group["lr"] = group["initial_lr"] = scale * d_model**-0.5
-    return NoamScheduler(optimizer, NoamFactor(warmup), last_epoch=-1)
+    factor = NoamFactor(warmup) if cosine_to is None else CosineFactor(warmup, *cosine_to)
+    return NoamScheduler(optimizer, factor, last_epoch=-1)

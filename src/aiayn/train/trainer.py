@@ -111,7 +111,7 @@ class Trainer:
             self.update_freq = derive_update_freq(o.tokens_per_update, tasks.micro_batch_tokens(cfg),
                                                   self.dist.world_size)
         self.optimizer, scheduler, self.scaler = build_optimizer(self.model, o, self.model_config.d_model,
-                                                                 self.device, self.amp)
+                                                                 self.device, self.amp, c.max_steps)
         self.iterator = tasks.train_iterator(cfg, self.prepared, self.dist, self.device)
         self.batches = Batches(self.iterator, c.max_epochs)
         self.task = tasks.build_task(cfg, self.model_config, self.prepared, self.device,
