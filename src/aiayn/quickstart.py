@@ -92,8 +92,8 @@ def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: 
     if summary.get("interrupted"):
         return summary
 
-    # §6.1: average the last checkpoints. Two, saved 1,000 updates apart: val tokenized BLEU 36.97 ->
-    # 38.03 over the last one alone (docs/results.md); older ones are too far back in a run this short.
+    # §6.1: average the last checkpoints. Two, saved 1,000 updates apart, help (docs/results.md); older
+    # ones are too far back in a run this short.
     from aiayn.train.average import average_run
     from aiayn.train.state import list_checkpoints
 
