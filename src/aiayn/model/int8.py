@@ -1,11 +1,13 @@
 """Int8 inference on CPU: every projection's weights quantized to int8, one scale per output row.
 
 `quantize_int8(model)` returns a copy whose `nn.Linear` layers (attention projections, feed-forward,
-the pre-softmax projection) are torch's dynamic int8 linears: the weights are stored as int8 with a
-scale and zero point per output row (per channel), and each call quantizes its input to uint8 on the
-fly, multiplies in int8 with int32 accumulation (fbgemm / oneDNN kernels) and returns float32.
-Embeddings, positions, LayerNorms, softmax and the search stay float32. This is the scheme of
-CTranslate2's `compute_type="int8"` (int8 weights per row, activations quantized per call).
+the pre-softmax projection) are torch's dynamic int8 linears: the weights are stored as int8 with one
+symmetric scale per output row (per channel: each row's largest |w| maps to the end of the int8
+range), and each call quantizes its input to uint8 on the fly, multiplies in int8 with int32
+accumulation (fbgemm kernels) and returns float32. Embeddings, positions, LayerNorms, softmax and the
+search stay float32. CTranslate2's `compute_type="int8"` also keeps int8 weights per row; it scales
+activations per row, torch per call (one scale for the whole (rows, d) input), so a sentence's int8
+output can depend slightly on the batch it is decoded in (float32 output does not).
 
 Tied embeddings (§3.4): the pre-softmax projection shares the embedding matrix. The copy's generator
 gets its own int8 copy of that matrix, while the embedding lookups keep reading the float32 one, so
