@@ -58,12 +58,13 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     vectorised pass over x), then a top-k over the k best blocks only. torch's CPU top-k over a whole
     vocabulary row costs several times a plain max over it (per-element partial sorting).
     Exact: any of the k best lies in a block whose maximum ranks within the k best block maxima
-    (each block that ranks above it holds a larger score). Ties may pick different indices."""
+    (each block that ranks above it holds a larger score). Ties may pick different indices.
+    Off the CPU torch's own top-k is used (fast there; the stages would only add kernel launches)."""
     R, V = x.shape
+    if x.device.type != "cpu" or V // CHUNK <= 2 * k:  # or too few blocks to skip any
+        return x.topk(k, dim=1)
     body, rest = _blocks(x)
     n = body.size(1)
-    if n <= 2 * k:  # too few blocks to skip any
-        return x.topk(k, dim=1)
     _, blk = body.amax(-1).topk(k, dim=1)  # (R, k) blocks holding the k best
     cand = body.gather(1, blk[:, :, None].expand(-1, -1, CHUNK)).view(R, k * CHUNK)  # (R, k*CHUNK)
     idx = (blk[:, :, None] * CHUNK + torch.arange(CHUNK, device=x.device)).view(R, k * CHUNK)
@@ -76,11 +77,11 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 def argmax(x: Tensor) -> Tensor:
     """`x.argmax(1)` of (R, V) scores, ties to the first index as argmax, in two stages (see top_k):
-    the block maxima, then the argmax inside the first block that holds the row maximum."""
-    R, V = x.shape
-    body, rest = _blocks(x)
-    if body.size(1) < 2:
+    the block maxima, then the argmax inside the first block that holds the row maximum (CPU only,
+    as top_k)."""
+    if x.device.type != "cpu" or x.size(1) < 2 * CHUNK:
         return x.argmax(1)
+    body, rest = _blocks(x)
     peak = body.amax(-1)  # (R, n)
     blk = peak.argmax(1)  # (R,) the first block holding the largest block maximum
     inside = body.gather(1, blk[:, None, None].expand(-1, 1, CHUNK)).squeeze(1)  # (R, CHUNK)

@@ -88,11 +88,13 @@ class Transformer(nn.Module):
     def init_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> DecoderCache:
         """Cross-attention keys/values of every decoder layer, computed once per source.
         `capacity`: target positions to preallocate self-attention buffers for (they grow if needed)."""
-        # Contiguous (B, h, S, d_k) copies, made once: the per-head views of the fused K|V projection
-        # cannot be batched as they are, so every step's Q K^T and P V would copy them again.
-        cross = [tuple(t.contiguous() for t in cast(DecoderLayer, layer).cross_attn.project(memory))
-                 for layer in self.decoder]
-        return DecoderCache(cast(list[tuple[Tensor, Tensor]], cross), src_mask, capacity=capacity)
+        cross = []
+        for layer in self.decoder:
+            k, v = cast(DecoderLayer, layer).cross_attn.project(memory)  # (B, h, S, d_k), (B, h, S, d_v) views
+            # Contiguous copies, made once: per-head views of the fused K|V projection cannot be batched
+            # by matmul as they are, so every step's Q K^T and P V would copy them again.
+            cross.append((k.contiguous(), v.contiguous()))
+        return DecoderCache(cross, src_mask, capacity=capacity)
 
     @overload
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: None = None,
