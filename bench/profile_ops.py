@@ -25,7 +25,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="small")
     p.add_argument("--task", default="beam", choices=["train", "greedy", "beam"])
-    p.add_argument("--engine", default="aiayn", choices=["aiayn", "torch", "hf"])
+    p.add_argument("--engine", default="aiayn", choices=["aiayn", "aiayn-int8", "torch", "hf"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--decode-len", type=int, default=25)
     p.add_argument("--rows", type=int, default=25)

@@ -6,6 +6,8 @@
 
 Engines (same shape: layers, d_model, heads, d_ff, vocab 8000; post-LN; ReLU; tied embeddings):
   aiayn      aiayn.model.Transformer; decoding with aiayn.decode.greedy_search / beam_search
+  aiayn-int8 the same model through aiayn.model.int8.quantize_int8 (int8 weights per output row, dynamic
+             int8 activations), decoding only; compared with ct2-int8 (its ratio aiayn-int8/ct2-int8)
   torch      torch.nn.Transformer + embeddings + sinusoidal positions + output projection (training only:
              it has no incremental decoder)
   hf         transformers.MarianMTModel from a random MarianConfig (activation relu); generate()
@@ -59,11 +61,13 @@ from aiayn.train.loss import label_smoothed_nll
 
 VOCAB, BATCH, MIN_LEN, MAX_LEN = 8000, 64, 20, 30
 TRAIN_ENGINES = ["aiayn", "torch", "hf"]
-DECODE_ENGINES = ["aiayn", "hf", "ct2-float32", "ct2-int8"]
-PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8"]}
-GOALS = {  # issue 7: ratio aiayn / peer that must hold on CPU
+DECODE_ENGINES = ["aiayn", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
+PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8"]}  # + our int8 beside CT2's
+GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
     ("train", "hf"): 1.3, ("train", "torch"): 1.0, ("beam", "hf"): 3.0, ("beam", "ct2-float32"): 1.0,
+    ("greedy", "ct2-float32"): 1.0, ("greedy", "ct2-int8"): 0.9, ("beam", "ct2-int8"): 0.9,  # int8: aiayn-int8
 }
+INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -194,10 +198,15 @@ def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int,
                  workdir: Path) -> Callable[[Tensor], list[int]]:
     """A function src (B, S) -> output lengths; every engine runs `length` decoder steps."""
     torch.manual_seed(seed)
-    if engine == "aiayn":
+    if engine in ("aiayn", "aiayn-int8"):
         from aiayn.decode import beam_search, greedy_search
 
-        model = BanEOS(Transformer(c).eval(), last=length - 1)
+        net: nn.Module = Transformer(c).eval()
+        if engine == "aiayn-int8":
+            from aiayn.model.int8 import quantize_int8
+
+            net = quantize_int8(net)
+        model = BanEOS(net, last=length - 1)  # type: ignore[arg-type]  # a quantized copy decodes alike
 
         def run(src: Tensor) -> list[int]:
             if beam == 1:  # length-1 tokens + the forced EOS = `length` steps
@@ -356,8 +365,12 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             if per:
                 res[e]["sentences_per_s"] = statistics.median(per / s for s in secs)
         for e in engines[1:]:  # seconds ratio within each repeat = throughput ratio aiayn / peer
-            res.setdefault("ratios", {})[e] = statistics.median(b / a for a, b in zip(runs["aiayn"], runs[e]))
-            res.setdefault("cpu_ratios", {})[e] = statistics.median(b / a for a, b in zip(cpu["aiayn"], cpu[e]))
+            mine = INT8[0] if e == INT8[1] and INT8[0] in engines else "aiayn"  # int8 against int8
+            if e == INT8[0]:
+                continue
+            res.setdefault("ratios", {})[e] = statistics.median(b / a for a, b in zip(runs[mine], runs[e]))
+            res.setdefault("cpu_ratios", {})[e] = statistics.median(b / a for a, b in zip(cpu[mine], cpu[e]))
+            res.setdefault("ratio_of", {})[e] = mine
         result[task] = res
         del fns
 
@@ -382,13 +395,14 @@ def report(size: str, r: dict[str, Any]) -> None:
             continue
         t = r[task]
         for e, v in t.items():
-            if e in ("ratios", "cpu_ratios"):
+            if e in ("ratios", "cpu_ratios", "ratio_of"):
                 continue
             sent = f"  {v['sentences_per_s']:8.1f} sent/s" if "sentences_per_s" in v else ""
             ratio = t.get("ratios", {}).get(e)
             goal = GOALS.get((task, e))
             cr = t.get("cpu_ratios", {}).get(e)
-            rs = "" if ratio is None else f"  aiayn/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)" + (
+            mine = t.get("ratio_of", {}).get(e, "aiayn")
+            rs = "" if ratio is None else f"  {mine}/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)" + (
                 "" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
             mem = r.get("memory", {}).get(task, {}).get(e)
             ms = "" if mem is None else f"  +{mem['growth_mb']:.0f} MB (peak RSS {mem['peak_rss_mb']:.0f} MB)"

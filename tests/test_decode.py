@@ -293,3 +293,28 @@ def test_ensemble_rejects_members_with_different_vocabularies():
 
     with pytest.raises(AiaynError, match="share one vocabulary"):
         Ensemble([tiny_model(0), tiny_model(1, vocab=30)])
+
+
+# -- the two-stage top-k and argmax over the vocabulary -------------------------------------------------
+
+@pytest.mark.parametrize("V", [5, 64, 200, 8000, 8003])
+def test_two_stage_top_k_and_argmax_equal_torch(V):
+    from aiayn.decode.search import argmax, top_k
+
+    g = torch.Generator().manual_seed(V)
+    x = torch.randn(37, V, generator=g)
+    x[0] = float("-inf")  # a row with no finite score
+    x[1, :] = 1.0  # every entry tied: argmax takes the first
+    x[2, -1] = 50.0  # the maximum in the rest after the last whole block
+    x[3, 0], x[3, V // 2] = 40.0, 40.0  # a tied maximum in two blocks: the first wins
+    x[4, : min(V, 64)] = torch.linspace(10, 20, min(V, 64))  # the k best all in one block
+    x[:, [PAD, BOS]] = float("-inf")  # as the searches ban them
+    assert torch.equal(argmax(x), x.argmax(1))
+    for k in (1, 4, 8):
+        if k > V:
+            continue
+        val, idx = top_k(x[5:], k)  # rows without ties among the k best: indices must agree too
+        ref_val, ref_idx = x[5:].topk(k, dim=1)
+        assert torch.equal(val, ref_val) and torch.equal(idx, ref_idx)
+        val, idx = top_k(x, k)  # with ties: the same scores, and each index holds its score
+        assert torch.equal(val, x.topk(k, dim=1).values) and torch.equal(x.gather(1, idx), val)

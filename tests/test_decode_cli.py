@@ -162,3 +162,34 @@ def test_ensemble_on_the_command_line(run_dir, tmp_path):
     Tokenizer.train(LINES * 20, other / "spm.model", vocab_size=300)
     r = aiayn("translate", "-c", str(run_dir), str(other), *SEARCH, stdin=b"x\n")
     assert r.returncode == 2 and "need the same spm.model" in r.stderr.decode()
+
+
+def test_int8_api_and_translate_flag(run_dir):
+    from aiayn import Translator
+    from aiayn.model.int8 import is_int8
+
+    t8 = Translator.load(run_dir, int8=True)  # no device: int8 means the CPU
+    assert t8.device.type == "cpu" and is_int8(t8.model)
+    assert not is_int8(Translator.load(run_dir, "cpu").model)
+    expect = t8.translate(LINES[:3], beam=4, max_len_b=4)
+    assert len(expect) == 3 and all(isinstance(x, str) for x in expect)
+    r = aiayn("translate", "-c", str(run_dir), "--int8", "--beam", "4", *SEARCH, stdin="\n".join(LINES[:3]).encode())
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode("utf-8").split("\n")[:-1] == expect
+
+
+def test_evaluate_int8_flag(run_dir, tmp_path):
+    import json
+
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(LINES[3:]) + "\n", encoding="utf-8")
+    out = tmp_path / "hyp.txt"
+    r = aiayn("evaluate", "-c", str(run_dir), "--src", str(src), "--ref", str(ref), "--int8", "--beam", "4",
+              *SEARCH, "--output", str(out), "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    assert "bleu" in json.loads(r.stdout.decode().strip().splitlines()[-1])
+    from aiayn import Translator
+
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == Translator.load(run_dir, int8=True).translate(
+        LINES[:3], beam=4, max_len_b=4)

@@ -42,9 +42,10 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
                  ref: str | None = None, hyp: str | None = None, tokenized: bool = False,
                  lang: str | None = None, average_last: int = 0, output: str | None = None,
                  device: str | None = None, max_tokens: int | None = None, ensemble: Sequence[str] = (),
-                 **search: Any) -> dict[str, Any]:
+                 int8: bool = False, **search: Any) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
-    `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split."""
+    `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
+    `int8`: decode with int8 weights on the CPU (Translator.load)."""
     if split is not None and (src or ref):
         raise AiaynError("give either --split or --src/--ref, not both")
     tok_refs = None
@@ -76,7 +77,8 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
         from aiayn.decode.translator import Translator
 
         kw = {} if max_tokens is None else {"max_tokens": max_tokens}
-        translator = Translator.load(checkpoint, device=device, ensemble=ensemble, average_last=average_last, **kw)
+        translator = Translator.load(checkpoint, device=device, ensemble=ensemble, average_last=average_last,
+                                     int8=int8, **kw)
         hyps = translator.translate(src_lines, **search)
     if output is not None:
         Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

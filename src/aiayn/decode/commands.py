@@ -42,7 +42,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len-a", type=float, help="max output length = a * source length + b (default a=1.0)")
     p.add_argument("--max-len-b", type=int, help="(default b=50)")
     p.add_argument("--max-tokens", type=int, help="batch budget: source tokens x beam (default 8192)")
-    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present; cpu with --int8)")
+    p.add_argument("--int8", action="store_true",
+                   help="int8 weights (one scale per output row) and int8 matrix products; CPU only")
 
 
 def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -83,7 +85,7 @@ def _translate(a: argparse.Namespace) -> int:
         raise AiaynError(f"input file not found: {a.input}")
     first, more = _members(a)
     assert first is not None  # -c is required here
-    t = Translator.load(first, device=a.device, ensemble=more, max_tokens=a.max_tokens)
+    t = Translator.load(first, device=a.device, ensemble=more, max_tokens=a.max_tokens, int8=a.int8)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
     bar = None
@@ -125,7 +127,7 @@ def _evaluate(a: argparse.Namespace) -> int:
     res = evaluate_run(
         first, split=a.split, src=a.src, ref=a.ref, hyp=a.hyp, tokenized=a.tokenized_bleu,
         lang=a.lang, average_last=a.average_last, output=a.output, device=a.device,
-        max_tokens=a.max_tokens, ensemble=more, **search)
+        max_tokens=a.max_tokens, ensemble=more, int8=a.int8, **search)
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")
     print(res["chrf_str"])

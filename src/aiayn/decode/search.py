@@ -42,6 +42,56 @@ def max_lengths(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b
     return limit if cap is None else limit.clamp(max=cap - 1)
 
 
+CHUNK = 64  # vocabulary entries per block in the two-stage top-k below
+
+
+def _blocks(x: Tensor) -> tuple[Tensor, Tensor | None]:
+    """(R, V) -> (R, n, CHUNK) whole blocks (a view when x is contiguous) and the (R, V % CHUNK) rest."""
+    R, V = x.shape
+    n = V // CHUNK
+    body = x[:, : n * CHUNK].reshape(R, n, CHUNK)
+    return body, (x[:, n * CHUNK:] if V % CHUNK else None)
+
+
+def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """`x.topk(k, dim=1)` of (R, V) scores, best first, in two stages: the block maxima (one
+    vectorised pass over x), then a top-k over the k best blocks only. torch's CPU top-k over a whole
+    vocabulary row costs several times a plain max over it (per-element partial sorting).
+    Exact: any of the k best lies in a block whose maximum ranks within the k best block maxima
+    (each block that ranks above it holds a larger score). Ties may pick different indices.
+    Off the CPU torch's own top-k is used (fast there; the stages would only add kernel launches)."""
+    R, V = x.shape
+    if x.device.type != "cpu" or V // CHUNK <= 2 * k:  # or too few blocks to skip any
+        return x.topk(k, dim=1)
+    body, rest = _blocks(x)
+    n = body.size(1)
+    _, blk = body.amax(-1).topk(k, dim=1)  # (R, k) blocks holding the k best
+    cand = body.gather(1, blk[:, :, None].expand(-1, -1, CHUNK)).view(R, k * CHUNK)  # (R, k*CHUNK)
+    idx = (blk[:, :, None] * CHUNK + torch.arange(CHUNK, device=x.device)).view(R, k * CHUNK)
+    if rest is not None:
+        cand = torch.cat([cand, rest], dim=1)
+        idx = torch.cat([idx, torch.arange(n * CHUNK, V, device=x.device).expand(R, -1)], dim=1)
+    val, j = cand.topk(k, dim=1)  # (R, k)
+    return val, idx.gather(1, j)
+
+
+def argmax(x: Tensor) -> Tensor:
+    """`x.argmax(1)` of (R, V) scores, ties to the first index as argmax, in two stages (see top_k):
+    the block maxima, then the argmax inside the first block that holds the row maximum (CPU only,
+    as top_k)."""
+    if x.device.type != "cpu" or x.size(1) < 2 * CHUNK:
+        return x.argmax(1)
+    body, rest = _blocks(x)
+    peak = body.amax(-1)  # (R, n)
+    blk = peak.argmax(1)  # (R,) the first block holding the largest block maximum
+    inside = body.gather(1, blk[:, None, None].expand(-1, 1, CHUNK)).squeeze(1)  # (R, CHUNK)
+    best = blk * CHUNK + inside.argmax(1)  # (R,)
+    if rest is not None:  # the rest lies after every block: it wins only when strictly larger
+        r_val, r_pos = rest.max(1)
+        best = torch.where(r_val > peak.gather(1, blk[:, None]).squeeze(1), body.size(1) * CHUNK + r_pos, best)
+    return best
+
+
 def _start(model: Decodable, src: Tensor, max_len: Tensor):
     cfg = model.config
     memory = model.encode(src)  # (B, S, d_model)
@@ -64,7 +114,7 @@ def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len
         logits, cache = model.decode(ids, cache=cache)  # (n, 1, V)
         logits = logits[:, -1].float()  # (n, V)
         logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
-        nxt = logits.argmax(-1)  # (n,) the argmax of the logits is the argmax of the log-probs
+        nxt = argmax(logits)  # (n,) the argmax of the logits is the argmax of the log-probs
         nxt = torch.where(max_len[alive] <= t, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
         out[alive, t] = nxt
         t += 1
@@ -121,7 +171,7 @@ def beam_search(model: Decodable, src: Tensor, beam: int = 4, length_penalty: fl
         # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
         # (n, g*V) candidate matrix is ever written.
         c = min(2 * k, logp.size(1))
-        row_v, row_tok = logp.topk(c, dim=1)  # (n*g, c)
+        row_v, row_tok = top_k(logp, c)  # (n*g, c)
         row_s = scores.view(-1, 1) + row_v  # (n*g, c) sum of log p
         # Sentences at their maximum length must end now: their only candidate per beam is EOS,
         # with its own log-prob (done on the (n*g, c) candidates: cheap, and no host sync).

@@ -4,6 +4,7 @@
     t = Translator.load("run/")                  # run dir or weights file; spm.model found alongside
     t = Translator.load("a/", ensemble=["b/"], average_last=10)   # two runs' averages, decoded together
     t.translate(["Ein Hund rennt."], beam=4)     # -> ["A dog runs."]
+    t = Translator.load("run/", int8=True)       # CPU, int8 weights (aiayn.model.int8)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.ensemble import load_members
 from aiayn.decode.search import beam_search, greedy_search
 from aiayn.errors import AiaynError
+from aiayn.model.int8 import quantize_int8
 
 
 def auto_device(device: str | torch.device | None = None) -> torch.device:
@@ -59,12 +61,17 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, *,
-             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, **kw) -> Translator:
+             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, int8: bool = False,
+             **kw) -> Translator:
         """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
         `ensemble`: more runs/weights decoded together with `path` (decode.ensemble); `average_last`
-        K: each run's last K step checkpoints averaged (§6.1) instead of its best weights."""
-        dev = auto_device(device)
+        K: each run's last K step checkpoints averaged (§6.1) instead of its best weights.
+        `int8`: decode with int8 weights, one scale per output row (aiayn.model.int8); CPU only, so
+        device=None means the CPU then."""
+        dev = auto_device("cpu" if int8 and device is None else device)
         model, spm = load_members([path, *ensemble], dev, average_last)
+        if int8:
+            model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
         return cls(model, Tokenizer(spm), dev, **kw)
 
     def translate(self, lines: Sequence[str], beam: int = 4, length_penalty: float = 0.6,

@@ -88,7 +88,12 @@ class Transformer(nn.Module):
     def init_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> DecoderCache:
         """Cross-attention keys/values of every decoder layer, computed once per source.
         `capacity`: target positions to preallocate self-attention buffers for (they grow if needed)."""
-        cross = [cast(DecoderLayer, layer).cross_attn.project(memory) for layer in self.decoder]
+        cross = []
+        for layer in self.decoder:
+            k, v = cast(DecoderLayer, layer).cross_attn.project(memory)  # (B, h, S, d_k), (B, h, S, d_v) views
+            # Contiguous copies, made once: per-head views of the fused K|V projection cannot be batched
+            # by matmul as they are, so every step's Q K^T and P V would copy them again.
+            cross.append((k.contiguous(), v.contiguous()))
         return DecoderCache(cross, src_mask, capacity=capacity)
 
     @overload
