@@ -137,6 +137,10 @@ def test_sentence_lm_trains_on_lines_with_bos_and_eos(home, tmp_path):
     scored = lm.score(["A dog runs.", "Zq xjw vk QQ 7"])
     assert scored[0].tokens == len(lm.tokenizer.encode("A dog runs.")) + 1  # text + EOS after BOS
     assert scored[0].ppl < scored[1].ppl
+    # a continuation keeps the space its first piece starts with ("A dog" + " runs", not "A dogruns")
+    greedy = Sampling(temperature=0, max_tokens=8)
+    ids = generate(lm.model, torch.tensor([[lm.tokenizer.bos_id, *lm.tokenizer.encode("A dog")]]), greedy)[0]
+    assert "A dog" + lm.generate("A dog", greedy) == lm.tokenizer.decode(lm.tokenizer.encode("A dog") + ids)
 
 
 def test_cropped_generation_equals_recomputing_the_last_window_each_step():

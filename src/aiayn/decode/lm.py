@@ -76,22 +76,29 @@ class LanguageModel:
         """The continuation of `prompt` (without the prompt). `on_text` receives it piece by piece as
         it is generated (each call: the new characters), for streaming."""
         s = sampling or Sampling()
-        ids = torch.tensor([self._prefix(prompt)], device=self.device)  # (1, T)
+        prefix = self._prefix(prompt)
+        ids = torch.tensor([prefix], device=self.device)  # (1, T)
+        base = self.tokenizer.decode(prefix)
         made: list[int] = []
         shown = ""
+
+        def continuation(new: list[int]) -> str:
+            # decoded after the prompt's pieces, so that a piece's leading space ("▁dog") is kept
+            full = self.tokenizer.decode(prefix + new)
+            return full[len(base):] if full.startswith(base) else self.tokenizer.decode(new)
 
         def stream(step: torch.Tensor) -> None:
             nonlocal shown
             if on_text is None or int(step[0]) == self.tokenizer.eos_id:
                 return
             made.append(int(step[0]))
-            text = self.tokenizer.decode(made)
+            text = continuation(made)
             if len(text) > len(shown) and text.startswith(shown):  # BPE may reshape the tail: show what is settled
                 on_text(text[len(shown):])
                 shown = text
 
         out = generate(self.model, ids, s, on_token=stream)[0]
-        text = self.tokenizer.decode(out)
+        text = continuation(out)
         if on_text is not None and len(text) > len(shown) and text.startswith(shown):
             on_text(text[len(shown):])
         return text
