@@ -63,7 +63,7 @@ def windows_loss(logits_of, ids: np.ndarray, batch: int = 64) -> float:
     for k in range(0, n, batch):
         starts = np.arange(k, min(n, k + batch)) * BLOCK
         w = torch.from_numpy(np.stack([ids[s:s + BLOCK + 1] for s in starts]).astype(np.int64))
-        logits = logits_of(w[:, :-1])  # (B, T, V)
+        logits = logits_of(w[:, :-1].contiguous())  # (B, T, V)
         total += F.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].reshape(-1), reduction="sum").item()
         count += w[:, 1:].numel()
     return total / count
@@ -139,7 +139,8 @@ def main() -> None:
     a = p.parse_args()
     input_txt = Path(a.input)
     input_txt = input_txt / "input.txt" if input_txt.is_dir() else input_txt
-    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "AIAYN_TINYSHAKESPEARE": str(input_txt)}
+    os.environ["AIAYN_TINYSHAKESPEARE"] = str(input_txt)  # for the scoring in this process too
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
