@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     # 5 training
     ("aiayn.train",),
     # 6 serving and tools
-    ("aiayn.serve", "aiayn.viz", "aiayn.ablation", "aiayn.export", "aiayn.quickstart", "aiayn.evaluate"),
+    ("aiayn.serve", "aiayn.viz", "aiayn.ablation", "aiayn.export", "aiayn.quickstart", "aiayn.evaluate",
+     "aiayn.classification"),
     # 7 the command line: cli.py and each package's `commands` module (its subcommands, which only
     #   cli.py imports and which reach across packages, e.g. `decode evaluate` -> aiayn.evaluate)
     ("aiayn.cli", "aiayn.__main__", "aiayn.data.commands", "aiayn.decode.commands", "aiayn.train.commands",

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from aiayn import __version__, ablation, quickstart, viz
+from aiayn import __version__, ablation, classification, quickstart, viz
 from aiayn import export as export_commands
 from aiayn._cli_args import parse
 from aiayn.data import commands as data_commands
@@ -56,8 +56,8 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
     quickstart.register, data_commands.register, train_commands.register, decode_commands.register,
-    lm_commands.register, viz.register, ablation.register, export_commands.register, serve_commands.register,
-    _add_model,
+    lm_commands.register, classification.register, viz.register, ablation.register, export_commands.register,
+    serve_commands.register, _add_model,
 ]
 
 

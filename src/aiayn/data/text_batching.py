@@ -5,20 +5,23 @@
   reads BERT's `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` with segment ids. Used through
   `BatchIterator(..., collate_fn=TextCollate(...))`, so sentences are batched under the token budget,
   sharded over ranks and resumed as translation pairs are.
+- `MaskingCollate`: the encoder layout with BERT's masked-token corruption decided on the host, seeded
+  by the batch's examples, so the loss's normaliser (the chosen positions) is known before the forward.
 - `BlockIterator`: nanoGPT's language-model batches: `batch_size` windows of `block_size + 1` tokens at
   seeded random places of one token stream; resumable from its count of batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from aiayn.config import EOS_ID
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.batching import _gather
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
@@ -55,8 +58,9 @@ class TextCollate:
     """`collate_fn` for text examples. With `cls_id`/`sep_id` the encoder layout, else the decoder's."""
 
     def __init__(self, labels: np.ndarray | None = None, cls_id: int | None = None,
-                 sep_id: int | None = None) -> None:
-        self.labels, self.cls_id, self.sep_id = labels, cls_id, sep_id
+                 sep_id: int | None = None, per_example: bool = False) -> None:
+        """`per_example`: `tokens` counts examples (classification), not positions."""
+        self.labels, self.cls_id, self.sep_id, self.per_example = labels, cls_id, sep_id, per_example
 
     def __call__(self, split: EncodedSplit, ids: np.ndarray) -> TextBatch:
         ids = np.asarray(ids, dtype=np.int64)
@@ -85,7 +89,74 @@ class TextCollate:
             out[pair, total[pair] - 1] = self.sep_id
             seg[pair, total[pair] - 1] = 1
         return TextBatch(torch.from_numpy(out), torch.from_numpy(seg) if lb.any() else None, labels,
-                         torch.from_numpy(ids), int(total.sum()))
+                         torch.from_numpy(ids), b if self.per_example else int(total.sum()))
+
+
+@dataclass
+class MaskedBatch(TextBatch):
+    """A `TextBatch` whose `ids` are corrupted for masked-token prediction; `tokens` = len(where)."""
+
+    where: torch.Tensor = dataclasses.field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    #   (n,) flat positions into (B, T) that the loss scores
+    targets: torch.Tensor = dataclasses.field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    #   (n,) the original ids there
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> MaskedBatch:
+        moved = TextBatch.to(self, device, non_blocking)
+        return MaskedBatch(**vars(moved), where=self.where.to(device, non_blocking=non_blocking),
+                           targets=self.targets.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> MaskedBatch:
+        pinned = TextBatch.pin_memory(self)
+        return MaskedBatch(**vars(pinned), where=self.where.pin_memory(), targets=self.targets.pin_memory())
+
+
+class MaskingCollate:
+    """BERT's masked-token batches (Devlin et al., 2019, §3.1 "Task #1: Masked LM" and Appendix A.1):
+    each ordinary token (never [CLS], [SEP], [MASK], pad, unk, BOS or EOS) is chosen with probability
+    `mask_prob`; a chosen token becomes [MASK] with probability `mask_token`, a random ordinary token
+    with probability `random_token`, and otherwise stays as it was. At least one position per batch is
+    chosen (an all-unchosen batch would have nothing to normalise by).
+
+    The draws come from a generator seeded by (seed, the batch's example indices), not from a running
+    stream: a resumed run re-creates the masks of its remaining batches without any saved RNG state,
+    validation masks are the same at every validation, and the masks of one example differ from epoch
+    to epoch as the shuffled batches it lands in do (BERT's "dynamic" masking, Liu et al., 2019, for free).
+    """
+
+    def __init__(self, vocab_size: int, mask_id: int, cls_id: int, sep_id: int, special_ids: Sequence[int] = (),
+                 seed: int = 0, mask_prob: float = 0.15, mask_token: float = 0.8, random_token: float = 0.1) -> None:
+        self.collate = TextCollate(cls_id=cls_id, sep_id=sep_id)
+        self.mask_id, self.seed = int(mask_id), int(seed)
+        self.mask_prob, self.mask_token, self.random_token = mask_prob, mask_token, random_token
+        self.special = np.unique(np.asarray([PAD_ID, UNK_ID, BOS_ID, EOS_ID, mask_id, cls_id, sep_id,
+                                             *special_ids], dtype=np.int64))
+        self.ordinary = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), self.special)  # random replacements
+        if len(self.ordinary) == 0:
+            raise DataError(f"a vocabulary of {vocab_size} pieces has no ordinary token to mask")
+
+    def __call__(self, split: EncodedSplit, ids: np.ndarray) -> MaskedBatch:
+        return self.mask(self.collate(split, ids))
+
+    def mask(self, b: TextBatch) -> MaskedBatch:
+        ids = b.ids.numpy().copy()  # (B, T)
+        rng = np.random.default_rng([self.seed, *(int(i) for i in b.index)])
+        candidate = ~np.isin(ids, self.special)  # (B, T)
+        chosen = candidate & (rng.random(ids.shape) < self.mask_prob)  # (B, T)
+        if not chosen.any():
+            pool = np.flatnonzero(candidate)
+            if len(pool) == 0:  # nothing but special pieces: score the first text position
+                pool = np.asarray([1])
+            chosen.flat[rng.choice(pool)] = True
+        where = np.flatnonzero(chosen)  # (n,) flat positions, row-major
+        targets = ids.flat[where].copy()  # (n,)
+        u = rng.random(len(where))  # (n,) which corruption each chosen position gets
+        random_ids = rng.choice(self.ordinary, size=len(where))  # (n,)
+        corrupted = np.where(u < self.mask_token, self.mask_id,
+                             np.where(u < self.mask_token + self.random_token, random_ids, targets))
+        ids.flat[where] = corrupted
+        return MaskedBatch(torch.from_numpy(ids), b.segments, b.labels, b.index, len(where),
+                           where=torch.from_numpy(where.astype(np.int64)), targets=torch.from_numpy(targets))
 
 
 class BlockIterator:

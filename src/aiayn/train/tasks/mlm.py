@@ -1,0 +1,71 @@
+"""Masked-token pre-training of the encoder-only model (BERT: Devlin et al., 2019, §3.1 Task #1)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+
+from aiayn.config import ModelConfig, TaskConfig
+from aiayn.data.batching import BatchIterator
+from aiayn.data.errors import DataError
+from aiayn.data.text import ENCODER_SPECIALS
+from aiayn.data.text_batching import MaskedBatch, MaskingCollate
+from aiayn.model import EncoderOnly
+from aiayn.train.loss import label_smoothed_nll
+
+
+def masking_collate(prepared: Any, task: TaskConfig, seed: int) -> MaskingCollate:
+    """The masking collate for a prepared text's tokenizer (its [MASK], [CLS] and [SEP] pieces)."""
+    tok = prepared.tokenizer
+    mask_id, cls_id, sep_id = (tok.piece_id(p) for p in ENCODER_SPECIALS)
+    if mask_id is None or cls_id is None or sep_id is None:
+        raise DataError(f"the tokenizer {tok.path} lacks the pieces {list(ENCODER_SPECIALS)} the encoder-only "
+                        f"tasks need")
+    return MaskingCollate(tok.vocab_size, mask_id, cls_id, sep_id, seed=seed, mask_prob=task.mask_prob,
+                          mask_token=task.mask_token, random_token=task.random_token)
+
+
+class MLMTask:
+    """Cross-entropy (label smoothing as optim.label_smoothing) at the chosen positions only, normalised
+    by their count. Validation: loss, nll, perplexity and accuracy of the masked tokens over the whole
+    validation text, with masks drawn from `seed` (the same at every validation)."""
+
+    def __init__(self, model_config: ModelConfig, prepared: Any, device: torch.device, *, task: TaskConfig,
+                 label_smoothing: float, max_tokens: int, seed: int,
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+        self.model_config, self.prepared, self.device = model_config, prepared, device
+        self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
+        self.valid_collate = masking_collate(prepared, task, seed)
+
+    def tokens(self, batch: MaskedBatch) -> int:
+        return batch.tokens
+
+    def _forward(self, model: torch.nn.Module, b: MaskedBatch) -> tuple[Tensor, Tensor]:
+        """Logits (n, V) and gold ids (n,) at the batch's n chosen positions."""
+        b = b.to(self.device, non_blocking=True)
+        with self.autocast():
+            hidden = model(b.ids, b.segments)  # (B, T, d_model): through a DDP/compile wrapper if any
+            logits = cast(EncoderOnly, getattr(model, "module", model)).mlm_logits(hidden, b.where)  # (n, V)
+        return logits, b.targets
+
+    def loss(self, model: torch.nn.Module, batch: MaskedBatch) -> tuple[Tensor, Tensor]:
+        logits, target = self._forward(model, batch)
+        loss, nll, _ = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
+        return loss, nll
+
+    @torch.no_grad()
+    def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
+        loss = nll = tokens = correct = 0.0
+        for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False,
+                               collate_fn=self.valid_collate):
+            logits, target = self._forward(model, b)
+            ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
+            loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
+            correct += (logits.argmax(-1) == target).sum().item()
+        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0)),
+                "accuracy": correct / tokens}

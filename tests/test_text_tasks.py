@@ -1,0 +1,264 @@
+"""The encoder-only tasks end to end: BERT's masking (proportions, specials, seeding), the pooled classifier
+under padding, `mlm` and `classify` training with exact resume, fine-tuning a classifier from an mlm run
+(`--init-from`), and `aiayn classify` scored against hand counts; real sentencepiece models, real
+Multi30k text (a few hundred lines) and real training runs of a few steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file
+
+from aiayn.cli import main as cli
+from aiayn.config import Config, ModelConfig
+from aiayn.data.encoded import EncodedSplit
+from aiayn.data.io import read_lines
+from aiayn.data.text_batching import MaskingCollate, TextCollate
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.model import EncoderOnly
+from aiayn.train import train
+from conftest import multi30k_mirror
+
+MASK, CLS, SEP = 4, 5, 6  # where sentencepiece puts the user symbols [MASK] [CLS] [SEP]: right after eos
+
+
+def random_split(rows: int, vocab: int, seed: int, pairs: bool = False) -> EncodedSplit:
+    rng = np.random.default_rng(seed)
+    a = [rng.integers(7, vocab, rng.integers(1, 30)).tolist() for _ in range(rows)]
+    b = [rng.integers(7, vocab, rng.integers(1, 20)).tolist() if pairs else [] for _ in range(rows)]
+    return EncodedSplit.from_ids(a, b, vocab)
+
+
+# -- masking ----------------------------------------------------------------------------------------
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31), pairs=st.booleans(), probs=st.sampled_from([(0.15, 0.8, 0.1), (0.3, 0.5, 0.25)]))
+def test_masking_follows_berts_proportions_never_picks_specials_and_is_seeded(seed, pairs, probs):
+    vocab, p_choose, p_mask, p_random = 500, *probs
+    split = random_split(600, vocab, seed % 1000, pairs)
+    collate = MaskingCollate(vocab, MASK, CLS, SEP, seed=seed, mask_prob=p_choose, mask_token=p_mask,
+                             random_token=p_random)
+    rows = np.arange(len(split))
+    b = collate(split, rows)
+    plain = TextCollate(cls_id=CLS, sep_id=SEP)(split, rows).ids  # (B, T) uncorrupted
+    ordinary = (plain >= 7).view(-1)  # text tokens; [CLS], [SEP] and pad are not
+    where = b.where
+    assert b.tokens == len(where) and torch.equal(b.targets, plain.view(-1)[where])
+    assert bool(ordinary[where].all())  # specials and pad are never chosen
+    assert torch.equal(b.ids.view(-1)[~ordinary], plain.view(-1)[~ordinary])  # ... nor changed
+    unchosen = torch.ones_like(ordinary)
+    unchosen[where] = False
+    assert torch.equal(b.ids.view(-1)[unchosen], plain.view(-1)[unchosen])
+    n = int(ordinary.sum())  # ~9k (singles) to ~15k (pairs): 4 sigma of the shares below is < 0.02
+    assert abs(len(where) / n - p_choose) < 4 * np.sqrt(p_choose * (1 - p_choose) / n)
+    now = b.ids.view(-1)[where]
+    masked, kept = (now == MASK), (now == b.targets)
+    randomised = ~masked & ~kept
+    k = len(where)
+    for share, p in ((masked, p_mask), (kept, 1 - p_mask - p_random), (randomised, p_random)):
+        # a random token equal to the original counts as kept: a 1/vocab shift, far inside 4 sigma
+        assert abs(float(share.float().mean()) - p) < 4 * np.sqrt(p * (1 - p) / k) + 1 / vocab
+    assert bool((now[randomised] >= 7).all())  # random replacements are ordinary tokens
+    again = collate(split, rows)
+    assert torch.equal(again.ids, b.ids) and torch.equal(again.where, where)  # the same seed, the same masks
+    other = MaskingCollate(vocab, MASK, CLS, SEP, seed=seed + 1, mask_prob=p_choose)(split, rows)
+    assert not torch.equal(other.where, where)
+    shuffled = collate(split, rows[::-1].copy())  # other examples in the batch (here: order) -> other masks
+    assert not torch.equal(shuffled.where, where)
+
+
+def test_every_batch_has_a_chosen_position():
+    split = random_split(3, 50, 0)
+    for seed in range(20):
+        b = MaskingCollate(50, MASK, CLS, SEP, seed=seed, mask_prob=0.001)(split, np.arange(3))
+        assert b.tokens >= 1 and int(b.ids.view(-1)[b.where[0]]) != CLS
+
+
+# -- the classifier ---------------------------------------------------------------------------------
+
+def test_pooled_classification_is_the_same_alone_and_padded_in_a_batch_of_pairs():
+    torch.manual_seed(0)
+    model = EncoderOnly(ModelConfig(vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+                                    dropout=0.0, kind="encoder-only", n_classes=3)).eval()
+    split = random_split(6, 60, 1, pairs=True)
+    collate = TextCollate(cls_id=CLS, sep_id=SEP, per_example=True)
+    batch = collate(split, np.arange(6))
+    assert batch.tokens == 6 and batch.segments is not None and bool((batch.ids == 0).any())  # padded
+    with torch.no_grad():
+        together = model.classify(batch.ids, batch.segments)
+        alone = torch.cat([model.classify(b.ids, b.segments) for b in (collate(split, np.array([i]))
+                                                                        for i in range(6))])
+    assert torch.allclose(together, alone, atol=1e-5)
+
+
+def test_class_scores_match_hand_counts():
+    from aiayn.classification import scores
+
+    gold = ["a", "a", "a", "b", "b", "c"]
+    pred = ["a", "a", "b", "b", "c", "c"]
+    s = scores(gold, pred, ["a", "b", "c", "d"])
+    assert s["confusion"] == [[2, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 0], [0, 0, 0, 0]]
+    assert s["accuracy"] == pytest.approx(4 / 6)
+    assert s["precision"] == pytest.approx([1.0, 0.5, 0.5, 0.0])
+    assert s["recall"] == pytest.approx([2 / 3, 0.5, 1.0, 0.0])
+    assert s["f1"] == pytest.approx([0.8, 0.5, 2 / 3, 0.0])
+    assert s["macro_f1"] == pytest.approx((0.8 + 0.5 + 2 / 3 + 0.0) / 4) and s["support"] == [3, 2, 1, 0]
+
+
+# -- training on real text --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    old = os.environ.get("AIAYN_HOME")
+    path = tmp_path_factory.mktemp("aiayn_home")
+    os.environ["AIAYN_HOME"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("AIAYN_HOME", None)
+    else:
+        os.environ["AIAYN_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Multi30k's first 300 training and 60 validation captions, English and German: lines for mlm, and
+    pair-detection TSVs (an aligned pair is `yes`, a pair with another caption `no`) for classify."""
+    mirror = multi30k_mirror()
+    if mirror is None:
+        pytest.skip("Multi30k mirror not available (set AIAYN_DATA_DIR)")
+    d = tmp_path_factory.mktemp("corpus")
+    for split, stem, n in (("train", "train", 300), ("valid", "val", 60)):
+        en, de = (read_lines(mirror / f"{stem}.{lang}.gz")[:n] for lang in ("en", "de"))
+        (d / f"{split}.txt").write_text("\n".join(en + de) + "\n")
+        rows = [f"yes\t{en[i]}\t{de[i]}" if i % 2 else f"no\t{en[i]}\t{de[(i + 7) % n]}" for i in range(n)]
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return d
+
+
+def config(task: str, corpus: Path, **over: object) -> Config:
+    ext = "tsv" if task == "classify" else "txt"
+    return Config.load(None, {
+        "task.name": task, "model.preset": "tiny", "model.max_positions": 128, "model.positional": "learned",
+        "data.corpus": "text", "data.text_train": str(corpus / f"train.{ext}"),
+        "data.text_valid": str(corpus / f"valid.{ext}"), "data.vocab_size": 400, "data.max_tokens": 512,
+        "data.max_len": 100, "optim.warmup": 20, "optim.lr_scale": 0.5, "optim.label_smoothing": 0.1,
+        "train.max_steps": 8, "train.log_every": 1, "train.eval_every": 4, "train.save_every": 2,
+        "train.eval_bleu": False, "train.progress": False, "train.threads": 1, "train.device": "cpu",
+        "train.amp": "none", "train.seed": 3, **over})
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(run / f"checkpoints/step_{step:08d}.safetensors")
+
+
+def same_losses(a: Path, b: Path) -> bool:
+    keys = ("kind", "step", "loss", "nll", "accuracy", "macro_f1")
+    return [tuple(r.get(k) for k in keys) for r in records(a)] == [tuple(r.get(k) for k in keys) for r in records(b)]
+
+
+@pytest.fixture(scope="module")
+def mlm_run(home, corpus, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("mlm") / "run"
+    train(config("mlm", corpus), run)
+    return run
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("task", ["mlm", "classify"])
+def test_training_resumes_exactly(task, home, corpus, mlm_run, tmp_path, capsys):
+    full = mlm_run if task == "mlm" else tmp_path / "full"
+    if task == "classify":
+        train(config(task, corpus, **{"train.patience_metric": "accuracy"}), full)
+    half = tmp_path / "half"
+    assert train(config(task, corpus, **{"train.max_steps": 4, "train.patience_metric": "accuracy"}), half)["step"] == 4
+    assert cli(["train", "--resume", str(half), "--train.max_steps", "8"]) == 0
+    a, b = weights(full, 8), weights(half, 8)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise: masks, dropout, Adam
+    assert same_losses(full, half)
+    valid = [r for r in records(full) if r["kind"] == "valid"]
+    assert [r["step"] for r in valid] == [4, 8]
+    if task == "mlm":
+        train_recs = [r for r in records(full) if r["kind"] == "train"]
+        assert train_recs[-1]["nll"] < train_recs[0]["nll"] and 0 <= valid[-1]["accuracy"] <= 1
+        assert valid[-1]["ppl"] < 400  # below a uniform guess over the 400-piece vocabulary
+    else:
+        assert {"accuracy", "macro_f1", "f1_no", "f1_yes"} <= set(valid[-1])
+        assert json.loads((full / "labels.json").read_text()) == {"labels": ["no", "yes"], "pairs": True}
+
+
+@pytest.mark.needs_mirror
+def test_classifier_fine_tunes_from_an_mlm_run_and_a_foreign_vocabulary_is_one_error_line(
+        home, corpus, mlm_run, tmp_path, capsys):
+    over = ["--task.name", "classify", "--data.text_train", str(corpus / "train.tsv"),
+            "--data.text_valid", str(corpus / "valid.tsv"), "--train.max_steps", "2", "--train.save_every", "1"]
+    assert cli(["train", "--init-from", str(mlm_run), "--run-dir", str(tmp_path / "ft"), *over]) == 0
+    assert "fine-tuning" in capsys.readouterr().out
+    assert (tmp_path / "ft/spm.model").read_bytes() == (mlm_run / "spm.model").read_bytes()
+    assert cli(["train", "--config", str(mlm_run / "config.yaml"), "--run-dir", str(tmp_path / "scratch"),
+                *over, "--train.seed", "4"]) == 0  # another initialisation
+    mlm = load_file(mlm_run / "best.safetensors")
+    ft, scratch = weights(tmp_path / "ft", 1), weights(tmp_path / "scratch", 1)
+    assert {k for k in ft if k not in mlm} == {"pooler.weight", "pooler.bias", "classifier.1.weight",
+                                               "classifier.1.bias"}
+    for name in ("embed.tokens.weight", "layers.0.self_attn.qkv.weight", "layers.1.ffn.w2.weight"):
+        moved, fresh = (ft[name] - mlm[name]).norm(), (scratch[name] - mlm[name]).norm()
+        assert moved < 0.05 * fresh, (name, moved, fresh)  # one update away from the pre-trained encoder
+
+    capsys.readouterr()
+    foreign = tmp_path / "foreign"
+    shutil.copytree(mlm_run, foreign)
+    lines = read_lines(corpus / "train.txt")
+    for symbols, vocab, expected in ((("[MASK]", "[CLS]", "[SEP]"), 500, "vocab_size"), ((), 400, "lacks the pieces")):
+        Tokenizer.train(lines, foreign / "spm.model", vocab_size=vocab, user_symbols=symbols)
+        assert cli(["train", "--init-from", str(foreign), "--run-dir", str(tmp_path / expected[:5]), *over]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: ") and expected in err, err
+
+
+@pytest.mark.needs_mirror
+def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home, corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(config("classify", corpus, **{"train.max_steps": 30, "train.eval_every": 30, "train.save_every": 30}), run)
+    last = [r for r in records(run) if r["kind"] == "valid"][-1]
+    capsys.readouterr()
+    out, png = tmp_path / "preds.tsv", tmp_path / "cm.png"
+    assert cli(["classify", "-c", str(run / "checkpoints/step_00000030.safetensors"), "--input",
+                str(corpus / "valid.tsv"), "--output", str(out), "--confusion", str(png)]) == 0
+    printed = capsys.readouterr().out
+    gold = [x.split("\t") for x in (corpus / "valid.tsv").read_text().splitlines()]
+    pred = [x.split("\t") for x in out.read_text().splitlines()]
+    assert [p[1:] for p in pred] == [g[1:] for g in gold]  # the texts, in input order
+    hits = {(g[0], p[0]): 0 for g in gold for p in pred}
+    for g, p in zip(gold, pred):
+        hits[g[0], p[0]] += 1
+    correct = hits.get(("no", "no"), 0) + hits.get(("yes", "yes"), 0)
+    assert f"accuracy {correct / len(gold):.4f} ({len(gold)} examples)" in printed
+    assert correct / len(gold) == pytest.approx(last["accuracy"])  # the same encoding as training's validation
+    yes_p = hits.get(("yes", "yes"), 0) / max(1, sum(v for (g, p), v in hits.items() if p == "yes"))
+    yes_r = hits.get(("yes", "yes"), 0) / sum(v for (g, p), v in hits.items() if g == "yes")
+    yes_f = 2 * yes_p * yes_r / (yes_p + yes_r) if yes_p + yes_r else 0.0
+    assert yes_f == pytest.approx(last["f1_yes"])
+    row = next(x for x in printed.splitlines() if x.startswith("yes "))
+    assert [float(v) for v in row.split()[1:4]] == pytest.approx([yes_p, yes_r, yes_f], abs=1e-4)
+    assert f"macro F1 {last['macro_f1']:.4f}" in printed
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # without labels: predictions on stdout; a line of another shape is named
+    bare = tmp_path / "bare.tsv"
+    bare.write_text("\n".join("\t".join(g[1:]) for g in gold[:3]) + "\n")
+    assert cli(["classify", "-c", str(run), "--input", str(bare)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    bare.write_text("A dog.\tEin Hund.\nonly one text\n")
+    assert cli(["classify", "-c", str(run), "--input", str(bare)]) == 2
+    assert f"{bare}:2: expected every line" in capsys.readouterr().err
