@@ -112,7 +112,7 @@ class _Prefetcher:
     it concerns; `close()` stops the thread (it is a daemon too, so a forgotten one never holds up exit)."""
 
     def __init__(self, split: EncodedSplit, plan: list[np.ndarray], depth: int, pin: bool,
-                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] = collate) -> None:
+                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self.collate_fn = collate_fn
@@ -123,7 +123,7 @@ class _Prefetcher:
     def _work(self, split: EncodedSplit, plan: list[np.ndarray], pin: bool) -> None:
         try:
             for ids in plan:
-                b = self.collate_fn(split, ids)
+                b = (self.collate_fn or collate)(split, ids)
                 if not self._put((True, b.pin_memory() if pin else b)):
                     return
         except BaseException as e:  # handed to the consumer, raised there
@@ -182,13 +182,13 @@ class BatchIterator:
     Batches, order and state are the same as without: the position counts batches handed out only.
     Closing the generator (or exhausting it) stops the thread.
 
-    `collate_fn(split, ids)` makes the batch (default: the translation pairs' `collate`; the text tasks
-    bring their own layout, `text_batching.TextCollate`).
+    `collate_fn(split, ids)` makes the batch (None: the translation pairs' `collate`, looked up when
+    used; the text tasks bring their own layout, `text_batching.TextCollate`).
     """
 
     def __init__(self, split: EncodedSplit, max_tokens: int, seed: int = 0, shuffle: bool = True,
                  rank: int = 0, world_size: int = 1, prefetch: int = 0, pin_memory: bool = False,
-                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] = collate) -> None:
+                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if len(split) == 0:
@@ -298,7 +298,7 @@ class BatchIterator:
             while self.position < len(plan):
                 ids = plan[self.position]
                 self.position += 1  # counted before yield: a state_dict taken now resumes after this batch
-                yield self.collate_fn(self.split, ids)
+                yield (self.collate_fn or collate)(self.split, ids)
         self.epoch, self.position, self._reshards = self.epoch + 1, 0, []
 
     @property
