@@ -60,8 +60,9 @@ def build_langid(out: Path, seed: int) -> dict[str, int]:
     return sizes
 
 
-def pair_rows(en: list[str], de: list[str], rng: random.Random) -> list[str]:
-    """Half aligned (yes); a quarter a random other German caption, a quarter one of similar length (no)."""
+def pair_rows(en: list[str], de: list[str], rng: random.Random) -> tuple[list[str], list[str]]:
+    """Half aligned (yes); a quarter a random other German caption, a quarter one of similar length (no).
+    Also each row's kind: yes | random | hard."""
     n = len(en)
     by_length = sorted(range(n), key=lambda j: (len(de[j].split()), rng.random()))
     rank = {j: r for r, j in enumerate(by_length)}
@@ -78,7 +79,7 @@ def pair_rows(en: list[str], de: list[str], rng: random.Random) -> list[str]:
                 r = min(n - 1, max(0, rank[i] + rng.choice([-5, -4, -3, -2, -1, 1, 2, 3, 4, 5])))
                 j = by_length[r]
         rows.append(f"{'yes' if kind == 'yes' else 'no'}\t{_clean(en[i])}\t{_clean(de[j])}")
-    return rows
+    return rows, kinds
 
 
 def build_pairs(out: Path, seed: int) -> dict[str, int]:
@@ -86,8 +87,9 @@ def build_pairs(out: Path, seed: int) -> dict[str, int]:
     sizes = {}
     for split, stem in SPLITS.items():
         en, de = read_lines(d / f"{stem}.en.gz"), read_lines(d / f"{stem}.de.gz")
-        rows = pair_rows(en, de, random.Random(f"{seed}-pairs-{split}"))
+        rows, kinds = pair_rows(en, de, random.Random(f"{seed}-pairs-{split}"))
         _write(out / "pairs" / f"{split}.tsv", rows)
+        _write(out / "pairs" / f"{split}.kinds", kinds)
         sizes[split] = len(rows)
     _write(out / "pairs" / "train_1k.tsv", (out / "pairs/train.tsv").read_text().splitlines()[:SMALL])
     return sizes
@@ -97,21 +99,20 @@ def metrics(run: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def train(config: str, run: Path, overrides: list[str], init_from: Path | None = None) -> float:
-    """Train (or resume) a run to its end through the CLI; wall seconds of this call."""
+def train(config: str, run: Path, overrides: list[str], init_from: Path | None = None) -> None:
+    """Train (or resume) a run to its end through the CLI (a finished run returns at once)."""
     if (run / "config.yaml").is_file():
         args = ["train", "--resume", str(run), *overrides]
     else:
         args = ["train", "--config", str(ROOT / config), "--run-dir", str(run), *overrides]
         if init_from is not None:
             args += ["--init-from", str(init_from)]
-    t = time.perf_counter()
     print("$ aiayn " + " ".join(args), flush=True)
     subprocess.run([sys.executable, "-m", "aiayn.cli", *args], check=True, cwd=ROOT)
-    return time.perf_counter() - t
 
 
 def train_seconds(run: Path) -> float:
+    """The run's wall-clock training time over all its invocations (validations included)."""
     return max((r.get("elapsed", 0.0) for r in metrics(run) if r["kind"] == "train"), default=0.0)
 
 
@@ -124,37 +125,43 @@ def main() -> int:
     ap.add_argument("--only", choices=["data", "mlm", "scratch", "pretrained", "all"], default="all")
     ap.add_argument("--tasks", nargs="+", default=["langid", "pairs"])
     ap.add_argument("--mlm-minutes", type=float, default=18.0)
+    ap.add_argument("--sizes", nargs="+", default=["1k", "full"])
+    ap.add_argument("--steps", type=int, help="another step budget than the configs' (runs and keys get a suffix)")
     args = ap.parse_args()
     data, runs = args.data.resolve(), args.runs.resolve()
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     results["hardware"] = f"{os.cpu_count()}-core CPU, torch threads 1 (train.threads)"
 
-    if not (data / "pairs/test.tsv").is_file():
-        results["datasets"] = {"langid": build_langid(data, args.seed), "pairs": build_pairs(data, args.seed)}
+    if not (data / "pairs/test.kinds").is_file():
+        build_langid(data, args.seed)
+        build_pairs(data, args.seed)
+    results["datasets"] = {t: {s: sum(1 for _ in open(data / t / f"{s}.tsv")) for s in (*SPLITS, "train_1k")}
+                           for t in ("langid", "pairs")}
     mlm = runs / "mlm"
     if args.only in ("mlm", "all") or (args.only == "pretrained" and not (mlm / "best.safetensors").is_file()):
-        wall = train("configs/multi30k_mlm.yaml", mlm, ["--train.max_minutes", str(args.mlm_minutes)])
+        train("configs/multi30k_mlm.yaml", mlm, ["--train.max_minutes", str(args.mlm_minutes)])
         last = [r for r in metrics(mlm) if r["kind"] == "valid"][-1]
         results["mlm"] = {"run": str(mlm), "steps": last["step"], "train_seconds": round(train_seconds(mlm), 1),
-                          "wall_seconds_this_call": round(wall, 1),
                           "valid": {k: last[k] for k in ("nll", "ppl", "accuracy")}}
     if args.only in ("data", "mlm"):
         _save(results, args.out)
         return 0
-    kinds = ["scratch", "pretrained"] if args.only == "all" else [args.only]
+    inits = ["scratch", "pretrained"] if args.only == "all" else [args.only]
     spm = mlm / "spm.model"
     if not spm.is_file():
         raise SystemExit(f"{spm} missing: run --only mlm first (the scratch runs share its tokenizer)")
     for task in args.tasks:
-        for size in ("1k", "full"):
+        for size in args.sizes:
             train_file = data / task / ("train_1k.tsv" if size == "1k" else "train.tsv")
-            for kind in kinds:
-                run = runs / f"{task}_{size}_{kind}"
-                over = [f"--data.text_train={train_file}", f"--data.text_valid={data / task / 'valid.tsv'}",
+            for kind in inits:
+                suffix = f"_{args.steps}steps" if args.steps else ""
+                run = runs / f"{task}_{size}_{kind}{suffix}"
+                over = [f"--train.max_steps={args.steps}", "--train.max_minutes=15"] if args.steps else []
+                over += [f"--data.text_train={train_file}", f"--data.text_valid={data / task / 'valid.tsv'}",
                         f"--data.text_test={data / task / 'test.tsv'}"]
                 if kind == "scratch":
                     over.append(f"--data.spm_model={spm}")
-                wall = train(f"configs/multi30k_{task}.yaml", run, over, mlm if kind == "pretrained" else None)
+                train(f"configs/multi30k_{task}.yaml", run, over, mlm if kind == "pretrained" else None)
                 clf = Classifier.load(run)
                 test = clf.read(data / task / "test.tsv")
                 assert test.gold is not None
@@ -168,10 +175,16 @@ def main() -> int:
                          "valid_accuracy": top["accuracy"], "valid_macro_f1": top["macro_f1"],
                          "test": {k: s[k] for k in ("accuracy", "macro_f1", "precision", "recall", "f1",
                                                     "support", "labels", "confusion")},
-                         "train_seconds": round(train_seconds(run), 1), "wall_seconds_this_call": round(wall, 1),
+                         "train_seconds": round(train_seconds(run), 1),
                          "test_seconds": round(time.perf_counter() - t, 1)}
-                results.setdefault(task, {})[f"{size}_{kind}"] = entry
-                print(f"{task} {size} {kind}: test accuracy {s['accuracy']:.4f}, macro F1 {s['macro_f1']:.4f}",
+                kinds_file = data / task / "test.kinds"
+                if kinds_file.is_file():  # pairs: how often each kind of test pair is classified right
+                    pair_kinds = kinds_file.read_text().split()
+                    entry["test_accuracy_by_kind"] = {
+                        k: sum(g == p for g, p, x in zip(test.gold, predicted, pair_kinds) if x == k)
+                        / pair_kinds.count(k) for k in sorted(set(pair_kinds))}
+                results.setdefault(task, {})[f"{size}_{kind}{suffix}"] = entry
+                print(f"{task} {size} {kind}{suffix}: test accuracy {s['accuracy']:.4f}, macro F1 {s['macro_f1']:.4f}",
                       flush=True)
                 _save(results, args.out)
     _save(results, args.out)
@@ -179,8 +192,15 @@ def main() -> int:
 
 
 def _save(results: dict[str, Any], out: Path) -> None:
+    """Merged into what is on disk (runs of another invocation, e.g. --only scratch beside --only pretrained)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    merged: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    for key, value in results.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key].update(value)
+        else:
+            merged[key] = value
+    out.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 if __name__ == "__main__":
