@@ -262,3 +262,34 @@ def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home
     bare.write_text("A dog.\tEin Hund.\nonly one text\n")
     assert cli(["classify", "-c", str(run), "--input", str(bare)]) == 2
     assert f"{bare}:2: expected every line" in capsys.readouterr().err
+
+
+@pytest.mark.needs_mirror
+@pytest.mark.parametrize("task", ["mlm", "classify"])
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, home, corpus, tmp_path):
+    """torchrun, 2 ranks x 1 micro-batch == 1 process x 2 micro-batches (dropout off): the heads run inside
+    the model's forward, so DDP averages their gradients too (a head called beside the DDP wrapper would
+    leave the ranks' classifiers apart, and the mlm head unused by classify would stall DDP without
+    find_unused_parameters)."""
+    import subprocess
+    import sys
+
+    # budgets that cut an even count of batches, so one process and two ranks get the same global batches
+    budget = {"mlm": 256, "classify": 240}[task]
+    over = {"model.dropout": 0.0, "data.max_tokens": budget, "optim.tokens_per_update": 2 * budget,
+            "train.max_steps": 4, "train.eval_every": 4, "train.save_every": 4}
+    cfg = config(task, corpus, **over)
+    path = tmp_path / "cfg.yaml"
+    cfg.save(path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "-m", "aiayn", "train", "--config", str(path), "--run-dir", str(tmp_path / "ddp")],
+                       capture_output=True, text=True, env=env, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    train(Config.load(str(path)), tmp_path / "single")
+    a = [r for r in records(tmp_path / "ddp") if r["kind"] == "train"]
+    b = [r for r in records(tmp_path / "single") if r["kind"] == "train"]
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
+    assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-4)
+    wa, wb = weights(tmp_path / "ddp", 4), weights(tmp_path / "single", 4)
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)

@@ -47,12 +47,19 @@ class EncoderOnly(nn.Module):
         if c.tie_embeddings:
             self.mlm_out.weight = tokens.weight
 
-    def forward(self, ids: Tensor, segments: Tensor | None = None) -> Tensor:
-        """(B, T) ids (right padded), optional (B, T) segment ids -> hidden states (B, T, d_model)."""
+    def forward(self, ids: Tensor, segments: Tensor | None = None, *, where: Tensor | None = None,
+                classify: bool = False) -> Tensor:
+        """(B, T) ids (right padded), optional (B, T) segment ids -> hidden states (B, T, d_model); with
+        `where` the masked-token logits there (`mlm_logits`), with `classify` the class logits
+        (`classify`). The heads run inside forward so that a DDP wrapper sees the whole computation."""
+        if where is not None:
+            return self.mlm_logits(self.forward(ids, segments), where)
+        if classify:
+            return self.classify(ids, segments)
         mask = padding_mask(ids, self.config.pad_id)  # (B, 1, 1, T)
         x = self.embed(ids)
-        if segments is not None:
-            x = x + self.segment_embed(segments)
+        # BERT adds a segment embedding to every token: segment 0 (sentence A) when none are given
+        x = x + (self.segment_embed(segments) if segments is not None else self.segment_embed.weight[0])
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)

@@ -133,7 +133,9 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_step.train_model = DDP(train_model, device_ids=ids)
+            # a classifier leaves its encoder's masked-token head unused: DDP must not wait for its gradients
+            self.train_step.train_model = DDP(train_model, device_ids=ids,
+                                              find_unused_parameters=cfg.task.name == "classify")
         self.validator = Validator(self.task, self.model, self.state, self.metrics, run_dir, self.dist, self.device,
                                    c.patience, self.progress.say)
         if self.main:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +17,6 @@ from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
 from aiayn.data.text import ENCODER_SPECIALS
 from aiayn.data.text_batching import TextBatch, TextCollate
-from aiayn.model import EncoderOnly
 
 
 def encoder_collate(tokenizer: Any, labels: np.ndarray | None = None) -> TextCollate:
@@ -53,8 +52,7 @@ def class_scores(m: np.ndarray) -> dict[str, Any]:
 
 def classify_logits(model: torch.nn.Module, b: TextBatch) -> Tensor:
     """(B, n_classes) logits of a batch already on the model's device."""
-    # the unwrapped model's method (a DDP wrapper only runs `forward`)
-    return cast(EncoderOnly, getattr(model, "module", model)).classify(b.ids, b.segments)
+    return model(b.ids, b.segments, classify=True)  # through forward: a DDP wrapper syncs its gradients
 
 
 class ClassifyTask:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -15,7 +15,6 @@ from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
 from aiayn.data.text import ENCODER_SPECIALS
 from aiayn.data.text_batching import MaskedBatch, MaskingCollate
-from aiayn.model import EncoderOnly
 from aiayn.train.loss import label_smoothed_nll
 
 
@@ -49,8 +48,7 @@ class MLMTask:
         """Logits (n, V) and gold ids (n,) at the batch's n chosen positions."""
         b = b.to(self.device, non_blocking=True)
         with self.autocast():
-            hidden = model(b.ids, b.segments)  # (B, T, d_model): through a DDP/compile wrapper if any
-            logits = cast(EncoderOnly, getattr(model, "module", model)).mlm_logits(hidden, b.where)  # (n, V)
+            logits = model(b.ids, b.segments, where=b.where)  # (n, V), through a DDP/compile wrapper if any
         return logits, b.targets
 
     def loss(self, model: torch.nn.Module, batch: MaskedBatch) -> tuple[Tensor, Tensor]:
