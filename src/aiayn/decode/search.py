@@ -16,7 +16,7 @@ Conventions used here (documented once):
 - Pad and BOS are never generated.
 
 The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eos_id}`, `encode(src)`,
-`init_cache(memory, src_mask)` and `decode(ids, cache=cache) -> (logits, cache)` with a cache offering
+`init_cache(memory, src_mask)` and `step(ids, cache) -> (logits, cache)` with a cache offering
 `reorder(rows)` and `keep(sources)`; tests drive the search with a scripted fake model.
 """
 
@@ -111,7 +111,7 @@ def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len
     ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
     t = 0
     while alive.numel():
-        logits, cache = model.decode(ids, cache=cache)  # (n, 1, V)
+        logits, cache = model.step(ids, cache)  # (n, 1, V)
         logits = logits[:, -1].float()  # (n, V)
         logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
         nxt = argmax(logits)  # (n,) the argmax of the logits is the argmax of the log-probs
@@ -165,7 +165,7 @@ def beam_search(model: Decodable, src: Tensor, beam: int = 4, length_penalty: fl
     ids = torch.full((B, 1), bos, dtype=torch.long, device=dev)
     for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
         n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
-        logits, cache = model.decode(ids, cache=cache)  # (n*g, 1, V)
+        logits, cache = model.step(ids, cache)  # (n*g, 1, V)
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
         logp[:, [pad, bos]] = float("-inf")  # never generated
         # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
