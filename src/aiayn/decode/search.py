@@ -25,14 +25,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.config import ConfigError
+from aiayn.config import ConfigError, DecodeConfig
 from aiayn.decode.decodable import Decodable
 from aiayn.model.masks import padding_mask
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
 
 
-def max_lengths(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> Tensor:
+def max_lengths(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a,
+                max_len_b: float = DecodeConfig.max_len_b) -> Tensor:
     """(B, S) source ids -> (B,) maximum number of output tokens before EOS."""
     cfg = model.config
     src_len = (src != cfg.pad_id).sum(1).double()  # (B,)
@@ -100,7 +101,8 @@ def _start(model: Decodable, src: Tensor, max_len: Tensor):
 
 
 @torch.inference_mode()
-def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> list[list[int]]:
+def greedy_search(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a,
+                  max_len_b: float = DecodeConfig.max_len_b) -> list[list[int]]:
     """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
     cfg = model.config
     B, dev = src.size(0), src.device
@@ -130,8 +132,9 @@ def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len
 
 
 @torch.inference_mode()
-def beam_search(model: Decodable, src: Tensor, beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: float = 50, n_best: int = 1) -> Hypotheses:
+def beam_search(model: Decodable, src: Tensor, beam: int = DecodeConfig.beam,
+                length_penalty: float = DecodeConfig.length_penalty, max_len_a: float = DecodeConfig.max_len_a,
+                max_len_b: float = DecodeConfig.max_len_b, n_best: int = 1) -> Hypotheses:
     """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
 
     Each step scores every (beam, token) continuation, takes the best 2k candidates per sentence,
