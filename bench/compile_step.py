@@ -3,7 +3,7 @@
     python bench/compile_step.py --size small --threads 1
 
 Three ways to run the same 25 greedy decoder steps over 64 rows (random weights, vocab 8000):
-aiayn's own cached `Transformer.decode`; a static-shape step written for compilation (keys/values
+aiayn's own cached `Transformer.step`; a static-shape step written for compilation (keys/values
 preallocated over the whole capacity, the position as a tensor, a length mask instead of slicing, so
 no shape ever changes and nothing recompiles); and that step through `torch.compile` (inductor,
 dynamic=False). Prints the best of 5 runs for each and the compile time (paid once).
@@ -74,7 +74,7 @@ def main() -> int:
             cache = m.init_cache(mem, padding_mask(src, 0), capacity=C)
             ids = torch.full((B, 1), 2)
             for _ in range(STEPS):
-                logits, cache = m.decode(ids, cache=cache)
+                logits, cache = m.step(ids, cache)
                 ids = logits[:, -1].argmax(-1)[:, None]
 
         def best(f: Callable[[], None]) -> float:

@@ -147,9 +147,9 @@ class BanEOS:
     def init_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> Any:
         return self.model.init_cache(memory, src_mask, capacity)
 
-    def decode(self, ids: Tensor, cache: Any = None) -> tuple[Tensor, Any]:
+    def step(self, ids: Tensor, cache: Any) -> tuple[Tensor, Any]:
         step = cache.length  # 0-based index of the position being predicted
-        logits, cache = self.model.decode(ids, cache=cache)
+        logits, cache = self.model.step(ids, cache)
         if step < self.last:
             logits[..., EOS_ID] = float("-inf")
         return logits, cache

@@ -49,7 +49,7 @@ class FakeModel:
     def init_cache(self, memory, src_mask, capacity=None):
         return FakeCache(torch.empty((memory.size(0), 0), dtype=torch.long), memory.size(0))
 
-    def decode(self, ids, cache):
+    def step(self, ids, cache):
         self.calls += 1
         history = torch.cat([cache.history, ids], dim=1)
         rows = []

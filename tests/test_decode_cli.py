@@ -121,8 +121,8 @@ def test_search_defaults_come_from_the_runs_decode_section(run_dir, tmp_path):
     """A run whose config.yaml says beam 3 decodes with beam 3 when --beam is not given."""
     import argparse
 
-    from aiayn.config import Config
-    from aiayn.decode.commands import _search_kw, register
+    from aiayn.config import Config, DecodeConfig
+    from aiayn.decode.commands import decode_config, register
 
     cfg = Config(model={"preset": "tiny"})
     cfg.decode.beam, cfg.decode.length_penalty = 3, 0.0
@@ -131,13 +131,13 @@ def test_search_defaults_come_from_the_runs_decode_section(run_dir, tmp_path):
     register(parser.add_subparsers())
     try:
         a = parser.parse_args(["translate", "-c", str(run_dir)])
-        assert _search_kw(a) == dict(beam=3, length_penalty=0.0, max_len_a=1.0, max_len_b=50)
+        assert decode_config(a) == DecodeConfig(beam=3, length_penalty=0.0, max_len_a=1.0, max_len_b=50)
         a = parser.parse_args(["translate", "-c", str(run_dir), "--beam", "5"])
-        assert _search_kw(a)["beam"] == 5
+        assert decode_config(a).beam == 5
     finally:
         (run_dir / "config.yaml").unlink()
     a = parser.parse_args(["translate", "-c", str(run_dir)])
-    assert _search_kw(a)["beam"] == 4  # no config.yaml: the paper's defaults
+    assert decode_config(a).beam == 4  # no config.yaml: the paper's defaults
 
 
 def test_ensemble_on_the_command_line(run_dir, tmp_path):
@@ -193,3 +193,76 @@ def test_evaluate_int8_flag(run_dir, tmp_path):
 
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == Translator.load(run_dir, int8=True).translate(
         LINES[:3], beam=4, max_len_b=4)
+
+
+@pytest.fixture
+def greedy_run(run_dir, tmp_path, monkeypatch):
+    """A copy of the run whose config.yaml says beam 1, length penalty 0, max_len_b 4; and the searches
+    the Translator calls, recorded."""
+    import shutil
+
+    from aiayn.config import Config
+    from aiayn.decode import translator as tr
+
+    run = tmp_path / "greedy_run"
+    shutil.copytree(run_dir, run)
+    cfg = Config(model={"preset": "tiny"})
+    cfg.decode.beam, cfg.decode.length_penalty, cfg.decode.max_len_b, cfg.decode.max_tokens = 1, 0.0, 4, 100
+    cfg.save(run / "config.yaml")
+    calls: list[tuple] = []
+    greedy, beam = tr.greedy_search, tr.beam_search
+
+    def spy_greedy(model, src, a, b):
+        calls.append(("greedy", a, b))
+        return greedy(model, src, a, b)
+
+    def spy_beam(model, src, k, lp, a, b, n_best):
+        calls.append(("beam", k, lp, a, b))
+        return beam(model, src, k, lp, a, b, n_best)
+
+    monkeypatch.setattr(tr, "greedy_search", spy_greedy)
+    monkeypatch.setattr(tr, "beam_search", spy_beam)
+    return run, cfg.decode, calls
+
+
+def test_translator_load_decodes_with_the_runs_decode_section(greedy_run):
+    """No keyword: the run's decode section (beam 1 = greedy, its max_len_b and max_tokens); keywords
+    override one field per call; an explicit DecodeConfig replaces the run's."""
+    from aiayn import Translator
+    from aiayn.config import DecodeConfig
+
+    run, decode, calls = greedy_run
+    t = Translator.load(run, device="cpu")
+    assert t.decode == decode and t.max_tokens == 100
+    t.translate([LINES[0]])
+    assert calls == [("greedy", 1.0, 4)]
+    calls.clear()
+    t.translate([LINES[0]], beam=3)
+    assert calls == [("beam", 3, 0.0, 1.0, 4)]  # the rest still the run's
+    calls.clear()
+    t = Translator.load(run / "best.safetensors", device="cpu")  # a weights file in the run: the same
+    assert t.decode == decode
+    t = Translator.load(run, device="cpu", decode=DecodeConfig(beam=2, max_len_b=3))
+    t.translate([LINES[0]])
+    assert calls == [("beam", 2, 0.6, 1.0, 3)]
+
+
+def test_translate_command_hands_the_resolved_config_to_the_translator(greedy_run, tmp_path):
+    """`aiayn translate` without flags decodes greedily as the run's config.yaml says; flags override."""
+    import argparse
+
+    from aiayn.decode.commands import register
+
+    run, _, calls = greedy_run
+    src = tmp_path / "src.txt"
+    src.write_text(LINES[0] + "\n", encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    io = ["--input", str(src), "--output", str(tmp_path / "out.txt"), "--device", "cpu"]
+    a = parser.parse_args(["translate", "-c", str(run), *io])
+    assert a.run(a) == 0
+    assert calls == [("greedy", 1.0, 4)]
+    calls.clear()
+    a = parser.parse_args(["translate", "-c", str(run), *io, "--beam", "2", "--max-len-b", "3"])
+    assert a.run(a) == 0
+    assert calls == [("beam", 2, 0.0, 1.0, 3)]

@@ -147,7 +147,7 @@ def _greedy_reference(model: Transformer, src: torch.Tensor, max_len: int) -> li
         cache = model.init_cache(model.encode(src), padding_mask(src, 0))
         y, out, done = torch.full((src.size(0), 1), BOS_ID), [], torch.zeros(src.size(0), dtype=torch.bool)
         for _ in range(max_len):
-            logits, cache = model.decode(y, cache=cache)
+            logits, cache = model.step(y, cache)
             y = logits[:, -1].argmax(-1, keepdim=True)
             out.append(y[:, 0])
             done |= y[:, 0] == EOS_ID

@@ -242,15 +242,15 @@ def test_cached_step_by_step_equals_full_decoder(T, positional, norm, dims):
     cache = model.init_cache(memory, mask, capacity=3)  # small: the buffers must grow on the way
     steps = []
     for t in range(T):
-        logits, cache = model.decode(tgt[:, t: t + 1], cache=cache)
+        logits, cache = model.step(tgt[:, t: t + 1], cache)
         steps.append(logits)
     assert cache.length == T
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     # A multi-token chunk after a cached prefix also matches (causal triangle with offset).
     if T >= 3:
         cache = model.init_cache(memory, mask)
-        a, cache = model.decode(tgt[:, :1], cache=cache)
-        b, cache = model.decode(tgt[:, 1:], cache=cache)
+        a, cache = model.step(tgt[:, :1], cache)
+        b, cache = model.step(tgt[:, 1:], cache)
         torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -263,22 +263,22 @@ def test_cache_reorder_and_keep_follow_the_rows():
     rows_tgt = torch.tensor([[2, 11, 12], [2, 13, 14], [2, 15, 16], [2, 17, 18]])
     cache = model.init_cache(memory, mask, capacity=2)  # the buffers grow, then reorder into spares
     for t in range(2):
-        _, cache = model.decode(rows_tgt[:, t: t + 1], cache=cache)
+        _, cache = model.step(rows_tgt[:, t: t + 1], cache)
     # Swap the rows inside source 0's group, keep source 1's rows.
     swapped = rows_tgt[[1, 0, 2, 3]]
     want = model.decode(swapped, memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 2:3]
     reordered = cache.reorder(torch.tensor([1, 0, 2, 3]))
     kept = reordered.keep(torch.tensor([1]))  # then drop source 0
     assert kept.sources == 1 and kept.rows == G
-    last1, _ = model.decode(swapped[2:, 2:3], cache=kept)
+    last1, _ = model.step(swapped[2:, 2:3], kept)
     torch.testing.assert_close(last1, want[2:], atol=1e-5, rtol=1e-5)
     with pytest.raises(RuntimeError, match="already extended or reordered"):
         cache.reorder(torch.tensor([1, 0, 2, 3]))  # `cache` was spent by the first reorder
     # Beam search's first step: one row per source expands to G rows.
     start = model.init_cache(memory, mask)
-    _, start = model.decode(torch.tensor([[2], [2]]), cache=start)
+    _, start = model.step(torch.tensor([[2], [2]]), start)
     grown = start.reorder(torch.tensor([0, 0, 1, 1]))
-    out, _ = model.decode(rows_tgt[:, 1:2], cache=grown)
+    out, _ = model.step(rows_tgt[:, 1:2], grown)
     want2 = model.decode(rows_tgt[:, :2], memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 1:2]
     torch.testing.assert_close(out, want2, atol=1e-5, rtol=1e-5)
 
@@ -288,14 +288,14 @@ def test_spent_cache_values_raise_instead_of_reading_overwritten_keys():
     src = torch.tensor([[5, 6, 3]])
     memory, mask = model.encode(src), padding_mask(src, PAD)
     c0 = model.init_cache(memory, mask)
-    _, c1 = model.decode(torch.tensor([[2]]), cache=c0)
-    _, c2 = model.decode(torch.tensor([[7]]), cache=c1)
+    _, c1 = model.step(torch.tensor([[2]]), c0)
+    _, c2 = model.step(torch.tensor([[7]]), c1)
     with pytest.raises(RuntimeError, match="already extended"):
-        model.decode(torch.tensor([[8]]), cache=c1)  # c1 was extended into c2
+        model.step(torch.tensor([[8]]), c1)  # c1 was extended into c2
     r = c2.reorder(torch.tensor([0]))
     with pytest.raises(RuntimeError, match="already extended or reordered"):
         c2.reorder(torch.tensor([0]))
-    logits, _ = model.decode(torch.tensor([[9]]), cache=r)  # the returned value works
+    logits, _ = model.step(torch.tensor([[9]]), r)  # the returned value works
     full = model.decode(torch.tensor([[2, 7, 9]]), memory, mask)
     torch.testing.assert_close(logits, full[:, 2:], atol=1e-5, rtol=1e-5)
 
@@ -303,7 +303,7 @@ def test_spent_cache_values_raise_instead_of_reading_overwritten_keys():
 @settings(max_examples=10, deadline=None)
 @given(lengths=st.lists(st.integers(1, 7), min_size=2, max_size=4), norm=st.sampled_from(["post", "pre"]))
 def test_causal_kernel_equals_explicit_padding_mask_in_values_and_gradients(lengths, norm):
-    """The teacher-forced decoder uses the causal kernel without key padding (masks.CAUSAL); with
+    """The teacher-forced decoder uses the causal kernel without key padding (causal=True); with
     right padding a padded batch must give each sentence's own logits and the same gradients."""
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", vocab_size=50, dropout=0.0, norm=norm))
@@ -339,8 +339,8 @@ def test_keep_projects_only_the_chosen_positions_in_values_and_gradients():
     g_part = torch.autograd.grad((part * w).sum(), model.generator.weight)[0]
     g_full = torch.autograd.grad((model(src, tgt_in).flatten(0, 1)[keep] * w).sum(), model.generator.weight)[0]
     torch.testing.assert_close(g_part, g_full)
-    with pytest.raises(ValueError, match="cached decoding"):
-        model.decode(tgt_in[:, :1], cache=model.init_cache(model.encode(src), padding_mask(src, PAD)), keep=keep)
+    with pytest.raises(TypeError):  # cached decoding has no teacher-forced positions to skip: step takes no keep
+        model.step(tgt_in[:, :1], model.init_cache(model.encode(src), padding_mask(src, PAD)), keep=keep)  # type: ignore[call-arg]
 
 
 # -- attention weights for plots --------------------------------------------------------------------
@@ -387,3 +387,35 @@ def test_tiny_model_learns_to_reverse():
         if loss.item() < 0.05:
             break
     assert loss.item() < 0.05, f"loss {loss.item():.3f} after {step + 1} steps"
+
+
+# -- the causal flag and the step seam --------------------------------------------------------------
+
+
+def test_causal_flag_equals_an_explicit_causal_mask():
+    """causal=True (SDPA's is_causal kernel, or its triangle ANDed into a mask) gives what the explicit
+    causal mask gives, on the fused path and on the explicit-weights path for plots."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4) for _ in range(3))  # (B, h, T, d_k)
+    pad = (torch.arange(6)[None, :] < torch.tensor([6, 4])[:, None])[:, None, None, :]  # (B, 1, 1, T)
+    tri = causal_mask(6)  # (1, 1, T, T)
+    for mask, explicit in ((None, tri), (pad, pad & tri)):
+        want = attention(q, k, v, explicit)
+        torch.testing.assert_close(attention(q, k, v, mask, causal=True), want)
+        weights: list[torch.Tensor] = []
+        torch.testing.assert_close(attention(q, k, v, mask, weights=weights, causal=True), want)
+        assert bool((weights[0].masked_select(~explicit.expand_as(weights[0])) == 0).all())
+
+
+def test_step_equals_decode_at_the_last_position():
+    model = tiny()
+    src = torch.tensor([[5, 6, 7, 3], [8, 3, PAD, PAD]])
+    tgt = torch.tensor([[2, 9, 10, 11, 12], [2, 13, 14, 15, 16]])
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    full = model.decode(tgt, memory, mask)  # (B, T, V) teacher forcing
+    cache = model.init_cache(memory, mask)
+    _, cache = model.step(tgt[:, :-1], cache)  # a prefix at once, then the last position
+    last, cache = model.step(tgt[:, -1:], cache)
+    assert last.shape == (2, 1, model.config.vocab_size) and cache.length == tgt.size(1)
+    assert not last.requires_grad  # inference only, even with autograd on
+    torch.testing.assert_close(last[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)

@@ -43,17 +43,28 @@ def test_decoder_only_cached_steps_equal_the_full_pass():
     with torch.no_grad():
         full = model(ids)
         cache = model.init_cache(batch=3, capacity=4)
-        prompt, cache = model(ids[:, :4], cache=cache)  # a prompt at once, then one token at a time
+        prompt, cache = model.step(ids[:, :4], cache)  # a prompt at once, then one token at a time
         steps = [prompt]
         for t in range(4, 10):
-            logits, cache = model(ids[:, t:t + 1], cache=cache)
+            logits, cache = model.step(ids[:, t:t + 1], cache)
             steps.append(logits)
         rows = torch.tensor([2, 0])
-        _, sub = model(ids[:, :3], cache=model.init_cache(batch=3))
+        _, sub = model.step(ids[:, :3], model.init_cache(batch=3))
         sub = sub.reorder(rows)  # beam-style reordering works on a self-only cache too
-        last, _ = model(ids[rows, 3:4], cache=sub)
+        last, _ = model.step(ids[rows, 3:4], sub)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
     assert torch.allclose(last[:, 0], full[rows, 3], atol=1e-5)
+
+
+def test_decoder_only_step_equals_the_full_pass_at_the_last_position():
+    torch.manual_seed(0)
+    model = DecoderOnly(config()).eval()
+    ids = torch.randint(4, 60, (2, 7))
+    full = model(ids)  # (B, T, V)
+    _, cache = model.step(ids[:, :-1], model.init_cache(batch=2))
+    last, cache = model.step(ids[:, -1:], cache)
+    assert cache.length == 7 and not last.requires_grad
+    torch.testing.assert_close(last[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)
 
 
 def test_encoder_only_sees_both_sides_and_classifies_regardless_of_padding():

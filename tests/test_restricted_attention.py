@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from aiayn.config import ModelConfig
 from aiayn.model import Transformer, padding_mask
 from aiayn.model.attention import attention, restrict, windowed_attention
-from aiayn.model.masks import CAUSAL, band_mask
+from aiayn.model.masks import band_mask
 
 
 @settings(max_examples=60, deadline=None)
@@ -23,7 +23,7 @@ def test_windowed_attention_equals_full_attention_with_a_band_mask(B, h, T, d, r
     real = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # (B, T) right padding
     key_mask = None if causal else real[:, None, None, :]
     fast = windowed_attention(q, k, v, r, causal, key_mask)
-    full = attention(q, k, v, restrict(CAUSAL if causal else key_mask, T, T, r, q.device))
+    full = attention(q, k, v, restrict(key_mask, T, T, r, q.device, causal))
     rows = torch.ones(B, T, dtype=torch.bool) if causal else real
     assert torch.allclose(fast[rows.nonzero(as_tuple=True)[0], :, rows.nonzero(as_tuple=True)[1]],
                           full[rows.nonzero(as_tuple=True)[0], :, rows.nonzero(as_tuple=True)[1]], atol=1e-10)
@@ -72,11 +72,11 @@ def test_cached_decoding_with_a_window_equals_the_full_pass():
         cache = model.init_cache(memory, padding_mask(src, 0), capacity=4)  # grows past its capacity
         steps = []
         for t in range(tgt.size(1)):
-            logits, cache = model.decode(tgt[:, t:t + 1], cache=cache)
+            logits, cache = model.step(tgt[:, t:t + 1], cache)
             steps.append(logits)
         cache2 = model.init_cache(memory, padding_mask(src, 0))
-        first, cache2 = model.decode(tgt[:, :5], cache=cache2)  # several positions at once, then one by one
-        rest, cache2 = model.decode(tgt[:, 5:6], cache=cache2)
+        first, cache2 = model.step(tgt[:, :5], cache2)  # several positions at once, then one by one
+        rest, cache2 = model.step(tgt[:, 5:6], cache2)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
     assert torch.allclose(torch.cat([first, rest], 1), full[:, :6], atol=1e-5)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aiayn.config import Config
+from aiayn.config import Config, DecodeConfig
 from aiayn.data.io import read_lines
 from aiayn.data.multi30k import tokenized_reference_path
 from aiayn.data.prepare import prepare, with_run_tokenizer
@@ -42,10 +42,14 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
                  ref: str | None = None, hyp: str | None = None, tokenized: bool = False,
                  lang: str | None = None, average_last: int = 0, output: str | None = None,
                  device: str | None = None, max_tokens: int | None = None, ensemble: Sequence[str] = (),
-                 int8: bool = False, **search: Any) -> dict[str, Any]:
+                 int8: bool = False, decode: DecodeConfig | None = None, **search: Any) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
     `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
-    `int8`: decode with int8 weights on the CPU (Translator.load)."""
+    `int8`: decode with int8 weights on the CPU (Translator.load).
+
+    Search settings: `decode` (None: the run's config.yaml `decode` section, else DecodeConfig()),
+    then `max_tokens` and the `search` keywords of `Translator.translate` (beam, length_penalty,
+    max_len_a, max_len_b) where given."""
     if split is not None and (src or ref):
         raise AiaynError("give either --split or --src/--ref, not both")
     tok_refs = None
@@ -76,9 +80,8 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
         from aiayn.decode.translator import Translator
 
-        kw = {} if max_tokens is None else {"max_tokens": max_tokens}
         translator = Translator.load(checkpoint, device=device, ensemble=ensemble, average_last=average_last,
-                                     int8=int8, **kw)
+                                     int8=int8, decode=decode, max_tokens=max_tokens)
         hyps = translator.translate(src_lines, **search)
     if output is not None:
         Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

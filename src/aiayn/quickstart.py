@@ -76,7 +76,7 @@ def _pick_corpus(data_dir: str | None) -> str:
         return "embedded"
 
 
-def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: int = 4,
+def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: int | None = None,
         corpus: str | None = None, test_limit: int | None = None) -> dict[str, Any]:
     from aiayn.decode import Translator
     from aiayn.evaluate import score, tokenized_bleu
@@ -101,13 +101,14 @@ def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: 
     if len(list_checkpoints(run_dir)) >= 2:
         weights = average_run(run_dir, 2, run_dir / "average.safetensors")
         print(f"decoding with the average of the last 2 checkpoints: {weights}")
-    translator = Translator.load(weights)
+    translator = Translator.load(weights)  # decodes with the run's config.yaml `decode` section
     from aiayn.data import prepare
 
     src, ref = prepare(cfg.data).raw("test")  # the cached preparation training used
     src, ref = src[:test_limit], ref[:test_limit]
-    lp = cfg.decode.length_penalty
-    hyps = translator.translate(src, beam=beam, length_penalty=lp)
+    search = translator.search_config(beam=beam)  # the run's settings, --beam given or not
+    beam, lp = search.beam, search.length_penalty
+    hyps = translator.translate(src, beam=beam)
     result = {"test": score(hyps, ref), "steps": summary["step"]}
     line = f"test BLEU {result['test']['bleu']:.2f} (sacreBLEU, detokenized, cased), chrF {result['test']['chrf']:.2f}"
     if corpus == "multi30k":
@@ -120,7 +121,7 @@ def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: 
     print(f"after {summary['step']} updates: {line}  [beam {beam}, length penalty {lp:g}, {len(src)} test sentences]")
 
     samples = SAMPLES["de" if corpus == "multi30k" else "digits"]
-    outputs = translator.translate(samples, beam=beam, length_penalty=lp)
+    outputs = translator.translate(samples, beam=beam)
     for s, t in zip(samples, outputs):
         print(f"  {s}  ->  {t}")
     result["pictures"] = _pictures(run_dir, translator, samples[0], outputs[0])
@@ -151,7 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", default="runs/quickstart", help="where the run goes (default runs/quickstart); "
                                                                 "an existing run is resumed")
     p.add_argument("--data-dir", default=None, help="offline Multi30k mirror (default: $AIAYN_DATA_DIR)")
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=int, help="beam size (default: the run's decode.beam)")
     p.add_argument("--corpus", choices=["multi30k", "embedded"], default=None,
                    help="skip the automatic choice (multi30k if reachable, else embedded)")
     p.add_argument("--test-limit", type=int, default=None, help="score only the first N test sentences")

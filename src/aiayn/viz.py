@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from aiayn.data.tokenizer import Tokenizer
     from aiayn.model import Transformer
 
+from aiayn.config import DecodeConfig
 from aiayn.errors import AiaynError
 from aiayn.train.metrics import MetricsError
 from aiayn.train.metrics import read_metrics as _read_metrics
@@ -95,8 +96,8 @@ class AttentionMap:
 
 
 def attention_map(model: Transformer, tokenizer: Tokenizer, sentence: str,
-                  target_ids: Sequence[int] | None = None, max_len_a: float = 1.0,
-                  max_len_b: int = 50) -> AttentionMap:
+                  target_ids: Sequence[int] | None = None, max_len_a: float = DecodeConfig.max_len_a,
+                  max_len_b: int = DecodeConfig.max_len_b) -> AttentionMap:
     """Encode `sentence`, translate it greedily (or take `target_ids`, pieces without BOS/EOS) and
     record every layer's attention while the model reads the pair by teacher forcing."""
     import torch

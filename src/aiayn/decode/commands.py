@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
 from typing import BinaryIO
+
+from aiayn.config import DecodeConfig
 
 
 def read_line_batches(f: BinaryIO, chunk: int = 1 << 16) -> Iterator[list[str]]:
@@ -36,12 +39,17 @@ def _count_lines(path: str) -> int:
 
 
 def _add_search_args(p: argparse.ArgumentParser) -> None:
-    # Defaults (None) come from the run's config.yaml `decode` section, else DecodeConfig (§6.1).
-    p.add_argument("--beam", type=int, help="beam size; 1 = greedy (default: the run's decode.beam, else 4)")
-    p.add_argument("--lenpen", type=float, help="GNMT length penalty alpha, 0 disables (default 0.6)")
-    p.add_argument("--max-len-a", type=float, help="max output length = a * source length + b (default a=1.0)")
-    p.add_argument("--max-len-b", type=int, help="(default b=50)")
-    p.add_argument("--max-tokens", type=int, help="batch budget: source tokens x beam (default 8192)")
+    # Every setting left out (None) comes from the run's config.yaml `decode` section, else DecodeConfig
+    # (§6.1); `decode_config` resolves them into one DecodeConfig.
+    d = DecodeConfig()
+    p.add_argument("--beam", type=int, help=f"beam size; 1 = greedy (default: the run's decode.beam, else {d.beam})")
+    p.add_argument("--lenpen", type=float, help=f"GNMT length penalty alpha, 0 disables (default: the run's "
+                                                f"decode.length_penalty, else {d.length_penalty})")
+    p.add_argument("--max-len-a", type=float, help=f"max output length = a * source length + b (default: the run's "
+                                                   f"decode.max_len_a/b, else a={d.max_len_a})")
+    p.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
+    p.add_argument("--max-tokens", type=int, help=f"batch budget: source tokens x beam (default: the run's "
+                                                  f"decode.max_tokens, else {d.max_tokens})")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present; cpu with --int8)")
     p.add_argument("--int8", action="store_true",
                    help="int8 weights (one scale per output row) and int8 matrix products; CPU only")
@@ -52,40 +60,39 @@ def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
     return (a.checkpoint[0], a.checkpoint[1:]) if a.checkpoint else (None, [])
 
 
-def _decode_defaults(checkpoint: str | None):
-    from aiayn.checkpoint import find_in_run
-    from aiayn.config import Config, DecodeConfig
+def _decode_defaults(checkpoint: str | None) -> DecodeConfig:
+    """The `decode` section of the run's config.yaml (a run directory or a weights file in one), else
+    DecodeConfig()."""
+    from aiayn.decode.translator import run_decode_config
 
-    found = find_in_run(checkpoint, "config.yaml") if checkpoint else None
-    return Config.load(str(found)).decode if found else DecodeConfig()
+    return run_decode_config(checkpoint) if checkpoint else DecodeConfig()
 
 
-def _search_kw(a: argparse.Namespace) -> dict:
+def decode_config(a: argparse.Namespace) -> DecodeConfig:
+    """The one decoding configuration of this command: the first run's `decode` section, each flag given
+    on the command line replacing its field; checked."""
     from aiayn.errors import AiaynError
 
-    d = _decode_defaults(_members(a)[0])
-    pick = {"beam": d.beam, "lenpen": d.length_penalty, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
-            "max_tokens": d.max_tokens}
-    for name, default in pick.items():
-        if getattr(a, name) is None:
-            setattr(a, name, default)
-    if a.beam < 1 or a.lenpen < 0 or a.max_len_b < 0 or a.max_len_a < 0 or a.max_tokens < 1:
+    flags = {"beam": a.beam, "length_penalty": a.lenpen, "max_len_a": a.max_len_a, "max_len_b": a.max_len_b,
+             "max_tokens": a.max_tokens}
+    d = dataclasses.replace(_decode_defaults(_members(a)[0]), **{k: v for k, v in flags.items() if v is not None})
+    if d.beam < 1 or d.length_penalty < 0 or d.max_len_b < 0 or d.max_len_a < 0 or d.max_tokens < 1:
         raise AiaynError("need --beam >= 1, --lenpen >= 0, --max-len-a/b >= 0 and --max-tokens >= 1")
-    if getattr(a, "n_best", 1) > a.beam or getattr(a, "n_best", 1) < 1:
-        raise AiaynError(f"--n-best must lie in 1..beam ({a.beam})")
-    return dict(beam=a.beam, length_penalty=a.lenpen, max_len_a=a.max_len_a, max_len_b=a.max_len_b)
+    if getattr(a, "n_best", 1) > d.beam or getattr(a, "n_best", 1) < 1:
+        raise AiaynError(f"--n-best must lie in 1..beam ({d.beam})")
+    return d
 
 
 def _translate(a: argparse.Namespace) -> int:
     from aiayn.decode.translator import Translator
     from aiayn.errors import AiaynError
 
-    kw = _search_kw(a)
+    decode = decode_config(a)
     if a.input and not os.path.isfile(a.input):
         raise AiaynError(f"input file not found: {a.input}")
     first, more = _members(a)
     assert first is not None  # -c is required here
-    t = Translator.load(first, device=a.device, ensemble=more, max_tokens=a.max_tokens, int8=a.int8)
+    t = Translator.load(first, device=a.device, ensemble=more, int8=a.int8, decode=decode)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
     bar = None
@@ -96,7 +103,7 @@ def _translate(a: argparse.Namespace) -> int:
     seen = 0
     try:
         for lines in read_line_batches(src):
-            nbest = t.translate_scored(lines, n_best=a.n_best, first_line=seen + 1, **kw)
+            nbest = t.translate_scored(lines, n_best=a.n_best, first_line=seen + 1)  # t.decode's search
             if a.n_best == 1:
                 text = "".join(h[0][0] + "\n" for h in nbest)
             else:  # Moses n-best style: index ||| hypothesis ||| score
@@ -122,12 +129,12 @@ def _evaluate(a: argparse.Namespace) -> int:
 
     from aiayn.evaluate import evaluate_run
 
-    search = _search_kw(a)  # fills a.max_tokens too
+    decode = decode_config(a)
     first, more = _members(a)
     res = evaluate_run(
         first, split=a.split, src=a.src, ref=a.ref, hyp=a.hyp, tokenized=a.tokenized_bleu,
         lang=a.lang, average_last=a.average_last, output=a.output, device=a.device,
-        max_tokens=a.max_tokens, ensemble=more, int8=a.int8, **search)
+        ensemble=more, int8=a.int8, decode=decode)
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")
     print(res["chrf_str"])

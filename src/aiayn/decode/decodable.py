@@ -42,6 +42,6 @@ class Decodable(Protocol):
         """Memory and the (B, 1, 1, S) source padding mask -> a `SearchCache` for B sources."""
         ...
 
-    def decode(self, tgt_in: Tensor, *, cache: Any) -> tuple[Tensor, Any]:
+    def step(self, ids: Tensor, cache: Any) -> tuple[Tensor, Any]:
         """Next-token ids (rows, T) -> (logits or log-probs (rows, T, V), the updated cache)."""
         ...

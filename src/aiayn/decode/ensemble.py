@@ -3,7 +3,7 @@ OpenNMT's `-model a b`, Marian's `--models`).
 
 At every step each model scores the next token and the ensemble's distribution is the mean of
 their probabilities, log p(y) = log(1/M sum_m p_m(y)). `Ensemble` offers what the searches need
-(`config`, `encode`, `init_cache`, `decode(ids, cache=...)`), so greedy and beam search run on it
+(`config`, `encode`, `init_cache`, `step(ids, cache)`), so greedy and beam search run on it
 unchanged: its "logits" are those mean log-probabilities, which a softmax leaves as they are.
 Members are typically checkpoint averages of independently trained runs (paper §6.1 averages
 checkpoints of one run; an ensemble of runs is the step beyond it that the paper's Table 2 lists
@@ -73,11 +73,11 @@ class Ensemble(nn.Module):
     def init_cache(self, memory: list[Tensor], src_mask: Tensor, capacity: int = 64) -> EnsembleCache:
         return EnsembleCache([m.init_cache(mem, src_mask, capacity=capacity) for m, mem in zip(self.members, memory)])
 
-    def decode(self, tgt_in: Tensor, *, cache: EnsembleCache) -> tuple[Tensor, EnsembleCache]:
+    def step(self, ids: Tensor, cache: EnsembleCache) -> tuple[Tensor, EnsembleCache]:
         """Next-token ids (rows, T) -> mean log-probs (rows, T, V) float32, and the updated cache."""
         logps, caches = [], []
         for m, c in zip(self.members, cache.members):
-            logits, c = m.decode(tgt_in, cache=c)
+            logits, c = m.step(ids, c)
             logps.append(torch.log_softmax(logits.float(), dim=-1))  # (rows, T, V)
             caches.append(c)
         mean = torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (rows, T, V)

@@ -2,8 +2,8 @@
 sampling on the incremental cache, reproducible under a seed, streamed token by token; and scoring
 (log-likelihood) of given text.
 
-The model needs `config.{pad_id,bos_id,eos_id}` and `model(ids, cache=cache) -> (logits, cache)` with
-`model.init_cache(batch, capacity)` (`aiayn.model.DecoderOnly`).
+The model needs `config.{pad_id,bos_id,eos_id}`, `model(ids) -> logits` (scoring), and for generation
+`model.init_cache(batch, capacity)` and `model.step(ids, cache) -> (logits, cache)` (`aiayn.model.DecoderOnly`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def generate(model, prompt: Tensor, sampling: Sampling | None = None,
         gen = torch.Generator(device=prompt.device).manual_seed(s.seed)
     B = prompt.size(0)
     cache = model.init_cache(B, capacity=min(context, prompt.size(1) + s.max_tokens))
-    logits, cache = model(prompt, cache=cache)  # (B, T, V)
+    logits, cache = model.step(prompt, cache)  # (B, T, V)
     history = prompt  # (B, L): what a re-primed cache is built from
     out: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
@@ -96,9 +96,9 @@ def generate(model, prompt: Tensor, sampling: Sampling | None = None,
         history = torch.cat([history, ids[:, None]], dim=1)
         if history.size(1) > context:  # past the window: the last `context` tokens, afresh
             history = history[:, -context:]
-            logits, cache = model(history, cache=model.init_cache(B, capacity=context))
+            logits, cache = model.step(history, model.init_cache(B, capacity=context))
         else:
-            logits, cache = model(ids[:, None], cache=cache)
+            logits, cache = model.step(ids[:, None], cache)
     return out
 
 

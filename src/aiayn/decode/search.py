@@ -16,7 +16,7 @@ Conventions used here (documented once):
 - Pad and BOS are never generated.
 
 The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eos_id}`, `encode(src)`,
-`init_cache(memory, src_mask)` and `decode(ids, cache=cache) -> (logits, cache)` with a cache offering
+`init_cache(memory, src_mask)` and `step(ids, cache) -> (logits, cache)` with a cache offering
 `reorder(rows)` and `keep(sources)`; tests drive the search with a scripted fake model.
 """
 
@@ -25,14 +25,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.config import ConfigError
+from aiayn.config import ConfigError, DecodeConfig
 from aiayn.decode.decodable import Decodable
 from aiayn.model.masks import padding_mask
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
 
 
-def max_lengths(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> Tensor:
+def max_lengths(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a,
+                max_len_b: float = DecodeConfig.max_len_b) -> Tensor:
     """(B, S) source ids -> (B,) maximum number of output tokens before EOS."""
     cfg = model.config
     src_len = (src != cfg.pad_id).sum(1).double()  # (B,)
@@ -100,7 +101,8 @@ def _start(model: Decodable, src: Tensor, max_len: Tensor):
 
 
 @torch.inference_mode()
-def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len_b: float = 50) -> list[list[int]]:
+def greedy_search(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a,
+                  max_len_b: float = DecodeConfig.max_len_b) -> list[list[int]]:
     """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
     cfg = model.config
     B, dev = src.size(0), src.device
@@ -111,7 +113,7 @@ def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len
     ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
     t = 0
     while alive.numel():
-        logits, cache = model.decode(ids, cache=cache)  # (n, 1, V)
+        logits, cache = model.step(ids, cache)  # (n, 1, V)
         logits = logits[:, -1].float()  # (n, V)
         logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
         nxt = argmax(logits)  # (n,) the argmax of the logits is the argmax of the log-probs
@@ -130,8 +132,9 @@ def greedy_search(model: Decodable, src: Tensor, max_len_a: float = 1.0, max_len
 
 
 @torch.inference_mode()
-def beam_search(model: Decodable, src: Tensor, beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: float = 50, n_best: int = 1) -> Hypotheses:
+def beam_search(model: Decodable, src: Tensor, beam: int = DecodeConfig.beam,
+                length_penalty: float = DecodeConfig.length_penalty, max_len_a: float = DecodeConfig.max_len_a,
+                max_len_b: float = DecodeConfig.max_len_b, n_best: int = 1) -> Hypotheses:
     """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
 
     Each step scores every (beam, token) continuation, takes the best 2k candidates per sentence,
@@ -165,7 +168,7 @@ def beam_search(model: Decodable, src: Tensor, beam: int = 4, length_penalty: fl
     ids = torch.full((B, 1), bos, dtype=torch.long, device=dev)
     for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
         n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
-        logits, cache = model.decode(ids, cache=cache)  # (n*g, 1, V)
+        logits, cache = model.step(ids, cache)  # (n*g, 1, V)
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
         logp[:, [pad, bos]] = float("-inf")  # never generated
         # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no

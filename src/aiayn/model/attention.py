@@ -17,21 +17,24 @@ from aiayn.model.masks import band_mask, causal_mask
 
 
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | str | None, dropout: float = 0.0,
-    weights: list[Tensor] | None = None,
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
+    weights: list[Tensor] | None = None, causal: bool = False,
 ) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k (B, h, S, d_k), v (B, h, S, d_v); mask: bool
-    (True = attend), None, or `CAUSAL` (T == S, query t sees keys <= t; SDPA's is_causal kernel).
+    (True = attend) or None; `causal` (T == S): query t also sees only keys <= t (§3.2.3), run by SDPA's
+    is_causal kernel when there is no mask besides it.
 
     With `weights` (a list) the probabilities (B, h, T, S) are computed explicitly and appended:
     the slower path, for plots. Otherwise the fused SDPA kernel does the work, except for one
     query per row on CPU (incremental decoding), where SDPA's per-(batch, head) overhead makes
     two plain matrix products faster (docs/benchmarks.md).
     """
-    if isinstance(mask, str):
-        if weights is None:
+    if causal:
+        if weights is None and mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        mask = causal_mask(q.size(2), q.device)
+        # SDPA takes attn_mask or is_causal, not both; plots need the explicit triangle anyway.
+        tri = causal_mask(q.size(2), q.device)  # (1, 1, T, T)
+        mask = tri if mask is None else mask & tri
     if weights is None and not (q.size(2) == 1 and q.device.type == "cpu"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
@@ -76,11 +79,16 @@ def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, causal: boo
     return out.reshape(B, h, nb * blk, -1)[:, :, :T]  # (B, h, T, d_v)
 
 
-def restrict(mask: Tensor | str | None, size_q: int, size_k: int, window: int, device: torch.device) -> Tensor:
-    """`mask` (bool, None or CAUSAL) AND the band of restricted self-attention, as one explicit mask;
-    every query keeps its own position, as in `windowed_attention` (a pad query whose window holds
-    only pad keys would otherwise give NaN, which the next layer spreads through the values)."""
-    base = causal_mask(size_q, device) if isinstance(mask, str) else mask
+def restrict(mask: Tensor | None, size_q: int, size_k: int, window: int, device: torch.device,
+             causal: bool = False) -> Tensor:
+    """`mask` (bool or None; with `causal` the causal triangle too) AND the band of restricted
+    self-attention, as one explicit mask; every query keeps its own position, as in
+    `windowed_attention` (a pad query whose window holds only pad keys would otherwise give NaN,
+    which the next layer spreads through the values)."""
+    base = mask
+    if causal:
+        tri = causal_mask(size_q, device)  # (1, 1, T, T)
+        base = tri if mask is None else mask & tri
     band = band_mask(size_q, size_k, window, device)
     return band if base is None else (base & band) | band_mask(size_q, size_k, 0, device)
 
@@ -119,9 +127,11 @@ class SelfAttention(_Heads):
         self.qkv = nn.Linear(d_model, sum(self.sizes))  # [W^Q | W^K | W^V] for all heads
 
     def forward(
-        self, x: Tensor, mask: Tensor | str | None, cache: DecoderCache | None = None, layer: int = 0,
-        weights: list[Tensor] | None = None,
+        self, x: Tensor, mask: Tensor | None, cache: DecoderCache | None = None, layer: int = 0,
+        weights: list[Tensor] | None = None, causal: bool = False,
     ) -> Tensor:
+        """x (B, T, d_model); mask bool (True = attend) or None; `causal`: AND the causal triangle
+        (T == number of keys, so not with a cache holding earlier positions)."""
         q, k, v = (self.split(t) for t in self.qkv(x).split(self.sizes, dim=-1))  # (B, h, T, d_k|d_k|d_v)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, h, t+T, d_k|d_v)
@@ -129,12 +139,11 @@ class SelfAttention(_Heads):
             r, T = self.window, q.size(2)
             if cache is not None and T == 1:  # one new position: its window is the last r + 1 keys
                 k, v = k[:, :, -(r + 1):], v[:, :, -(r + 1):]
-            elif cache is None and weights is None and (isinstance(mask, str) or mask is None or mask.size(2) == 1):
-                key_mask = None if isinstance(mask, str) else mask
-                return self.merge(windowed_attention(q, k, v, r, isinstance(mask, str), key_mask, self.p))
-            else:  # plots and several cached positions: the band spelled out
-                mask = restrict(mask, T, k.size(2), r, q.device)
-        return self.merge(attention(q, k, v, mask, self.p, weights))
+            elif cache is None and weights is None and (mask is None or mask.size(2) == 1):
+                return self.merge(windowed_attention(q, k, v, r, causal, mask, self.p))
+            else:  # plots and several cached positions: the band spelled out (the triangle in it)
+                mask, causal = restrict(mask, T, k.size(2), r, q.device, causal), False
+        return self.merge(attention(q, k, v, mask, self.p, weights, causal))
 
 
 class CrossAttention(_Heads):

@@ -1,4 +1,4 @@
-"""Incremental decoding state: an explicit value passed into `Transformer.decode` and returned.
+"""Incremental decoding state: an explicit value passed into `Transformer.step` and returned.
 
 Per decoder layer it holds the self-attention keys/values of the positions decoded so far and
 the cross-attention keys/values of the encoder output, computed once per source sentence by
@@ -11,7 +11,7 @@ drops whole sentences that have finished, so the batch shrinks.
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
 column instead of concatenating (copying) the whole history, and `reorder`/`keep` gather into a
 second, reused buffer instead of allocating. The price of reuse: a cache value may be extended
-(by `decode`) or reordered once; keep working with the value returned. Using a spent value raises
+(by `step`) or reordered once; keep working with the value returned. Using a spent value raises
 instead of silently reading overwritten keys. The cache is for inference: no autograd through it.
 """
 
@@ -66,7 +66,7 @@ class DecoderCache:
         """Raise unless this value is the newest over its buffers (not yet extended or reordered)."""
         if self._written[0] != self.length:
             raise RuntimeError("this DecoderCache value was already extended or reordered, so its buffers "
-                               "have moved on; use the cache returned by decode/reorder/keep")
+                               "have moved on; use the cache returned by step/reorder/keep")
 
     def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Store new keys/values (rows, h, T, d_k) at positions [length, length+T) of `layer`;

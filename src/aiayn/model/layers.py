@@ -48,9 +48,9 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff)
         self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
 
-    def forward(self, x: Tensor, mask: Tensor | str | None, weights: list[Tensor] | None = None,
-                cache: DecoderCache | None = None, index: int = 0) -> Tensor:
-        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, cache, index, weights))
+    def forward(self, x: Tensor, mask: Tensor | None, weights: list[Tensor] | None = None,
+                cache: DecoderCache | None = None, index: int = 0, causal: bool = False) -> Tensor:
+        x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, cache, index, weights, causal))
         return self.r2.out(x, self.ffn(self.r2.inp(x)))
 
 
@@ -66,12 +66,15 @@ class DecoderLayer(nn.Module):
         self.r1, self.r2, self.r3 = (Residual(d_model, dropout, norm) for _ in range(3))
 
     def forward(
-        self, x: Tensor, self_mask: Tensor | str | None, cross_kv: KV, cross_mask: Tensor,
+        self, x: Tensor, self_mask: Tensor | None, cross_kv: KV, cross_mask: Tensor,
         cache: DecoderCache | None = None, index: int = 0, weights: dict[str, list[Tensor]] | None = None,
+        causal: bool = False,
     ) -> Tensor:
+        """`causal`: self-attention ANDs the causal triangle into `self_mask` (§3.2.3; the teacher-forced
+        pass, where it runs SDPA's is_causal kernel)."""
         w_self = w_cross = None
         if weights is not None:
             w_self, w_cross = weights["decoder"], weights["cross"]
-        x = self.r1.out(x, self.self_attn(self.r1.inp(x), self_mask, cache, index, w_self))
+        x = self.r1.out(x, self.self_attn(self.r1.inp(x), self_mask, cache, index, w_self, causal))
         x = self.r2.out(x, self.cross_attn(self.r2.inp(x), cross_kv, cross_mask, w_cross))
         return self.r3.out(x, self.ffn(self.r3.inp(x)))

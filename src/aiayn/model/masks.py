@@ -10,17 +10,18 @@ Masks are boolean, True = may attend, and broadcast to the attention scores `(B,
 
 With right padding every query row keeps at least one key (position 0 of the target is BOS,
 and a source always holds at least its EOS), so no softmax row is all -inf.
+
+Causality is a flag beside the mask, not a mask value: attention takes `mask: Tensor | None` and
+`causal: bool` (SDPA's `is_causal`), meaning "AND the triangle of `causal_mask`". Decoder
+self-attention over a whole right-padded target (teacher forcing) passes mask=None, causal=True and
+runs SDPA's is_causal kernel. Exact where it matters: every pad key sits after every real query, so
+key padding changes nothing at real positions, and pad positions carry no loss.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-# Decoder self-attention over a whole right-padded target (teacher forcing): the causal triangle
-# alone, run by SDPA's is_causal kernel. Exact where it matters: every pad key sits after every
-# real query, so key padding changes nothing at real positions, and pad positions carry no loss.
-CAUSAL = "causal"
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

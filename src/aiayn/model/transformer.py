@@ -3,22 +3,22 @@
     memory = model.encode(src)                                   # (B, S, d_model)
     logits = model.decode(tgt_in, memory, padding_mask(src))     # (B, T, V), teacher forcing
     cache = model.init_cache(memory, src_mask)                   # incremental decoding:
-    logits, cache = model.decode(step_ids, cache=cache)          # (B, 1, V) per step
+    logits, cache = model.step(step_ids, cache)                  # (B, 1, V) per step
 """
 
 from __future__ import annotations
 
-from typing import cast, overload
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.model.attention import CrossAttention, SelfAttention
-from aiayn.model.cache import DecoderCache
+from aiayn.model.cache import KV, DecoderCache
 from aiayn.model.embedding import Embedding, Positions
 from aiayn.model.layers import DecoderLayer, EncoderLayer
-from aiayn.model.masks import CAUSAL, causal_mask, decoder_mask, padding_mask
+from aiayn.model.masks import causal_mask, decoder_mask, padding_mask
 
 AttentionWeights = dict[str, list[Tensor]]  # "encoder" | "decoder" | "cross" -> per layer (B, h, T_q, T_k)
 
@@ -96,53 +96,53 @@ class Transformer(nn.Module):
             cross.append((k.contiguous(), v.contiguous()))
         return DecoderCache(cross, src_mask, capacity=capacity)
 
-    @overload
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: None = None,
-               attention: AttentionWeights | None = None, keep: Tensor | None = None) -> Tensor: ...
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, attention: AttentionWeights | None = None,
+               keep: Tensor | None = None) -> Tensor:
+        """Teacher forcing: target ids (B, T) (BOS + y), memory (B, S, d_model), src_mask (B, 1, 1, S)
+        -> logits (B, T, V), position t predicting y_{t+1} from positions <= t (§3.2.3).
 
-    @overload
-    def decode(self, tgt_in: Tensor, memory: Tensor | None = None, src_mask: Tensor | None = None, *,
-               cache: DecoderCache, attention: AttentionWeights | None = None) -> tuple[Tensor, DecoderCache]: ...
-
-    def decode(self, tgt_in, memory=None, src_mask=None, cache=None, attention=None, keep=None):
-        """Target ids (B, T) -> logits (B, T, V).
-
-        Without a cache: the full teacher-forced pass, causal + key padding (see masks.CAUSAL).
-        With `keep`, (n,) int64 indices into the B*T positions (row-major), only those positions
-        are projected: logits (n, V). Training keeps the non-pad targets and so skips the
-        pre-softmax projection and the loss on padding (12-15% of Multi30k's target positions at
-        4,096-token batches, bench/train_step.py); the trainer computes the indices on the host,
-        so CUDA needs no sync.
-        With a cache (from `init_cache`): `tgt_in` holds the next positions only; memory and
-        src_mask come from the cache; returns (logits, updated cache). Cached decoding is
-        inference only (it runs without autograd) and spends the cache value it is given.
+        Self-attention runs SDPA's causal kernel without key padding: with right padding that equals
+        the (B, 1, T, T) causal & padding mask at real positions (masks.py). With `attention` (plots)
+        the explicit `decoder_mask` is used. With `keep`, (n,) int64 indices into the B*T positions
+        (row-major), only those positions are projected: logits (n, V). Training keeps the non-pad
+        targets and so skips the pre-softmax projection and the loss on padding (12-15% of
+        Multi30k's target positions at 4,096-token batches, bench/train_step.py); the trainer
+        computes the indices on the host, so CUDA needs no sync.
         """
-        c = self.config
-        if cache is None:
-            cross_kv = [layer.cross_attn.project(memory) for layer in self.decoder]
-            # Right padding: CAUSAL equals the (B, 1, T, T) causal & padding mask at real positions.
-            self_mask = CAUSAL if attention is None else decoder_mask(tgt_in, c.pad_id)
-            offset = 0
+        cross_kv = [cast(DecoderLayer, layer).cross_attn.project(memory) for layer in self.decoder]
+        if attention is None:
+            self_mask, causal = None, True
         else:
-            if keep is not None:
-                raise ValueError("keep= selects teacher-forced positions; cached decoding has none to skip")
-            if torch.is_grad_enabled():  # the cache writes in place: inference only
-                with torch.no_grad():
-                    return self.decode(tgt_in, memory, src_mask, cache=cache, attention=attention)
-            cache.check_fresh()
-            cross_kv, src_mask, offset = cache.cross_kv, cache.src_mask, cache.length
-            # One new position sees every cached key; several need the causal triangle offset.
-            self_mask = None if tgt_in.size(1) == 1 else causal_mask(tgt_in.size(1), tgt_in.device, offset)
-        x = self.tgt_embed(tgt_in, offset)  # (B, T, d_model)
-        for i, (layer, kv) in enumerate(zip(self.decoder, cross_kv)):
-            x = layer(x, self_mask, kv, src_mask, cache, i, attention)
-        x = self.decoder_norm(x)  # (B, T, d_model)
+            self_mask, causal = decoder_mask(tgt_in, self.config.pad_id), False  # (B, 1, T, T)
+        x = self._decoder(tgt_in, 0, cross_kv, src_mask, self_mask, causal, None, attention)  # (B, T, d_model)
         if keep is not None:
             x = x.flatten(0, 1).index_select(0, keep)  # (n, d_model)
-        logits = self.generator(x)  # (B, T, V) or (n, V)
-        if cache is None:
-            return logits
-        return logits, cache.advanced(tgt_in.size(1))
+        return self.generator(x)  # (B, T, V) or (n, V)
+
+    def step(self, ids: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """Incremental decoding: the next target ids (B, T) (usually T = 1) after the `cache.length`
+        positions in `cache` (from `init_cache`) -> (logits (B, T, V), the extended cache).
+
+        Memory and source mask come from the cache. Inference only (no autograd: the cache writes in
+        place), and it spends the cache value it is given: keep working with the one returned.
+        """
+        if torch.is_grad_enabled():  # searches run under inference_mode: no context switch per step there
+            with torch.no_grad():
+                return self.step(ids, cache)
+        cache.check_fresh()
+        offset = cache.length
+        # One new position sees every cached key; several need the causal triangle, offset.
+        self_mask = None if ids.size(1) == 1 else causal_mask(ids.size(1), ids.device, offset)  # (1, 1, T, t+T)
+        x = self._decoder(ids, offset, cache.cross_kv, cache.src_mask, self_mask, False, cache, None)
+        return self.generator(x), cache.advanced(ids.size(1))  # (B, T, V)
+
+    def _decoder(self, ids: Tensor, offset: int, cross_kv: list[KV], src_mask: Tensor, self_mask: Tensor | None,
+                 causal: bool, cache: DecoderCache | None, attention: AttentionWeights | None) -> Tensor:
+        """The decoder stack (§3.1) on (B, T) ids at positions offset.. -> states (B, T, d_model)."""
+        x = self.tgt_embed(ids, offset)  # (B, T, d_model)
+        for i, (layer, kv) in enumerate(zip(self.decoder, cross_kv)):
+            x = layer(x, self_mask, kv, src_mask, cache, i, attention, causal)
+        return self.decoder_norm(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None,
                 keep: Tensor | None = None) -> Tensor:

@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from aiayn.config import DecodeConfig
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
 
 log = logging.getLogger("aiayn.serve")
@@ -51,11 +52,11 @@ class ServeSettings:
 
     source_lang: str = "de"
     target_lang: str = "en"
-    beam: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    max_batch_tokens: int = 8192  # as DecodeConfig.max_tokens: sentences x longest source x beam
+    beam: int = DecodeConfig.beam
+    length_penalty: float = DecodeConfig.length_penalty
+    max_len_a: float = DecodeConfig.max_len_a
+    max_len_b: int = DecodeConfig.max_len_b
+    max_batch_tokens: int = DecodeConfig.max_tokens  # sentences x longest source x beam
     max_wait_ms: float = 10.0
     char_limit: int = 5000  # characters per request, summed over its sentences
     batch_limit: int = 64  # sentences per request

@@ -29,8 +29,9 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, run: str | os.PathLike, device: str | None = None, max_tokens: int = 8192,
+    def __init__(self, run: str | os.PathLike, device: str | None = None, max_tokens: int | None = None,
                  threads: int = 0) -> None:
+        """`max_tokens` None: the run's decode.max_tokens (Translator.load reads the run's DecodeConfig)."""
         import torch
 
         from aiayn.decode.translator import Translator

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiayn.config import DecodeConfig
 from aiayn.errors import AiaynError
 
 
@@ -31,10 +32,10 @@ from aiayn.errors import AiaynError
 class SearchOptions:
     """What one search call needs to be the same for all its sentences."""
 
-    beam: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 50
+    beam: int = DecodeConfig.beam
+    length_penalty: float = DecodeConfig.length_penalty
+    max_len_a: float = DecodeConfig.max_len_a
+    max_len_b: int = DecodeConfig.max_len_b
     n_best: int = 1
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn.config import DecodeConfig
+
 
 def _serve(a: argparse.Namespace) -> int:
     from aiayn.errors import AiaynError
@@ -17,19 +19,20 @@ def _serve(a: argparse.Namespace) -> int:
         raise AiaynError(f"aiayn serve needs the serve extra ({e.name} is missing): pip install 'aiayn[serve]'") \
             from None
     from aiayn.checkpoint import find_in_run
-    from aiayn.config import Config, DataConfig, DecodeConfig
+    from aiayn.config import Config, DataConfig
 
     found = find_in_run(a.checkpoint, "config.yaml")
     cfg = Config.load(str(found)) if found else None
     d = cfg.decode if cfg else DecodeConfig()
     data = cfg.data if cfg else DataConfig()
     beam = a.beam if a.beam is not None else d.beam
-    if beam < 1 or a.max_batch_tokens < 1 or a.max_wait_ms < 0 or not 0 < a.port < 65536:
+    max_batch_tokens = a.max_batch_tokens if a.max_batch_tokens is not None else d.max_tokens
+    if beam < 1 or max_batch_tokens < 1 or a.max_wait_ms < 0 or not 0 < a.port < 65536:
         raise AiaynError("need --beam >= 1, --max-batch-tokens >= 1, --max-wait-ms >= 0 and a port in 1..65535")
     settings = ServeSettings(
         source_lang=a.source_lang or data.src_lang, target_lang=a.target_lang or data.tgt_lang, beam=beam,
         length_penalty=d.length_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-        max_batch_tokens=a.max_batch_tokens, max_wait_ms=a.max_wait_ms, char_limit=a.char_limit,
+        max_batch_tokens=max_batch_tokens, max_wait_ms=a.max_wait_ms, char_limit=a.char_limit,
         batch_limit=a.batch_limit, body_limit=a.max_body_bytes, api_key=a.api_key)
     backend = load_backend(a.backend, a.checkpoint, device=a.device, threads=a.threads)
     app = create_app(backend, settings)
@@ -50,10 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch (default) or ctranslate2 (an exported directory, or RUN exported on the fly)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="default 5000 (LibreTranslate's)")
-    p.add_argument("--beam", type=int, help="beam size for /translate and /v1's default (default: the run's, else 4)")
-    p.add_argument("--max-batch-tokens", type=int, default=8192,
-                   help="budget of one decoded batch: sentences x longest source x beam (default 8192, "
-                        "as aiayn translate --max-tokens)")
+    p.add_argument("--beam", type=int,
+                   help=f"beam size for /translate and /v1's default (default: the run's, else {DecodeConfig.beam})")
+    p.add_argument("--max-batch-tokens", type=int,
+                   help=f"budget of one decoded batch: sentences x longest source x beam (default: the run's "
+                        f"decode.max_tokens, else {DecodeConfig.max_tokens}, as aiayn translate --max-tokens)")
     p.add_argument("--max-wait-ms", type=float, default=10.0,
                    help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)")
     p.add_argument("--char-limit", type=int, default=5000,
