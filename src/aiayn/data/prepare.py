@@ -91,26 +91,35 @@ def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, worker
     settings = _settings(cfg)
     stamp = _stamp_key(settings, sources)
     root = multi30k.aiayn_home() / "prepared"
-    final = _find_stamped(stamp)
-    cached = final is not None
-    if final is None:
-        with _lock(_lock_path(stamp)):
-            final = _find_stamped(stamp)  # built by the process we waited for
-            cached = final is not None
-            if final is None:
-                final, cached = _build(cfg, sources, settings, stamp, root, t0, workers=workers,
-                                       progress=sys.stderr.isatty() if progress is None else progress,
-                                       chunk_pairs=chunk_pairs)
+    progress = sys.stderr.isatty() if progress is None else progress
+    final, cached = find_or_build(stamp, lambda: _build(cfg, sources, settings, stamp, root, t0, workers=workers,
+                                                        progress=progress, chunk_pairs=chunk_pairs))
     out = _load(cfg, final)
     out.report["cached"] = cached
     out.report["seconds_total"] = round(time.perf_counter() - t0, 3)
     if run_dir is not None:
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        model = (final / "spm.model").read_bytes()
-        atomic_write(run_dir / "spm.model", lambda tmp: Path(tmp).write_bytes(model))
-        (run_dir / "data_report.json").write_text(json.dumps(out.report, indent=1) + "\n")
+        copy_into_run(final, out.report, run_dir)
     return out
+
+
+def find_or_build(stamp: str, build: Callable[[], tuple[Path, bool]]) -> tuple[Path, bool]:
+    """(the finished cache of a cheap key, whether it existed): found by its stamp, else built by
+    `build` under the key's lock (processes that wait for the lock find what the builder made)."""
+    final = _find_stamped(stamp)
+    if final is not None:
+        return final, True
+    with _lock(_lock_path(stamp)):
+        final = _find_stamped(stamp)  # built by the process we waited for
+        return (final, True) if final is not None else build()
+
+
+def copy_into_run(final: Path, report: dict[str, Any], run_dir: str | os.PathLike) -> None:
+    """The cache's spm.model and the data report into a run directory (the run is self-contained)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model = (final / "spm.model").read_bytes()
+    atomic_write(run_dir / "spm.model", lambda tmp: Path(tmp).write_bytes(model))
+    (run_dir / "data_report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfig:

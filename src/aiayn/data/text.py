@@ -37,7 +37,14 @@ from aiayn.data import multi30k, tinyshakespeare
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
-from aiayn.data.prepare import SPLITS, _find_stamped, _lock, _lock_path, _map_ordered, _Reservoir, _spm_model_bytes
+from aiayn.data.prepare import (
+    SPLITS,
+    _map_ordered,
+    _Reservoir,
+    _spm_model_bytes,
+    copy_into_run,
+    find_or_build,
+)
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.fileio import atomic_write
 
@@ -74,24 +81,14 @@ def prepare_text(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, l
     sources = text_sources(cfg)
     settings = _settings(cfg, labelled, specials)
     stamp = _stamp_key(settings, sources)
-    final = _find_stamped(stamp)
-    cached = final is not None
-    if final is None:
-        with _lock(_lock_path(stamp)):
-            final = _find_stamped(stamp)
-            cached = final is not None
-            if final is None:
-                final, cached = _build(cfg, sources, settings, stamp, labelled, specials, workers,
-                                       sys.stderr.isatty() if progress is None else progress, chunk_lines)
+    progress = sys.stderr.isatty() if progress is None else progress
+    final, cached = find_or_build(stamp, lambda: _build(cfg, sources, settings, stamp, labelled, specials, workers,
+                                                        progress, chunk_lines))
     out = _load(cfg, final)
     out.report["cached"] = cached
     out.report["seconds_total"] = round(time.perf_counter() - t0, 3)
     if run_dir is not None:
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        model = (final / "spm.model").read_bytes()
-        atomic_write(run_dir / "spm.model", lambda tmp: Path(tmp).write_bytes(model))
-        (run_dir / "data_report.json").write_text(json.dumps(out.report, indent=1) + "\n")
+        copy_into_run(final, out.report, run_dir)
     return out
 
 
