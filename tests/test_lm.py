@@ -107,9 +107,8 @@ def test_lm_training_resumes_exactly_and_learns(home, document):
     def records(run: Path) -> list[dict]:
         return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
-    assert records(home / "half") == records(home / "full") or \
-        [(r["kind"], r["step"], r.get("loss")) for r in records(home / "half")] == \
-        [(r["kind"], r["step"], r.get("loss")) for r in records(home / "full")]
+    assert [(r["kind"], r["step"], r.get("loss")) for r in records(home / "half")] == \
+        [(r["kind"], r["step"], r.get("loss")) for r in records(home / "full")]  # timings aside
     a, b = load_file(home / "full/checkpoints/step_00000012.safetensors"), \
         load_file(home / "half/checkpoints/step_00000012.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise: same blocks, dropout, Adam state

@@ -372,15 +372,23 @@ def _build(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any]
     key, counts, sample = _scan(cfg, sources, settings, progress, chunk_pairs)
     if counts["train"] == 0:
         raise DataError("the training split is empty")
+    return publish(root, key, stamp, lambda out: _build_into(cfg, sources, counts, sample, out, key, t0, workers,
+                                                               progress, chunk_pairs))
+
+
+def publish(root: Path, key: str, stamp: str, fill: Callable[[Path], None]) -> tuple[Path, bool]:
+    """(root/key, whether it was there already): unless the content key is cached (the same text
+    elsewhere: a moved copy, touched files), `fill` a temporary directory that is renamed into place
+    when complete; then stamp the cheap key. Runs under the key's lock."""
     final = root / key
-    cached = (final / "report.json").is_file()  # the same text elsewhere (a moved copy, touched files)
+    cached = (final / "report.json").is_file()
     if not cached:
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(f".{stamp}.*"):  # left by a builder that was killed while holding this lock
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", dir=root))
         try:
-            _build_into(cfg, sources, counts, sample, tmp, key, t0, workers, progress, chunk_pairs)
+            fill(tmp)
             try:
                 os.rename(tmp, final)
             except OSError:  # another machine sharing this directory finished the same key first

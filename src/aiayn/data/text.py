@@ -18,9 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -39,14 +37,15 @@ from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
 from aiayn.data.prepare import (
     SPLITS,
+    _clean,
     _map_ordered,
     _Reservoir,
     _spm_model_bytes,
     copy_into_run,
     find_or_build,
+    publish,
 )
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.fileio import atomic_write
 
 _FORMAT = 1
 CHUNK_LINES = 20_000
@@ -220,28 +219,9 @@ def _build(cfg: DataConfig, sources: dict[str, TextSource], settings: dict[str, 
         raise DataError("the training text is empty")
     if labelled and len(label_names) < 2:
         raise DataError(f"classification needs at least 2 labels in the training text, found {label_names}")
-    root = multi30k.aiayn_home() / "prepared"
-    final = root / key
-    cached = (final / "report.json").is_file()
-    if not cached:
-        root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(f".{stamp}.*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", dir=root))
-        try:
-            _build_into(cfg, sources, sample, label_names, tmp, key, labelled, specials, workers, progress,
-                        chunk_lines, t0)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final / "report.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    stamps = multi30k.aiayn_home() / "stamps"
-    stamps.mkdir(parents=True, exist_ok=True)
-    atomic_write(stamps / stamp, lambda tmp: Path(tmp).write_text(key))
-    return final, cached
+    return publish(multi30k.aiayn_home() / "prepared", key, stamp,
+                   lambda out: _build_into(cfg, sources, sample, label_names, out, key, labelled, specials,
+                                           workers, progress, chunk_lines, t0))
 
 
 def _build_into(cfg: DataConfig, sources: dict[str, TextSource], sample: _Reservoir, label_names: list[str],
@@ -329,7 +309,7 @@ def _encode_split(split: str, source: TextSource, out: Path, dtype: type, pool: 
             w["labels"].append(r["labels"])
         lines_before += r["lines"]
         for k in counts:
-            counts[k] += r[k] if k != "lines" else r["lines"]
+            counts[k] += r[k]
         if bar is not None:
             bar.update(r["lines"])
     if document and lines_before:  # one example: the whole split, then EOS
@@ -361,7 +341,7 @@ def _init_worker(model: bytes, bpe: bool, max_len: int, label_ids: dict[str, int
 
 def _ids(texts: list[str]) -> list[list[int]]:
     if _worker["bpe"]:
-        texts = [" ".join(t.split()) for t in texts]  # whitespace runs collapsed, as sentencepiece's BPE does
+        texts = [_clean(t) for t in texts]  # whitespace runs collapsed, as for parallel text
     return _worker["sp"].encode(texts)
 
 

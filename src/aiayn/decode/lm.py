@@ -22,7 +22,7 @@ import torch
 from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights, weights_config
 from aiayn.config import Config
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.decode.sampling import Sampling, generate
+from aiayn.decode.sampling import Sampling, generate, log_likelihood
 from aiayn.decode.translator import auto_device
 from aiayn.errors import AiaynError
 
@@ -119,12 +119,6 @@ class LanguageModel:
             batch = torch.zeros(len(rows), width, dtype=torch.long)  # (B, T), right-padded
             for k, r in enumerate(rows):
                 batch[k, : len(r)] = torch.tensor(r, dtype=torch.long)
-            batch = batch.to(self.device)
-            logp = self.model(batch[:, :-1]).float().log_softmax(-1)  # (B, T-1, V)
-            picked = logp.gather(-1, batch[:, 1:, None]).squeeze(-1)  # (B, T-1)
-            real = torch.zeros_like(picked, dtype=torch.bool)
-            for k, r in enumerate(rows):
-                real[k, : max(0, len(r) - 1)] = True
-            sums = picked.masked_fill(~real, 0.0).sum(-1)
+            sums = log_likelihood(self.model, batch.to(self.device))  # (B,): pad targets count nothing
             out += [Scored(float(v), max(0, len(r) - 1)) for v, r in zip(sums.tolist(), rows)]
         return out
