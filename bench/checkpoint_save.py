@@ -46,15 +46,33 @@ def main() -> None:
             weights.parent.mkdir(parents=True, exist_ok=True)
             t = time.perf_counter()
             save_weights(model, weights, step=i + 1)
-            save_state(state, {"version": 1, "step": i + 1, "optimizer": opt.state_dict(),
-                               "scheduler": sched.state_dict(), "rng": [capture_rng()]})
+            save_state(
+                state,
+                {
+                    "version": 1,
+                    "step": i + 1,
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "rng": [capture_rng()],
+                },
+            )
             times.append(time.perf_counter() - t)
             sizes = (weights.stat().st_size, state.stat().st_size)
             weights.unlink()
             state.unlink()
-    print(json.dumps({"preset": args.preset, "vocab": args.vocab, "parameters": model.num_parameters(),
-                      "weights_bytes": sizes[0], "state_bytes": sizes[1], "seconds": [round(x, 2) for x in times],
-                      "torch": torch.__version__}))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "vocab": args.vocab,
+                "parameters": model.num_parameters(),
+                "weights_bytes": sizes[0],
+                "state_bytes": sizes[1],
+                "seconds": [round(x, 2) for x in times],
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

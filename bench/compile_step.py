@@ -68,6 +68,7 @@ def main() -> int:
                 ids = torch.full((B, 1), 2)
                 for t in range(STEPS):
                     ids = fn(ids, torch.tensor(t), K, V)[:, None]
+
             return run
 
         def aiayn() -> None:
@@ -93,8 +94,10 @@ def main() -> int:
         static(compiled)()
         compile_s = time.perf_counter() - t0
         comp = best(static(compiled))
-    print(f"{a.size}, {a.threads} thread(s), {STEPS} steps x {B} rows: aiayn decode {own:.0f} ms, static step eager "
-          f"{eager:.0f} ms, compiled {comp:.0f} ms (compile {compile_s:.0f} s, once)")
+    print(
+        f"{a.size}, {a.threads} thread(s), {STEPS} steps x {B} rows: aiayn decode {own:.0f} ms, static step eager "
+        f"{eager:.0f} ms, compiled {comp:.0f} ms (compile {compile_s:.0f} s, once)"
+    )
     return 0
 
 

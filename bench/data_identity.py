@@ -18,8 +18,12 @@ import sentencepiece as spm
 def main() -> int:
     old, new = Path(sys.argv[1]), Path(sys.argv[2])
     arrays = ("src", "src_offsets", "tgt", "tgt_offsets", "index")
-    differ = [f"{s}.{k}" for s in ("train", "valid", "test") for k in arrays
-              if (old / f"{s}.{k}.npy").read_bytes() != (new / f"{s}.{k}.npy").read_bytes()]
+    differ = [
+        f"{s}.{k}"
+        for s in ("train", "valid", "test")
+        for k in arrays
+        if (old / f"{s}.{k}.npy").read_bytes() != (new / f"{s}.{k}.npy").read_bytes()
+    ]
     a, b = (spm.SentencePieceProcessor(model_file=str(d / "spm.model")) for d in (old, new))
     pieces = [[(m.id_to_piece(i), m.get_score(i)) for i in range(m.get_piece_size())] for m in (a, b)]
     print(f"arrays: {'identical' if not differ else 'DIFFER: ' + ', '.join(differ)}")

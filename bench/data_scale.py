@@ -48,8 +48,11 @@ print(json.dumps(out))
 def make_corpus(n: int, out: Path, multi30k: Path, seed: int = 0) -> dict[str, str]:
     """train.{de,en} of n joined pairs, plus Multi30k's own val and test."""
     out.mkdir(parents=True, exist_ok=True)
-    files = {f"{s}_{side}": str(out / f"{s}.{lang}") for s in ("train", "valid", "test")
-             for side, lang in (("src", "en"), ("tgt", "de"))}
+    files = {
+        f"{s}_{side}": str(out / f"{s}.{lang}")
+        for s in ("train", "valid", "test")
+        for side, lang in (("src", "en"), ("tgt", "de"))
+    }
     if Path(files["train_src"]).is_file() and sum(1 for _ in open(files["train_src"], "rb")) == n:
         return files
     de = gzip.decompress((multi30k / "train.de.gz").read_bytes()).decode().splitlines()
@@ -95,8 +98,12 @@ def run_child(cfg: dict, home: str, workers: int, plan: bool, src: str | None) -
     if src:
         env["PYTHONPATH"] = src
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg), str(workers), "plan" if plan else "-"],
-                         env=env, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(cfg), str(workers), "plan" if plan else "-"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     peak = 0
     stop = threading.Event()
 
@@ -136,19 +143,35 @@ def main() -> None:
     rows = []
     for n in a.pairs:
         files = make_corpus(n, base / f"pairs{n}", multi30k)
-        cfg = {"corpus": "files", "src_lang": "en", "tgt_lang": "de", "vocab_size": a.vocab_size,
-               "max_tokens": a.max_tokens, **files}
+        cfg = {
+            "corpus": "files",
+            "src_lang": "en",
+            "tgt_lang": "de",
+            "vocab_size": a.vocab_size,
+            "max_tokens": a.max_tokens,
+            **files,
+        }
         home = tempfile.mkdtemp(prefix="aiayn-home-")
         cold = run_child(cfg, home, a.workers, plan=False, src=a.src)
         warm = run_child(cfg, home, a.workers, plan=True, src=a.src)
         disk = sum(f.stat().st_size for f in Path(home, "prepared").rglob("*") if f.is_file())
-        row = {"pairs": n, "code": a.src or "this checkout", "cold_wall_s": cold["wall_s"],
-               "pairs_per_s": round(n / cold["wall_s"]),
-               "peak_rss_mb": cold["peak_rss_mb"], "seconds": cold["report"].get("seconds"),
-               "workers": cold["report"].get("workers"), "disk_mb": round(disk / 2**20, 1),
-               "cached_start_s": warm["report"]["seconds_total"], "cached_wall_s": warm["wall_s"],
-               "cached_peak_rss_mb": warm["peak_rss_mb"], "plan_s": warm["plan_s"], "batches": warm["batches"],
-               "bytes_per_pair_rss": round(cold["peak_rss_mb"] * 2**20 / n), "cpu_count": os.cpu_count()}
+        row = {
+            "pairs": n,
+            "code": a.src or "this checkout",
+            "cold_wall_s": cold["wall_s"],
+            "pairs_per_s": round(n / cold["wall_s"]),
+            "peak_rss_mb": cold["peak_rss_mb"],
+            "seconds": cold["report"].get("seconds"),
+            "workers": cold["report"].get("workers"),
+            "disk_mb": round(disk / 2**20, 1),
+            "cached_start_s": warm["report"]["seconds_total"],
+            "cached_wall_s": warm["wall_s"],
+            "cached_peak_rss_mb": warm["peak_rss_mb"],
+            "plan_s": warm["plan_s"],
+            "batches": warm["batches"],
+            "bytes_per_pair_rss": round(cold["peak_rss_mb"] * 2**20 / n),
+            "cpu_count": os.cpu_count(),
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     if a.json:

@@ -44,10 +44,21 @@ def main() -> None:
             tokens += b.src_tokens + b.tgt_tokens
             batches += 1
     dt = time.perf_counter() - t0
-    print(json.dumps({"corpus": a.corpus, "prepare_cold_s": round(cold, 2), "prepare_cached_s": round(warm, 3),
-                      "report_seconds": prep.report.get("seconds"), "batches": batches,
-                      "iter_tokens_per_s": round(tokens / dt), "iter_batches_per_s": round(batches / dt, 1),
-                      "padding_fraction": round(it.padding_fraction, 4), "cpu_count": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "corpus": a.corpus,
+                "prepare_cold_s": round(cold, 2),
+                "prepare_cached_s": round(warm, 3),
+                "report_seconds": prep.report.get("seconds"),
+                "batches": batches,
+                "iter_tokens_per_s": round(tokens / dt),
+                "iter_batches_per_s": round(batches / dt, 1),
+                "padding_fraction": round(it.padding_fraction, 4),
+                "cpu_count": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

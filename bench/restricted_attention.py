@@ -47,18 +47,26 @@ def main() -> None:
     rows = []
     for n in a.n:
         for method in ("windowed", "band-mask", "full"):
-            out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(a.window), method, str(a.threads)],
-                                 capture_output=True, text=True)
-            row = json.loads(out.stdout) if out.returncode == 0 else {"n": n, "method": method,
-                                                                      "error": out.stderr.strip()[-200:]}
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(n), str(a.window), method, str(a.threads)],
+                capture_output=True,
+                text=True,
+            )
+            row = (
+                json.loads(out.stdout)
+                if out.returncode == 0
+                else {"n": n, "method": method, "error": out.stderr.strip()[-200:]}
+            )
             rows.append(row)
             print(json.dumps(row), flush=True)
     by = {(r["n"], r["method"]): r for r in rows if "ms" in r}
     for n in a.n:
         if (n, "windowed") in by and (n, "full") in by:
             w, f = by[n, "windowed"], by[n, "full"]
-            print(f"n={n}: windowed {w['ms']} ms / {w['peak_mb']} MB peak RSS; full {f['ms']} ms / {f['peak_mb']} MB; "
-                  f"full/windowed time {f['ms'] / w['ms']:.2f}x")
+            print(
+                f"n={n}: windowed {w['ms']} ms / {w['peak_mb']} MB peak RSS; full {f['ms']} ms / {f['peak_mb']} MB; "
+                f"full/windowed time {f['ms'] / w['ms']:.2f}x"
+            )
 
 
 if __name__ == "__main__":

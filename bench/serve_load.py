@@ -33,8 +33,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = {"batched": ["--max-wait-ms", "5", "--max-batch-tokens", "8192"],
-         "one-at-a-time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"]}
+MODES = {
+    "batched": ["--max-wait-ms", "5", "--max-batch-tokens", "8192"],
+    "one-at-a-time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
+}
 
 
 def free_port() -> int:
@@ -61,9 +63,30 @@ def start_server(run: str, flags: list[str], beam: int, threads: int, backend: s
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"aiayn-serve-{port}.log", "w+b")  # never a full pipe
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "-c", run, "--port", str(port), "--device", "cpu",
-                             "--beam", str(beam), "--threads", str(threads), "--backend", backend, *flags],
-                            env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "serve",
+            "-c",
+            run,
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--beam",
+            str(beam),
+            "--threads",
+            str(threads),
+            "--backend",
+            backend,
+            *flags,
+        ],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -108,8 +131,12 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, pid
             await asyncio.sleep(1)
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    names = ["aiayn_target_tokens_total", "aiayn_batch_decode_seconds_sum", "aiayn_batch_sentences_count",
-             "aiayn_batch_sentences_sum"]
+    names = [
+        "aiayn_target_tokens_total",
+        "aiayn_batch_decode_seconds_sum",
+        "aiayn_batch_sentences_count",
+        "aiayn_batch_sentences_sum",
+    ]
     before = {n: metric(url, n) for n in names}
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
         await asyncio.gather(sample_rss(), *(client(k, c) for k in range(clients)))
@@ -117,12 +144,19 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, pid
     d = {n: metric(url, n) - before[n] for n in names}
     tokens = d["aiayn_target_tokens_total"]
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
-    return {"sentences": len(latencies), "seconds": round(elapsed, 1),
-            "sentences_per_s": round(len(latencies) / elapsed, 2), "target_tokens_per_s": round(tokens / elapsed, 1),
-            "latency_p50_s": round(q[49], 3), "latency_p95_s": round(q[94], 3), "latency_p99_s": round(q[98], 3),
-            "errors": errors, "mean_batch_sentences": round(d["aiayn_batch_sentences_sum"] /
-                                                            max(d["aiayn_batch_sentences_count"], 1), 1),
-            "worker_busy": round(d["aiayn_batch_decode_seconds_sum"] / elapsed, 2), "rss_mib": rss}
+    return {
+        "sentences": len(latencies),
+        "seconds": round(elapsed, 1),
+        "sentences_per_s": round(len(latencies) / elapsed, 2),
+        "target_tokens_per_s": round(tokens / elapsed, 1),
+        "latency_p50_s": round(q[49], 3),
+        "latency_p95_s": round(q[94], 3),
+        "latency_p99_s": round(q[98], 3),
+        "errors": errors,
+        "mean_batch_sentences": round(d["aiayn_batch_sentences_sum"] / max(d["aiayn_batch_sentences_count"], 1), 1),
+        "worker_busy": round(d["aiayn_batch_decode_seconds_sum"] / elapsed, 2),
+        "rss_mib": rss,
+    }
 
 
 async def fuzz(url: str, n: int, seed: int = 0) -> dict:
@@ -136,12 +170,13 @@ async def fuzz(url: str, n: int, seed: int = 0) -> dict:
         if kind == 0:
             return path, {"content": rng.randbytes(rng.randint(1, 4000))}
         if kind == 1:
-            return path, {"content": rng.randbytes(rng.randint(1, 200)),
-                          "headers": {"content-type": "application/json"}}
+            return path, {
+                "content": rng.randbytes(rng.randint(1, 200)),
+                "headers": {"content-type": "application/json"},
+            }
         if kind == 2:  # truncated JSON
             truncated = json.dumps({"q": "Ein Hund", "source": "de", "target": "en"})[: rng.randint(1, 30)]
-            return path, {"content": truncated,
-                          "headers": {"content-type": "application/json"}}
+            return path, {"content": truncated, "headers": {"content-type": "application/json"}}
         if kind == 3:  # oversized body
             return path, {"content": b"x" * (1 << 20) + b"x" * rng.randint(1, 1000)}
         if kind == 4:  # over the char limit
@@ -149,8 +184,19 @@ async def fuzz(url: str, n: int, seed: int = 0) -> dict:
         if kind == 5:  # over the batch limit
             return "/translate", {"json": {"q": ["Hund"] * 100, "source": "de", "target": "en"}}
         if kind == 6:  # wrong types
-            return path, {"json": rng.choice([{"q": 5}, {"q": ["a", None]}, {"q": "a", "beam": "x"}, [1, 2],
-                                              {"q": "a", "beam": 10 ** 30}, {"q": {"nested": []}}, None])}
+            return path, {
+                "json": rng.choice(
+                    [
+                        {"q": 5},
+                        {"q": ["a", None]},
+                        {"q": "a", "beam": "x"},
+                        [1, 2],
+                        {"q": "a", "beam": 10**30},
+                        {"q": {"nested": []}},
+                        None,
+                    ]
+                )
+            }
         return path, {"content": b"[" * rng.randint(1000, 100_000), "headers": {"content-type": "application/json"}}
 
     async with httpx.AsyncClient(base_url=url, timeout=60) as c:
@@ -170,8 +216,12 @@ async def fuzz(url: str, n: int, seed: int = 0) -> dict:
 
         await asyncio.gather(*(one() for _ in range(n)))
     healthy = httpx.get(url + "/health").status_code == 200
-    return {"requests": n, "statuses": dict(sorted(statuses.items())), "healthy_after": healthy,
-            "server_errors": sum(v for k, v in statuses.items() if not k.startswith("4"))}
+    return {
+        "requests": n,
+        "statuses": dict(sorted(statuses.items())),
+        "healthy_after": healthy,
+        "server_errors": sum(v for k, v in statuses.items() if not k.startswith("4")),
+    }
 
 
 def main() -> int:
@@ -181,8 +231,12 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--fuzz", type=int, default=1000)
-    p.add_argument("--threads", type=int, default=1,
-                   help="server's torch threads (default 1: on a shared CPU more threads spin-wait)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="server's torch threads (default 1: on a shared CPU more threads spin-wait)",
+    )
     p.add_argument("--modes", default="batched,one-at-a-time")
     p.add_argument("--backend", default="torch", help="torch | ctranslate2 (passed to aiayn serve)")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
@@ -190,17 +244,27 @@ def main() -> int:
     a = p.parse_args()
     with gzip.open(Path(a.data) / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         sentences = [line.strip() for line in f if line.strip()]
-    results: dict = {"clients": a.clients, "seconds": a.seconds, "beam": a.beam, "threads": a.threads,
-                     "backend": a.backend, "run": a.checkpoint, "modes": {}}
+    results: dict = {
+        "clients": a.clients,
+        "seconds": a.seconds,
+        "beam": a.beam,
+        "threads": a.threads,
+        "backend": a.backend,
+        "run": a.checkpoint,
+        "modes": {},
+    }
     for mode in a.modes.split(","):
         proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.backend)
         try:
             httpx.post(url + "/v1/translate", json={"q": sentences[:8]}, timeout=120)  # warm up
             r = asyncio.run(load(url, sentences, a.clients, a.seconds, proc.pid))
-            print(f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "
-                  f"p50 {r['latency_p50_s']:.3f}s p95 {r['latency_p95_s']:.3f}s p99 {r['latency_p99_s']:.3f}s  "
-                  f"errors {r['errors'] or 0}  batch {r['mean_batch_sentences']} busy {r['worker_busy']}  "
-                  f"RSS MiB {r['rss_mib'][0][1]} -> {r['rss_mib'][-1][1]}", flush=True)
+            print(
+                f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "
+                f"p50 {r['latency_p50_s']:.3f}s p95 {r['latency_p95_s']:.3f}s p99 {r['latency_p99_s']:.3f}s  "
+                f"errors {r['errors'] or 0}  batch {r['mean_batch_sentences']} busy {r['worker_busy']}  "
+                f"RSS MiB {r['rss_mib'][0][1]} -> {r['rss_mib'][-1][1]}",
+                flush=True,
+            )
             if mode == "batched" and a.fuzz:
                 r["fuzz"] = asyncio.run(fuzz(url, a.fuzz))
                 r["rss_after_fuzz_mib"] = round(rss_mib(proc.pid), 1)

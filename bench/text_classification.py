@@ -135,14 +135,19 @@ def main() -> int:
     if not (data / "pairs/test.kinds").is_file():
         build_langid(data, args.seed)
         build_pairs(data, args.seed)
-    results["datasets"] = {t: {s: sum(1 for _ in open(data / t / f"{s}.tsv")) for s in (*SPLITS, "train_1k")}
-                           for t in ("langid", "pairs")}
+    results["datasets"] = {
+        t: {s: sum(1 for _ in open(data / t / f"{s}.tsv")) for s in (*SPLITS, "train_1k")} for t in ("langid", "pairs")
+    }
     mlm = runs / "mlm"
     if args.only in ("mlm", "all") or (args.only == "pretrained" and not (mlm / "best.safetensors").is_file()):
         train("configs/multi30k_mlm.yaml", mlm, ["--train.max_minutes", str(args.mlm_minutes)])
         last = [r for r in metrics(mlm) if r["kind"] == "valid"][-1]
-        results["mlm"] = {"run": str(mlm), "steps": last["step"], "train_seconds": round(train_seconds(mlm), 1),
-                          "valid": {k: last[k] for k in ("nll", "ppl", "accuracy")}}
+        results["mlm"] = {
+            "run": str(mlm),
+            "steps": last["step"],
+            "train_seconds": round(train_seconds(mlm), 1),
+            "valid": {k: last[k] for k in ("nll", "ppl", "accuracy")},
+        }
     if args.only in ("data", "mlm"):
         _save(results, args.out)
         return 0
@@ -157,8 +162,11 @@ def main() -> int:
                 suffix = f"_{args.steps}steps" if args.steps else ""
                 run = runs / f"{task}_{size}_{kind}{suffix}"
                 over = [f"--train.max_steps={args.steps}", "--train.max_minutes=15"] if args.steps else []
-                over += [f"--data.text_train={train_file}", f"--data.text_valid={data / task / 'valid.tsv'}",
-                        f"--data.text_test={data / task / 'test.tsv'}"]
+                over += [
+                    f"--data.text_train={train_file}",
+                    f"--data.text_valid={data / task / 'valid.tsv'}",
+                    f"--data.text_test={data / task / 'test.tsv'}",
+                ]
                 if kind == "scratch":
                     over.append(f"--data.spm_model={spm}")
                 train(f"configs/multi30k_{task}.yaml", run, over, mlm if kind == "pretrained" else None)
@@ -170,22 +178,33 @@ def main() -> int:
                 s = scores(test.gold, predicted, clf.labels)
                 best = [r for r in metrics(run) if r["kind"] == "valid"]
                 top = max(best, key=lambda r: r["accuracy"])
-                entry = {"run": str(run), "train_examples": sum(1 for _ in open(train_file)),
-                         "steps": best[-1]["step"], "best_valid_step": top["step"],
-                         "valid_accuracy": top["accuracy"], "valid_macro_f1": top["macro_f1"],
-                         "test": {k: s[k] for k in ("accuracy", "macro_f1", "precision", "recall", "f1",
-                                                    "support", "labels", "confusion")},
-                         "train_seconds": round(train_seconds(run), 1),
-                         "test_seconds": round(time.perf_counter() - t, 1)}
+                entry = {
+                    "run": str(run),
+                    "train_examples": sum(1 for _ in open(train_file)),
+                    "steps": best[-1]["step"],
+                    "best_valid_step": top["step"],
+                    "valid_accuracy": top["accuracy"],
+                    "valid_macro_f1": top["macro_f1"],
+                    "test": {
+                        k: s[k]
+                        for k in ("accuracy", "macro_f1", "precision", "recall", "f1", "support", "labels", "confusion")
+                    },
+                    "train_seconds": round(train_seconds(run), 1),
+                    "test_seconds": round(time.perf_counter() - t, 1),
+                }
                 kinds_file = data / task / "test.kinds"
                 if kinds_file.is_file():  # pairs: how often each kind of test pair is classified right
                     pair_kinds = kinds_file.read_text().split()
                     entry["test_accuracy_by_kind"] = {
                         k: sum(g == p for g, p, x in zip(test.gold, predicted, pair_kinds) if x == k)
-                        / pair_kinds.count(k) for k in sorted(set(pair_kinds))}
+                        / pair_kinds.count(k)
+                        for k in sorted(set(pair_kinds))
+                    }
                 results.setdefault(task, {})[f"{size}_{kind}{suffix}"] = entry
-                print(f"{task} {size} {kind}{suffix}: test accuracy {s['accuracy']:.4f}, macro F1 {s['macro_f1']:.4f}",
-                      flush=True)
+                print(
+                    f"{task} {size} {kind}{suffix}: test accuracy {s['accuracy']:.4f}, macro F1 {s['macro_f1']:.4f}",
+                    flush=True,
+                )
                 _save(results, args.out)
     _save(results, args.out)
     return 0

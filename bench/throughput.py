@@ -64,13 +64,19 @@ TRAIN_ENGINES = ["aiayn", "torch", "hf"]
 DECODE_ENGINES = ["aiayn", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
 PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8"]}  # + our int8 beside CT2's
 GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
-    ("train", "hf"): 1.3, ("train", "torch"): 1.0, ("beam", "hf"): 3.0, ("beam", "ct2-float32"): 1.0,
-    ("greedy", "ct2-float32"): 1.0, ("greedy", "ct2-int8"): 0.9, ("beam", "ct2-int8"): 0.9,  # int8: aiayn-int8
+    ("train", "hf"): 1.3,
+    ("train", "torch"): 1.0,
+    ("beam", "hf"): 3.0,
+    ("beam", "ct2-float32"): 1.0,
+    ("greedy", "ct2-float32"): 1.0,
+    ("greedy", "ct2-int8"): 0.9,
+    ("beam", "ct2-int8"): 0.9,  # int8: aiayn-int8
 }
 INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
 
 
 # -- inputs --------------------------------------------------------------------------------------
+
 
 def make_batches(n: int, seed: int) -> list[tuple[Tensor, Tensor, Tensor]]:
     """n batches of (src, tgt_in, tgt_out): 64 pairs, lengths 20..30 with EOS, right padded."""
@@ -93,6 +99,7 @@ def make_batches(n: int, seed: int) -> list[tuple[Tensor, Tensor, Tensor]]:
 
 # -- peers ---------------------------------------------------------------------------------------
 
+
 class TorchSeq2Seq(nn.Module):
     """torch.nn.Transformer with tied embeddings x sqrt(d), sinusoidal positions and a projection."""
 
@@ -105,8 +112,16 @@ class TorchSeq2Seq(nn.Module):
         nn.init.normal_(self.emb.weight, 0.0, c.d_model**-0.5)
         self.register_buffer("pe", sinusoidal_table(c.max_positions, c.d_model), persistent=False)
         self.drop = nn.Dropout(c.dropout)
-        self.tf = nn.Transformer(c.d_model, c.n_heads, c.n_encoder_layers, c.n_decoder_layers, c.d_ff,
-                                 c.dropout, batch_first=True, norm_first=c.norm == "pre")
+        self.tf = nn.Transformer(
+            c.d_model,
+            c.n_heads,
+            c.n_encoder_layers,
+            c.n_decoder_layers,
+            c.d_ff,
+            c.dropout,
+            batch_first=True,
+            norm_first=c.norm == "pre",
+        )
         self.proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.proj.weight = self.emb.weight
 
@@ -115,9 +130,15 @@ class TorchSeq2Seq(nn.Module):
 
     def forward(self, src: Tensor, tin: Tensor) -> Tensor:
         causal = nn.Transformer.generate_square_subsequent_mask(tin.size(1), dtype=torch.bool)
-        h = self.tf(self.embed(src), self.embed(tin), tgt_mask=causal, src_key_padding_mask=src == PAD_ID,
-                    tgt_key_padding_mask=tin == PAD_ID, memory_key_padding_mask=src == PAD_ID,
-                    tgt_is_causal=True)
+        h = self.tf(
+            self.embed(src),
+            self.embed(tin),
+            tgt_mask=causal,
+            src_key_padding_mask=src == PAD_ID,
+            tgt_key_padding_mask=tin == PAD_ID,
+            memory_key_padding_mask=src == PAD_ID,
+            tgt_is_causal=True,
+        )
         return self.proj(h)
 
 
@@ -125,13 +146,28 @@ def marian(c: ModelConfig) -> nn.Module:
     from transformers import MarianConfig, MarianMTModel
 
     cfg = MarianConfig(
-        vocab_size=c.vocab_size, d_model=c.d_model, encoder_layers=c.n_encoder_layers,
-        decoder_layers=c.n_decoder_layers, encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
-        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function="relu", dropout=c.dropout,
-        attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=c.max_positions,
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None, scale_embedding=True, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True)
+        vocab_size=c.vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.n_encoder_layers,
+        decoder_layers=c.n_decoder_layers,
+        encoder_attention_heads=c.n_heads,
+        decoder_attention_heads=c.n_heads,
+        encoder_ffn_dim=c.d_ff,
+        decoder_ffn_dim=c.d_ff,
+        activation_function="relu",
+        dropout=c.dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=c.max_positions,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
     return MarianMTModel(cfg)
 
 
@@ -157,6 +193,7 @@ class BanEOS:
 
 # -- measured work -------------------------------------------------------------------------------
 
+
 def build_train(engine: str, c: ModelConfig, seed: int) -> Callable[[tuple[Tensor, ...]], None]:
     torch.manual_seed(seed)
     if engine == "aiayn":
@@ -167,8 +204,16 @@ def build_train(engine: str, c: ModelConfig, seed: int) -> Callable[[tuple[Tenso
         fwd = lambda src, tin: model(src, tin)  # noqa: E731
     elif engine == "hf":
         model = marian(c)
-        fwd = lambda src, tin: model(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tin,  # noqa: E731
-                                     decoder_attention_mask=tin != PAD_ID, use_cache=False).logits
+
+        def fwd(src: torch.Tensor, tin: torch.Tensor) -> torch.Tensor:
+            return model(
+                input_ids=src,
+                attention_mask=src != PAD_ID,
+                decoder_input_ids=tin,
+                decoder_attention_mask=tin != PAD_ID,
+                use_cache=False,
+            ).logits
+
     else:
         raise ValueError(engine)
     model.train()
@@ -184,8 +229,9 @@ def build_train(engine: str, c: ModelConfig, seed: int) -> Callable[[tuple[Tenso
             loss = loss_sum / n
         else:
             logits = fwd(src, tin)  # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tout.reshape(-1), ignore_index=PAD_ID,
-                                   label_smoothing=0.1)
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), tout.reshape(-1), ignore_index=PAD_ID, label_smoothing=0.1
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -194,8 +240,9 @@ def build_train(engine: str, c: ModelConfig, seed: int) -> Callable[[tuple[Tenso
     return step
 
 
-def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int, threads: int,
-                 workdir: Path) -> Callable[[Tensor], list[int]]:
+def build_decode(
+    engine: str, c: ModelConfig, seed: int, beam: int, length: int, threads: int, workdir: Path
+) -> Callable[[Tensor], list[int]]:
     """A function src (B, S) -> output lengths; every engine runs `length` decoder steps."""
     torch.manual_seed(seed)
     if engine in ("aiayn", "aiayn-int8"):
@@ -213,17 +260,25 @@ def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int,
                 return [len(h) + 1 for h in greedy_search(model, src, max_len_a=0.0, max_len_b=length - 1)]
             hyps = beam_search(model, src, beam=beam, length_penalty=0.6, max_len_a=0.0, max_len_b=length - 1)
             return [len(h[0][0]) + 1 for h in hyps]
+
         return run
     if engine == "hf":
         hf = marian(c).eval()
 
         @torch.inference_mode()
         def run(src: Tensor) -> list[int]:
-            out = hf.generate(input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False,
-                              max_new_tokens=length, min_new_tokens=length,
-                              **({"length_penalty": 0.6, "early_stopping": False} if beam > 1 else {}))
+            out = hf.generate(
+                input_ids=src,
+                attention_mask=src != PAD_ID,
+                num_beams=beam,
+                do_sample=False,
+                max_new_tokens=length,
+                min_new_tokens=length,
+                **({"length_penalty": 0.6, "early_stopping": False} if beam > 1 else {}),
+            )
             # out: (B, 1 + length), the decoder start + the new tokens
             return [out.size(1) - 1] * out.size(0)
+
         return run
     if engine.startswith("ct2-"):
         import ctranslate2
@@ -234,19 +289,28 @@ def build_decode(engine: str, c: ModelConfig, seed: int, beam: int, length: int,
         out_dir = workdir / f"ct2-{c.d_model}-{c.n_encoder_layers}-{seed}"
         if not (out_dir / "model.bin").exists():
             save_ctranslate2(Transformer(c), vocab, out_dir, force=True)  # same weights as aiayn (same seed)
-        tr = ctranslate2.Translator(str(out_dir), device="cpu", compute_type=engine[4:],
-                                    intra_threads=threads, inter_threads=1)
+        tr = ctranslate2.Translator(
+            str(out_dir), device="cpu", compute_type=engine[4:], intra_threads=threads, inter_threads=1
+        )
 
         def run(src: Tensor) -> list[int]:
             tokens = [[vocab[i] for i in row if i > EOS_ID] for row in src.tolist()]  # CT2 appends EOS
-            res = tr.translate_batch(tokens, beam_size=beam, length_penalty=0.6, max_decoding_length=length,
-                                     min_decoding_length=length, max_batch_size=0)
+            res = tr.translate_batch(
+                tokens,
+                beam_size=beam,
+                length_penalty=0.6,
+                max_decoding_length=length,
+                min_decoding_length=length,
+                max_batch_size=0,
+            )
             return [len(r.hypotheses[0]) for r in res]
+
         return run
     raise ValueError(engine)
 
 
 # -- measurement ---------------------------------------------------------------------------------
+
 
 def flops_per_token(c: ModelConfig, task: str, src_len: float, tgt_len: float, beam: int = 4) -> float:
     """Model FLOPs per target token (2 per multiply-add; useful work, padding not counted).
@@ -297,8 +361,9 @@ def memory_probe(args: argparse.Namespace) -> dict[str, float]:
             batch = make_batches(1, args.seed)[0]
             work = lambda: step(batch)  # noqa: E731
         else:
-            run = build_decode(engine, c, args.seed, 4 if task == "beam" else 1, args.decode_len, args.threads,
-                               Path(tmp))
+            run = build_decode(
+                engine, c, args.seed, 4 if task == "beam" else 1, args.decode_len, args.threads, Path(tmp)
+            )
             src = make_batches(1, args.seed + 1)[0][0]
             run(src[:2])  # lazy one-time initialisation (thread pools, kernels) outside the measurement
             work = lambda: run(src)  # noqa: E731
@@ -343,7 +408,7 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
         runs: dict[str, list[float]] = {e: [] for e in engines}
         cpu: dict[str, list[float]] = {e: [] for e in engines}
         for r in range(args.repeats):
-            order = engines[r % len(engines):] + engines[: r % len(engines)]
+            order = engines[r % len(engines) :] + engines[: r % len(engines)]
             wall, proc = dict.fromkeys(engines, 0.0), dict.fromkeys(engines, 0.0)
             for b in batches:  # engines alternate batch by batch: load changes hit all alike
                 for e in order:
@@ -354,14 +419,20 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             for e in engines:
                 runs[e].append(wall[e])
                 cpu[e].append(proc[e])
-            print(f"  {size} {task} repeat {r + 1}: " + ", ".join(f"{e} {units / runs[e][-1]:,.0f} tok/s"
-                                                              for e in engines), flush=True)
+            print(
+                f"  {size} {task} repeat {r + 1}: "
+                + ", ".join(f"{e} {units / runs[e][-1]:,.0f} tok/s" for e in engines),
+                flush=True,
+            )
         res: dict[str, Any] = {}
         for e in engines:
             secs = runs[e]
-            res[e] = {"seconds": secs, "cpu_seconds": cpu[e],
-                      "tokens_per_s": statistics.median(units / s for s in secs),
-                      "tokens_per_cpu_s": statistics.median(units / s for s in cpu[e])}
+            res[e] = {
+                "seconds": secs,
+                "cpu_seconds": cpu[e],
+                "tokens_per_s": statistics.median(units / s for s in secs),
+                "tokens_per_cpu_s": statistics.median(units / s for s in cpu[e]),
+            }
             if per:
                 res[e]["sentences_per_s"] = statistics.median(per / s for s in secs)
         for e in engines[1:]:  # seconds ratio within each repeat = throughput ratio aiayn / peer
@@ -378,8 +449,21 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
         mem: dict[str, Any] = {}
         for task in args.tasks:
             for e in ["aiayn"] + [e for e in (TRAIN_ENGINES if task == "train" else DECODE_ENGINES) if e in peers]:
-                cmd = [sys.executable, __file__, "--size", size, "--threads", str(args.threads), "--seed",
-                       str(args.seed), "--decode-len", str(args.decode_len), "--probe", task, e]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--size",
+                    size,
+                    "--threads",
+                    str(args.threads),
+                    "--seed",
+                    str(args.seed),
+                    "--decode-len",
+                    str(args.decode_len),
+                    "--probe",
+                    task,
+                    e,
+                ]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 mem.setdefault(task, {})[e] = json.loads(out.strip().splitlines()[-1])
         result["memory"] = mem
@@ -388,8 +472,11 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
 
 
 def report(size: str, r: dict[str, Any]) -> None:
-    print(f"\n== {size}: " + ", ".join(f"{e} {n / 1e6:.2f}M params" for e, n in r.get("params", {}).items())
-          + f"; float32 GEMM {r['gemm_gflops']:.0f} GFLOP/s")
+    print(
+        f"\n== {size}: "
+        + ", ".join(f"{e} {n / 1e6:.2f}M params" for e, n in r.get("params", {}).items())
+        + f"; float32 GEMM {r['gemm_gflops']:.0f} GFLOP/s"
+    )
     for task in ("train", "greedy", "beam"):
         if task not in r:
             continue
@@ -402,19 +489,28 @@ def report(size: str, r: dict[str, Any]) -> None:
             goal = GOALS.get((task, e))
             cr = t.get("cpu_ratios", {}).get(e)
             mine = t.get("ratio_of", {}).get(e, "aiayn")
-            rs = "" if ratio is None else f"  {mine}/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)" + (
-                "" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
+            rs = (
+                ""
+                if ratio is None
+                else f"  {mine}/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)"
+                + ("" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
+            )
             mem = r.get("memory", {}).get(task, {}).get(e)
             ms = "" if mem is None else f"  +{mem['growth_mb']:.0f} MB (peak RSS {mem['peak_rss_mb']:.0f} MB)"
             fl = r.get("flops_per_token", {}).get(task)
-            gf = "" if fl is None else \
-                f"  {v['tokens_per_s'] * fl / 1e9:5.0f} GFLOP/s " \
+            gf = (
+                ""
+                if fl is None
+                else f"  {v['tokens_per_s'] * fl / 1e9:5.0f} GFLOP/s "
                 f"({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
+            )
             print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{gf}{ms}{rs}")
         if (fl := r.get("flops_per_token", {}).get(task)) is not None:
             bound = r["gemm_gflops"] * 1e9 / fl
-            print(f"  {task:6s} ceiling: {fl / 1e6:.1f} MFLOP per token at {r['gemm_gflops']:.0f} GFLOP/s (n=1024 "
-                  f"GEMM) = {bound:,.0f} tok/s if nothing but GEMMs at full speed ran")
+            print(
+                f"  {task:6s} ceiling: {fl / 1e6:.1f} MFLOP per token at {r['gemm_gflops']:.0f} GFLOP/s (n=1024 "
+                f"GEMM) = {bound:,.0f} tok/s if nothing but GEMMs at full speed ran"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,10 +546,16 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             pass
     for size in args.size.split(","):
-        meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "size": size,
-                "machine": platform.processor() or platform.machine(), "cpu": _cpu_name(), "threads": args.threads,
-                "versions": versions, "load_before": os.getloadavg(), "args": {k: v for k, v in vars(args).items()
-                                                                              if k != "probe"}}
+        meta = {
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "size": size,
+            "machine": platform.processor() or platform.machine(),
+            "cpu": _cpu_name(),
+            "threads": args.threads,
+            "versions": versions,
+            "load_before": os.getloadavg(),
+            "args": {k: v for k, v in vars(args).items() if k != "probe"},
+        }
         print(f"{size}: threads {args.threads}, load {meta['load_before'][0]:.2f}", flush=True)
         r = measure(args, size)
         meta["load_after"] = os.getloadavg()

@@ -46,8 +46,10 @@ def main() -> None:
             tokens, positions = tokens + batch.tgt_tokens, positions + batch.tgt_out.numel()
             trainer.update([batch])
         dt = time.perf_counter() - t
-    print(f"max_tokens {a.max_tokens}, {a.threads} threads: {dt / a.updates:.3f} s/update, "
-          f"{tokens / dt:,.0f} target tokens/s, target padding {1 - tokens / positions:.1%}")
+    print(
+        f"max_tokens {a.max_tokens}, {a.threads} threads: {dt / a.updates:.3f} s/update, "
+        f"{tokens / dt:,.0f} target tokens/s, target padding {1 - tokens / positions:.1%}"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder
 
 def main() -> None:
     d = Path(os.environ["AIAYN_DATA_DIR"])
-    lines = [x for lang in ("de", "en")
-             for x in gzip.decompress((d / f"train.{lang}.gz").read_bytes()).decode().splitlines()]
+    lines = [
+        x for lang in ("de", "en") for x in gzip.decompress((d / f"train.{lang}.gz").read_bytes()).decode().splitlines()
+    ]
     clean = [" ".join(x.split()) for x in lines]
     tok = Tokenizer.train(clean, Path(tempfile.mkdtemp()) / "m.model", vocab_size=8000)
     best = {"sentencepiece": 1e9, "word cache (cold)": 1e9, "word cache (warm)": 1e9}

@@ -40,10 +40,13 @@ if in_ci():
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "needs_mirror: uses the Multi30k mirror in $AIAYN_DATA_DIR "
-                                       "(skipped without it; an error under CI)")
-    config.addinivalue_line("markers", "needs_browser: drives headless Chromium through chromedriver "
-                                       "(skipped without them; an error under CI)")
+    config.addinivalue_line(
+        "markers", "needs_mirror: uses the Multi30k mirror in $AIAYN_DATA_DIR (skipped without it; an error under CI)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "needs_browser: drives headless Chromium through chromedriver (skipped without them; an error under CI)",
+    )
 
 
 def browser_paths() -> tuple[str, str] | None:

@@ -25,11 +25,24 @@ def test_small_preset_scaling_rule_is_pinned():
     small = ModelConfig.preset("small", vocab_size=8000)  # N=3, d_model 256, d_ff 1024, h=4, d_k 64
     assert names(variants("A,B,C,D,E", small)) == [
         "base",
-        "A h=1", "A h=16", "A h=32",  # h=4 is the base itself
-        "B d_k=16", "B d_k=32",
-        "C N=1", "C N=2", "C N=4", "C d_model=128", "C d_model=512", "C d_ff=512", "C d_ff=2048",
-        "D P_drop=0.0", "D P_drop=0.2", "D ls=0.0", "D ls=0.2",
-        "E learned"]
+        "A h=1",
+        "A h=16",
+        "A h=32",  # h=4 is the base itself
+        "B d_k=16",
+        "B d_k=32",
+        "C N=1",
+        "C N=2",
+        "C N=4",
+        "C d_model=128",
+        "C d_model=512",
+        "C d_ff=512",
+        "C d_ff=2048",
+        "D P_drop=0.0",
+        "D P_drop=0.2",
+        "D ls=0.0",
+        "D ls=0.2",
+        "E learned",
+    ]
     assert variants("all", small) == variants("A,B,C,D,E", small)
     d = {v.name: v for v in variants("D,E", small)}
     assert d["D ls=0.2"].optim == {"label_smoothing": 0.2} and d["D ls=0.2"].model == {}
@@ -70,9 +83,18 @@ def test_meta_parameter_count_equals_a_built_model():
 
 
 # Table 3's parameter column (millions), EN-DE with a shared 37000-piece vocabulary.
-PAPER_PARAMS = {"base": 65, "B d_k=16": 58, "B d_k=32": 60, "C N=2": 36, "C N=4": 50, "C N=8": 80,
-                "C d_model=256": 28, "C d_model=1024": 168,
-                "C d_ff=1024": 53, "C d_ff=4096": 90}
+PAPER_PARAMS = {
+    "base": 65,
+    "B d_k=16": 58,
+    "B d_k=32": 60,
+    "C N=2": 36,
+    "C N=4": 50,
+    "C N=8": 80,
+    "C d_model=256": 28,
+    "C d_model=1024": 168,
+    "C d_ff=1024": 53,
+    "C d_ff=4096": 90,
+}
 
 
 def test_base_preset_reproduces_table3_parameter_ratios():
@@ -89,12 +111,27 @@ def test_base_preset_reproduces_table3_parameter_ratios():
 
 
 @settings(max_examples=60, deadline=None)
-@given(heads=st.sampled_from([1, 2, 4, 8]), width=st.integers(1, 64), ff=st.integers(1, 4096),
-       enc=st.integers(1, 12), dec=st.integers(1, 12), drop=st.sampled_from([0.0, 0.1, 0.3]),
-       pos=st.sampled_from(["sinusoidal", "learned"]), ls=st.sampled_from([0.0, 0.1, 0.2]))
+@given(
+    heads=st.sampled_from([1, 2, 4, 8]),
+    width=st.integers(1, 64),
+    ff=st.integers(1, 4096),
+    enc=st.integers(1, 12),
+    dec=st.integers(1, 12),
+    drop=st.sampled_from([0.0, 0.1, 0.3]),
+    pos=st.sampled_from(["sinusoidal", "learned"]),
+    ls=st.sampled_from([0.0, 0.1, 0.2]),
+)
 def test_every_variant_is_a_valid_distinct_config(heads, width, ff, enc, dec, drop, pos, ls):
-    base = ModelConfig(vocab_size=64, d_model=heads * width, n_heads=heads, d_ff=ff, n_encoder_layers=enc,
-                       n_decoder_layers=dec, dropout=drop, positional=pos)
+    base = ModelConfig(
+        vocab_size=64,
+        d_model=heads * width,
+        n_heads=heads,
+        d_ff=ff,
+        n_encoder_layers=enc,
+        n_decoder_layers=dec,
+        dropout=drop,
+        positional=pos,
+    )
     vs = variants("all", base, label_smoothing=ls)
     keys = [ablation._effective(base, ls, v) for v in vs]
     assert len(set(keys)) == len(keys)  # no variant repeats the base or another variant
@@ -118,27 +155,64 @@ def write_metrics(run_dir, steps, ppl, bleu):
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "metrics.jsonl", "w") as f:
         for s in range(10, steps + 1, 10):
-            f.write(json.dumps({"kind": "train", "step": s, "loss": 5 - s / 100, "nll": 4.8 - s / 100,
-                                "ppl": math.exp(4.8 - s / 100), "lr": 1e-3, "tokens_per_s": 1e4,
-                                "elapsed": s}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "kind": "train",
+                        "step": s,
+                        "loss": 5 - s / 100,
+                        "nll": 4.8 - s / 100,
+                        "ppl": math.exp(4.8 - s / 100),
+                        "lr": 1e-3,
+                        "tokens_per_s": 1e4,
+                        "elapsed": s,
+                    }
+                )
+                + "\n"
+            )
             if s % 20 == 0:  # earlier validations are worse; the table reports the last one
-                f.write(json.dumps({"kind": "valid", "step": s, "loss": 3.0, "nll": math.log(ppl) + 1,
-                                    "ppl": ppl * math.e, "bleu": bleu - 5}) + "\n")
-        f.write(json.dumps({"kind": "valid", "step": steps, "loss": 2.0, "nll": math.log(ppl), "ppl": ppl,
-                            "bleu": bleu}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "kind": "valid",
+                            "step": s,
+                            "loss": 3.0,
+                            "nll": math.log(ppl) + 1,
+                            "ppl": ppl * math.e,
+                            "bleu": bleu - 5,
+                        }
+                    )
+                    + "\n"
+                )
+        f.write(
+            json.dumps({"kind": "valid", "step": steps, "loss": 2.0, "nll": math.log(ppl), "ppl": ppl, "bleu": bleu})
+            + "\n"
+        )
 
 
 def test_markdown_table_like_the_paper():
     base = ModelConfig.preset("small", vocab_size=8000)
     vs = variants("A,D", base)
-    results = [ablation.Result(v, apply(base, v), v.optim.get("label_smoothing", 0.1), count_parameters(apply(base, v)),
-                               100, 5.0 + i, 30.0 - i) for i, v in enumerate(vs)]
+    results = [
+        ablation.Result(
+            v,
+            apply(base, v),
+            v.optim.get("label_smoothing", 0.1),
+            count_parameters(apply(base, v)),
+            100,
+            5.0 + i,
+            30.0 - i,
+        )
+        for i, v in enumerate(vs)
+    ]
     lines = markdown_table(results).splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header == list(ablation.COLUMNS)
     assert len(lines) == 2 + len(vs) and all(ln.count("|") == len(header) + 1 for ln in lines)
-    rows = {ln.split("|")[1].strip() or f"row{i}": [c.strip() for c in ln.strip("|").split("|")]
-            for i, ln in enumerate(lines[2:])}
+    rows = {
+        ln.split("|")[1].strip() or f"row{i}": [c.strip() for c in ln.strip("|").split("|")]
+        for i, ln in enumerate(lines[2:])
+    }
     assert rows["base"][1:10] == ["3", "256", "1024", "4", "64", "64", "0.1", "0.1", "sinusoid"]
     assert rows["base"][-4:] == ["100", "5.00", "30.0", f"{results[0].params / 1e6:.2f}"]
     a1 = rows["(A)"]  # first variant of row A: h=1 -> d_k = d_v = 256, everything else blank
@@ -153,8 +227,9 @@ def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
 
     from aiayn.config import Config
 
-    cfg = Config.load(None, {"model.preset": "tiny", "data.corpus": "embedded", "train.max_steps": 40,
-                             "data.vocab_size": 300})
+    cfg = Config.load(
+        None, {"model.preset": "tiny", "data.corpus": "embedded", "train.max_steps": 40, "data.vocab_size": 300}
+    )
     calls = []
 
     def fake_train(config, run_dir, resume=False):  # writes what the real trainer writes: metrics.jsonl
@@ -196,10 +271,31 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
     from aiayn.checkpoint import load_model
 
     out = tmp_path / "abl"
-    args = [sys.executable, "-m", "aiayn", "ablate", "--rows", "E", "--preset", "tiny", "--data", "embedded",
-            "--steps", "6", "-o", str(out)]
-    for kv in ("data.embedded_size=300", "data.vocab_size=300", "train.eval_every=0", "train.threads=1",
-               "train.progress=false", "train.eval_max_sentences=20", "optim.warmup=5"):
+    args = [
+        sys.executable,
+        "-m",
+        "aiayn",
+        "ablate",
+        "--rows",
+        "E",
+        "--preset",
+        "tiny",
+        "--data",
+        "embedded",
+        "--steps",
+        "6",
+        "-o",
+        str(out),
+    ]
+    for kv in (
+        "data.embedded_size=300",
+        "data.vocab_size=300",
+        "train.eval_every=0",
+        "train.threads=1",
+        "train.progress=false",
+        "train.eval_max_sentences=20",
+        "optim.warmup=5",
+    ):
         args += ["--set", kv]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)

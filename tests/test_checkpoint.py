@@ -55,6 +55,7 @@ def test_truncated_or_foreign_files_give_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
         load_model(tmp_path / "missing.safetensors")
     from safetensors.torch import save_file
+
     save_file({"x": torch.zeros(2)}, str(tmp_path / "foreign.safetensors"))
     with pytest.raises(CheckpointError, match="not an aiayn checkpoint"):
         load_model(tmp_path / "foreign.safetensors")
@@ -76,6 +77,7 @@ def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
             f.write(data[: len(data) // 2])
         written.append(filename)
         raise OSError("disk full")
+
     monkeypatch.setattr(ck, "_st_save_model", dies_halfway)
     with pytest.raises(OSError, match="disk full"):
         save_weights(model, path, step=2)

@@ -17,8 +17,19 @@ def test_version_and_help():
     assert r.returncode == 0 and r.stdout.strip() == f"aiayn {__version__}"
     r = run("--help")
     assert r.returncode == 0
-    for command in ("quickstart", "data", "train", "average", "translate", "evaluate", "attention", "plot",
-                    "ablate", "export", "model"):
+    for command in (
+        "quickstart",
+        "data",
+        "train",
+        "average",
+        "translate",
+        "evaluate",
+        "attention",
+        "plot",
+        "ablate",
+        "export",
+        "model",
+    ):
         assert f"    {command}" in r.stdout
 
 

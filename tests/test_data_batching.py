@@ -27,8 +27,13 @@ def run_epoch(it: BatchIterator) -> list[Batch]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(pairs=lengths, max_tokens=st.integers(41, 400), world=st.integers(1, 4), seed=st.integers(0, 3),
-       epoch=st.integers(0, 3))
+@given(
+    pairs=lengths,
+    max_tokens=st.integers(41, 400),
+    world=st.integers(1, 4),
+    seed=st.integers(0, 3),
+    epoch=st.integers(0, 3),
+)
 def test_budget_coverage_and_shards(pairs, max_tokens, world, seed, epoch):
     split = make_split([s for s, _ in pairs], [t for _, t in pairs])
     if len(split) < world:
@@ -58,13 +63,13 @@ def test_budget_coverage_and_shards(pairs, max_tokens, world, seed, epoch):
 
 
 @settings(max_examples=30, deadline=None)
-@given(pairs=lengths, max_tokens=st.integers(41, 300), seed=st.integers(0, 5), world=st.integers(1, 3),
-       data=st.data())
+@given(pairs=lengths, max_tokens=st.integers(41, 300), seed=st.integers(0, 5), world=st.integers(1, 3), data=st.data())
 def test_mid_epoch_resume_is_exact(pairs, max_tokens, seed, world, data):
     split = make_split([s for s, _ in pairs], [t for _, t in pairs])
     if len(split) < world:
         return
     rank = data.draw(st.integers(0, world - 1))
+
     def make():
         return BatchIterator(split, max_tokens, seed=seed, rank=rank, world_size=world)
 
@@ -110,6 +115,7 @@ def test_resume_after_break_exact():
 
 def test_shuffle_is_deterministic_per_seed_and_epoch():
     split = make_split([5, 9, 12, 3, 7, 30, 2] * 20, [6, 8, 11, 4, 7, 25, 3] * 20)
+
     def order(seed, epoch):
         return [b.ids.tolist() for b in _at(BatchIterator(split, 120, seed=seed), epoch)]
 
@@ -165,8 +171,9 @@ def test_bad_arguments():
         it.load_state_dict({**it.state_dict(), "seed": 2})
 
 
-def _consume(split: EncodedSplit, world: int, state: dict | None, steps: int | None, max_tokens: int = 150,
-             seed: int = 4) -> tuple[list[list[int]], dict]:
+def _consume(
+    split: EncodedSplit, world: int, state: dict | None, steps: int | None, max_tokens: int = 150, seed: int = 4
+) -> tuple[list[list[int]], dict]:
     """`world` ranks in lockstep from `state`, one batch each per step, for `steps` steps (None: to the
     end of the epoch). Returns the epoch's example ids seen, per global batch, and rank 0's state."""
     its = [BatchIterator(split, max_tokens, seed=seed, rank=r, world_size=world) for r in range(world)]

@@ -77,8 +77,9 @@ def test_download_checksum_ok(server, tmp_path):
 
 def test_download_checksum_mismatch_removes_partial(server, tmp_path):
     server.files["/f.gz"] = PAYLOAD
-    with pytest.raises(DataError,
-                       match=r"checksum mismatch for http://127\.0\.0\.1:\d+/f\.gz: sha256 \w+, expected 0+ "):
+    with pytest.raises(
+        DataError, match=r"checksum mismatch for http://127\.0\.0\.1:\d+/f\.gz: sha256 \w+, expected 0+ "
+    ):
         multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", "0" * 64)
     assert os.listdir(tmp_path / "d") == []
 
@@ -118,8 +119,9 @@ def test_fetch_fills_the_cache_and_skips_verified_files(server, home):
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
 
 
 @needs_mirror

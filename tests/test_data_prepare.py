@@ -41,6 +41,7 @@ def files_cfg(tmp: Path, train, valid, test=None, **kw) -> DataConfig:
 
 # -- sources -------------------------------------------------------------------------------------
 
+
 @needs_mirror
 def test_bpe_round_trip_on_multi30k_slice(tmp_path):
     de = read_lines(Path(MIRROR, "train.de.gz"))[:3000]
@@ -109,9 +110,16 @@ def test_embedded_corpus_is_a_real_deterministic_task(tmp_path, monkeypatch):
 def test_files_corpus_gz_and_plain_and_optional_test(tmp_path):
     src = [f"eins zwei {i}" for i in range(50)]
     tgt = [f"one two {i}" for i in range(50)]
-    cfg = DataConfig(corpus="files", src_lang="de", tgt_lang="en", vocab_size=400,
-                     train_src=write(tmp_path / "a.gz", src, gz=True), train_tgt=write(tmp_path / "b", tgt),
-                     valid_src=write(tmp_path / "c", src[:5]), valid_tgt=write(tmp_path / "d.gz", tgt[:5], gz=True))
+    cfg = DataConfig(
+        corpus="files",
+        src_lang="de",
+        tgt_lang="en",
+        vocab_size=400,
+        train_src=write(tmp_path / "a.gz", src, gz=True),
+        train_tgt=write(tmp_path / "b", tgt),
+        valid_src=write(tmp_path / "c", src[:5]),
+        valid_tgt=write(tmp_path / "d.gz", tgt[:5], gz=True),
+    )
     prep = prepare(cfg)
     assert len(prep.splits["train"]) == 50 and len(prep.splits["test"]) == 0
     (tmp_path / "a.gz").unlink()  # the raw text of one split reads that split's files only
@@ -122,13 +130,15 @@ def test_files_corpus_gz_and_plain_and_optional_test(tmp_path):
 def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
     a_src, a_tgt = [f"das rote haus {i}" for i in range(60)], [f"the red house {i}" for i in range(60)]
     (tmp_path / "a").mkdir()
-    first = prepare(files_cfg(tmp_path / "a", (a_src, a_tgt), (a_src[:4], a_tgt[:4]), vocab_size=300),
-                    tmp_path / "run_a")
+    first = prepare(
+        files_cfg(tmp_path / "a", (a_src, a_tgt), (a_src[:4], a_tgt[:4]), vocab_size=300), tmp_path / "run_a"
+    )
     # other training text, another vocab_size setting: the given model encodes it, unchanged
     b_src, b_tgt = [f"ein blauer hund {i}" for i in range(30)], [f"a blue dog {i}" for i in range(30)]
     (tmp_path / "b").mkdir()
-    cfg = files_cfg(tmp_path / "b", (b_src, b_tgt), (b_src[:4], b_tgt[:4]), vocab_size=999,
-                    spm_model=str(tmp_path / "run_a"))  # a run directory means its spm.model
+    cfg = files_cfg(
+        tmp_path / "b", (b_src, b_tgt), (b_src[:4], b_tgt[:4]), vocab_size=999, spm_model=str(tmp_path / "run_a")
+    )  # a run directory means its spm.model
     second = prepare(cfg, tmp_path / "run_b")
     model_a = (tmp_path / "run_a" / "spm.model").read_bytes()
     assert (tmp_path / "run_b" / "spm.model").read_bytes() == model_a
@@ -151,6 +161,7 @@ def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
 
 # -- drops ---------------------------------------------------------------------------------------
 
+
 def test_bad_training_pairs_are_dropped_counted_and_kept_in_test(tmp_path):
     good_s = [f"das haus {i} ist rot" for i in range(40)]
     good_t = [f"the house {i} is red" for i in range(40)]
@@ -169,6 +180,7 @@ def test_bad_training_pairs_are_dropped_counted_and_kept_in_test(tmp_path):
 
 
 # -- errors --------------------------------------------------------------------------------------
+
 
 def test_line_count_mismatch_is_reported_first(tmp_path, home):
     train = ([f"a {i}" for i in range(5)], [f"b {i}" for i in range(4)])
@@ -213,9 +225,15 @@ def test_wrong_language_pair(tmp_path):
         prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="de"))
     with pytest.raises(DataError, match="the embedded corpus has no 'fr' text"):
         prepare(DataConfig(corpus="embedded", src_lang="fr", tgt_lang="en"))
-    cfg = DataConfig(corpus="files", src_lang="de", tgt_lang="en",
-                     train_src=write(tmp_path / "train.en", ["a"]), train_tgt=write(tmp_path / "train.de", ["b"]),
-                     valid_src=write(tmp_path / "v.s", ["a"]), valid_tgt=write(tmp_path / "v.t", ["b"]))
+    cfg = DataConfig(
+        corpus="files",
+        src_lang="de",
+        tgt_lang="en",
+        train_src=write(tmp_path / "train.en", ["a"]),
+        train_tgt=write(tmp_path / "train.de", ["b"]),
+        valid_src=write(tmp_path / "v.s", ["a"]),
+        valid_tgt=write(tmp_path / "v.t", ["b"]),
+    )
     with pytest.raises(DataError, match=r"train\.en looks like 'en' text but the source language is 'de'"):
         prepare(cfg)
 

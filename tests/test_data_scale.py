@@ -51,8 +51,11 @@ def corpus(tmp: Path, n: int, seed: int = 0, **kw) -> DataConfig:
 
 
 def same_arrays(a, b) -> bool:
-    return all((a.cache_dir / f"{s}.{k}.npy").read_bytes() == (b.cache_dir / f"{s}.{k}.npy").read_bytes()
-               for s in ("train", "valid", "test") for k in ARRAYS)
+    return all(
+        (a.cache_dir / f"{s}.{k}.npy").read_bytes() == (b.cache_dir / f"{s}.{k}.npy").read_bytes()
+        for s in ("train", "valid", "test")
+        for k in ARRAYS
+    )
 
 
 def test_worker_processes_write_exactly_what_one_process_writes(tmp_path, monkeypatch):
@@ -89,20 +92,31 @@ def test_bpe_sample_is_seeded_bounded_and_whole_below_its_size(tmp_path, monkeyp
     prep = prepare(cfg, workers=1)
     src, tgt = (open(p).read().splitlines() for p in (cfg.train_src, cfg.train_tgt))
     keep = [i for i in range(len(src)) if src[i].split() and tgt[i].split()]
-    direct = Tokenizer.train([" ".join(src[i].split()) for i in keep] + [" ".join(tgt[i].split()) for i in keep],
-                             tmp_path / "direct.model", vocab_size=400)
+    direct = Tokenizer.train(
+        [" ".join(src[i].split()) for i in keep] + [" ".join(tgt[i].split()) for i in keep],
+        tmp_path / "direct.model",
+        vocab_size=400,
+    )
     assert (prep.cache_dir / "spm.model").read_bytes() == direct.path.read_bytes()
 
 
 @pytest.fixture(scope="module")
 def sp_model(tmp_path_factory):
-    text = ["Ein Mann läuft über die Straße.", "A man runs across the street.", "日本語のテキスト", "naïve café ¨ ´",
-            "Zwei Hunde spielen im Schnee", "x\u200by z\u00a0w"] * 30
+    text = [
+        "Ein Mann läuft über die Straße.",
+        "A man runs across the street.",
+        "日本語のテキスト",
+        "naïve café ¨ ´",
+        "Zwei Hunde spielen im Schnee",
+        "x\u200by z\u00a0w",
+    ] * 30
     return Tokenizer.train(text, tmp_path_factory.mktemp("spm") / "m.model", vocab_size=400).sp
 
 
-ALPHABET = st.sampled_from(list("abcdeäöüßxyz.,!?-'") + [" ", "  ", "\t", "\u00a0", "\u3000", "\u200b", "¨", "´",
-                                                          "\u0308", "ﬁ", "Ⅳ", "日", "本", "😀", "\r", "\x1c"])
+ALPHABET = st.sampled_from(
+    list("abcdeäöüßxyz.,!?-'")
+    + [" ", "  ", "\t", "\u00a0", "\u3000", "\u200b", "¨", "´", "\u0308", "ﬁ", "Ⅳ", "日", "本", "😀", "\r", "\x1c"]
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -142,12 +156,19 @@ def test_cache_key_comes_from_file_metadata_and_content_hash(tmp_path, monkeypat
 
 
 def _prepare_in_subprocess(cfg: DataConfig, home: Path, workers: int = 1) -> subprocess.Popen:
-    code = ("import json, sys; from aiayn.config import DataConfig; from aiayn.data import prepare; "
-            "p = prepare(DataConfig(**json.loads(sys.argv[1])), workers=int(sys.argv[2])); "
-            "print(json.dumps({'cached': p.report['cached'], 'dir': str(p.cache_dir)}))")
+    code = (
+        "import json, sys; from aiayn.config import DataConfig; from aiayn.data import prepare; "
+        "p = prepare(DataConfig(**json.loads(sys.argv[1])), workers=int(sys.argv[2])); "
+        "print(json.dumps({'cached': p.report['cached'], 'dir': str(p.cache_dir)}))"
+    )
     env = {**os.environ, "AIAYN_HOME": str(home)}
-    return subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg.__dict__), str(workers)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(cfg.__dict__), str(workers)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_concurrent_preparations_build_once_under_the_lock(tmp_path):
@@ -187,19 +208,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_ranks(cfg_file: Path, run_dir: Path, homes: tuple[Path, Path],
-                 logs: list[Path] | None = None) -> tuple[int, list[subprocess.Popen]]:
+def _start_ranks(
+    cfg_file: Path, run_dir: Path, homes: tuple[Path, Path], logs: list[Path] | None = None
+) -> tuple[int, list[subprocess.Popen]]:
     """Two training ranks started by hand (as two nodes would be), each with its own AIAYN_HOME;
     stderr to `logs` (files) when given, else pipes."""
     port = _free_port()
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "AIAYN_HOME": str(homes[rank]), "OMP_NUM_THREADS": "1"}
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "AIAYN_HOME": str(homes[rank]),
+            "OMP_NUM_THREADS": "1",
+        }
         err = open(logs[rank], "w") if logs else subprocess.PIPE
-        procs.append(subprocess.Popen([sys.executable, "-m", "aiayn", "train", "--config", str(cfg_file),
-                                       "--run-dir", str(run_dir)], env=env, stdout=subprocess.DEVNULL if logs
-                                      else subprocess.PIPE, stderr=err, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "aiayn", "train", "--config", str(cfg_file), "--run-dir", str(run_dir)],
+                env=env,
+                stdout=subprocess.DEVNULL if logs else subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        )
     return port, procs
 
 
@@ -209,9 +245,20 @@ def _two_ranks(cfg_file: Path, run_dir: Path, homes: tuple[Path, Path]) -> list[
 
 
 def _train_config(tmp: Path, data: DataConfig, **train) -> Path:
-    d = {"model": {"preset": "tiny"}, "data": {**data.__dict__, "max_tokens": 2048},
-         "train": {"max_steps": 1, "eval_every": 0, "save_every": 1, "eval_bleu": False, "threads": 1,
-                   "progress": False, "device": "cpu", **train}}
+    d = {
+        "model": {"preset": "tiny"},
+        "data": {**data.__dict__, "max_tokens": 2048},
+        "train": {
+            "max_steps": 1,
+            "eval_every": 0,
+            "save_every": 1,
+            "eval_bleu": False,
+            "threads": 1,
+            "progress": False,
+            "device": "cpu",
+            **train,
+        },
+    }
     path = tmp / "cfg.yaml"
     path.write_text(yaml.safe_dump(d))
     return path
@@ -252,8 +299,9 @@ def test_ranks_with_different_caches_fail_together_in_one_line(tmp_path):
     homes = (tmp_path / "node0", tmp_path / "node1")
     _prepare_in_subprocess(cfg, homes[1]).communicate(timeout=120)
     # node 1's cache holds another tokenizer (a stale or differently built cache)
-    other = Tokenizer.train(["ganz andere Wörter hier"] * 50 + ["quite other words"] * 50, tmp_path / "o.model",
-                            vocab_size=400)
+    other = Tokenizer.train(
+        ["ganz andere Wörter hier"] * 50 + ["quite other words"] * 50, tmp_path / "o.model", vocab_size=400
+    )
     (cache,) = (homes[1] / "prepared").iterdir()
     (cache / "spm.model").write_bytes(other.path.read_bytes())
     done = _two_ranks(_train_config(tmp_path, cfg), tmp_path / "run", homes)

@@ -85,8 +85,12 @@ def home(tmp_path, monkeypatch):
 
 # -- fixture archives in the real layout ------------------------------------------------------------
 
-WORDS = {"en": "the house is small and the cat sleeps", "de": "das Haus ist klein und die Katze schläft",
-         "fr": "la maison est petite et le chat dort", "cs": "dům je malý"}
+WORDS = {
+    "en": "the house is small and the cat sleeps",
+    "de": "das Haus ist klein und die Katze schläft",
+    "fr": "la maison est petite et le chat dort",
+    "cs": "dům je malý",
+}
 
 
 def text(corpus: str, lang: str, n: int, newline_at_end: bool = True) -> bytes:
@@ -94,17 +98,22 @@ def text(corpus: str, lang: str, n: int, newline_at_end: bool = True) -> bytes:
     return (s + ("\n" if newline_at_end else "")).encode()
 
 
-SIZES = {"europarl-v7": 40, "commoncrawl": 30, "news-commentary-v9": 20, "un": 7, "giga-fren": 6,
-         "newstest2013": 5}
+SIZES = {"europarl-v7": 40, "commoncrawl": 30, "news-commentary-v9": 20, "un": 7, "giga-fren": 6, "newstest2013": 5}
 
 
 def sgm(lang: str, kind: str) -> bytes:
     """A WMT SGM file: three segments (one with an entity, extra spaces and a trailing tag on its line)."""
     segs = [f"Test one {lang}", f"  Test   two &amp; {lang} ", f"Test three {lang}"]
-    return ("<srcset setid=\"newstest2014\" srclang=\"any\">\n" if kind == "src" else
-            f"<refset setid=\"newstest2014\" srclang=\"any\" trglang=\"{lang}\">\n").encode() + \
-        b"<doc sysid=\"ref\" docid=\"1\" genre=\"news\" origlang=\"en\">\n<p>\n" + \
-        "".join(f"<seg id=\"{i}\">{s}</seg>\n" for i, s in enumerate(segs, 1)).encode() + b"</p>\n</doc>\n</srcset>\n"
+    return (
+        (
+            '<srcset setid="newstest2014" srclang="any">\n'
+            if kind == "src"
+            else f'<refset setid="newstest2014" srclang="any" trglang="{lang}">\n'
+        ).encode()
+        + b'<doc sysid="ref" docid="1" genre="news" origlang="en">\n<p>\n'
+        + "".join(f'<seg id="{i}">{s}</seg>\n' for i, s in enumerate(segs, 1)).encode()
+        + b"</p>\n</doc>\n</srcset>\n"
+    )
 
 
 def tar_bytes(members: dict[str, bytes], gz: bool = True) -> bytes:
@@ -120,32 +129,60 @@ def tar_bytes(members: dict[str, bytes], gz: bool = True) -> bytes:
 def build_archives(short: str | None = None) -> dict[str, bytes]:
     """Every archive of both pairs, with decoy members of other pairs before the wanted ones.
     `short`: a corpus whose non-English side lacks its last line."""
+
     def pair_text(corpus: str, x: str, lang: str, **kw) -> bytes:
         n = SIZES[corpus] - (1 if corpus == short and lang != "en" else 0)
         return text(corpus, lang, n, **kw)
 
     out = {
         "training-parallel-europarl-v7.tgz": tar_bytes(
-            {"training/europarl-v7.cs-en.en": b"decoy\n", "training/europarl-v7.cs-en.cs": b"decoy\n"} |
-            {f"training/europarl-v7.{x}-en.{lang}": pair_text("europarl-v7", x, lang)
-             for x in ("de", "fr") for lang in (x, "en")}),
+            {"training/europarl-v7.cs-en.en": b"decoy\n", "training/europarl-v7.cs-en.cs": b"decoy\n"}
+            | {
+                f"training/europarl-v7.{x}-en.{lang}": pair_text("europarl-v7", x, lang)
+                for x in ("de", "fr")
+                for lang in (x, "en")
+            }
+        ),
         # the last line of Common Crawl has no newline: the next corpus must still start on its own line
         "training-parallel-commoncrawl.tgz": tar_bytes(
-            {f"commoncrawl.{x}-en.{lang}": pair_text("commoncrawl", x, lang, newline_at_end=False)
-             for x in ("ru", "de", "fr") for lang in (x, "en") if x != "ru"} | {"commoncrawl.ru-en.ru": b"decoy\n"}),
+            {
+                f"commoncrawl.{x}-en.{lang}": pair_text("commoncrawl", x, lang, newline_at_end=False)
+                for x in ("ru", "de", "fr")
+                for lang in (x, "en")
+                if x != "ru"
+            }
+            | {"commoncrawl.ru-en.ru": b"decoy\n"}
+        ),
         "training-parallel-nc-v9.tgz": tar_bytes(
-            {f"training/news-commentary-v9.{x}-en.{lang}": pair_text("news-commentary-v9", x, lang)
-             for x in ("de", "fr") for lang in ("en", x)}),
+            {
+                f"training/news-commentary-v9.{x}-en.{lang}": pair_text("news-commentary-v9", x, lang)
+                for x in ("de", "fr")
+                for lang in ("en", x)
+            }
+        ),
         "training-parallel-un.tgz": tar_bytes(
-            {f"un/undoc.2000.fr-en.{lang}": pair_text("un", "fr", lang) for lang in ("fr", "en")}),
+            {f"un/undoc.2000.fr-en.{lang}": pair_text("un", "fr", lang) for lang in ("fr", "en")}
+        ),
         "training-giga-fren.tar": tar_bytes(
-            {f"giga-fren.release2.fixed.{lang}.gz": gzip.compress(pair_text("giga-fren", "fr", lang), mtime=0)
-             for lang in ("fr", "en")}, gz=False),
-        "dev.tgz": tar_bytes({f"dev/newstest2013.{lang}": text("newstest2013", lang, SIZES["newstest2013"])
-                              for lang in ("en", "de", "fr", "cs")}),
+            {
+                f"giga-fren.release2.fixed.{lang}.gz": gzip.compress(pair_text("giga-fren", "fr", lang), mtime=0)
+                for lang in ("fr", "en")
+            },
+            gz=False,
+        ),
+        "dev.tgz": tar_bytes(
+            {
+                f"dev/newstest2013.{lang}": text("newstest2013", lang, SIZES["newstest2013"])
+                for lang in ("en", "de", "fr", "cs")
+            }
+        ),
         "test-full.tgz": tar_bytes(
-            {f"test-full/newstest2014-{x}en-{kind}.{lang}.sgm": sgm(lang, kind)
-             for x in ("de", "fr") for kind, lang in (("src", "en"), ("ref", x), ("src", x), ("ref", "en"))}),
+            {
+                f"test-full/newstest2014-{x}en-{kind}.{lang}.sgm": sgm(lang, kind)
+                for x in ("de", "fr")
+                for kind, lang in (("src", "en"), ("ref", x), ("src", x), ("ref", "en"))
+            }
+        ),
     }
     return out
 
@@ -153,8 +190,12 @@ def build_archives(short: str | None = None) -> dict[str, bytes]:
 def table(archives: dict[str, bytes]) -> dict[str, wmt14.Checksum]:
     """Checksums of the fixtures in the shape of wmt14.CHECKSUMS: sha256 with size, and md5 without a
     size for test-full.tgz (as for the real one)."""
-    return {name: wmt14.Checksum(None, md5=hashlib.md5(data).hexdigest()) if name == "test-full.tgz" else
-            wmt14.Checksum(len(data), sha256=hashlib.sha256(data).hexdigest()) for name, data in archives.items()}
+    return {
+        name: wmt14.Checksum(None, md5=hashlib.md5(data).hexdigest())
+        if name == "test-full.tgz"
+        else wmt14.Checksum(len(data), sha256=hashlib.sha256(data).hexdigest())
+        for name, data in archives.items()
+    }
 
 
 def serve(server: Server, archives: dict[str, bytes]) -> None:
@@ -177,13 +218,21 @@ def expected_train(x: str, lang: str) -> list[str]:
 
 # -- tests ------------------------------------------------------------------------------------------
 
+
 def test_get_writes_aligned_files_and_a_rerun_only_verifies(server, home):
     archives = build_archives()
     serve(server, archives)
     d = get(server, archives)
     assert d == home / "wmt14" / "en-de"
-    assert sorted(p.name for p in d.iterdir()) == ["manifest.json", "test.de", "test.en", "train.de", "train.en",
-                                                   "valid.de", "valid.en"]
+    assert sorted(p.name for p in d.iterdir()) == [
+        "manifest.json",
+        "test.de",
+        "test.en",
+        "train.de",
+        "train.en",
+        "valid.de",
+        "valid.en",
+    ]
     for lang in ("en", "de"):
         assert lines(d / f"train.{lang}") == expected_train("de", lang)  # 90 = 40 + 30 + 20, in this order
         assert lines(d / f"valid.{lang}") == [f"newstest2013 {i} {WORDS[lang]}" for i in range(5)]
@@ -270,8 +319,11 @@ def test_checksum_mismatch_is_refused_and_leaves_no_file(server, home, tmp_path)
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     (mirror / "test-full.tgz").write_bytes(archives["dev.tgz"])
-    with pytest.raises(DataError, match=r"checksum mismatch: .*mirror/test-full\.tgz is not the expected archive "
-                                        r"\(md5 [0-9a-f]{32}\)"):
+    with pytest.raises(
+        DataError,
+        match=r"checksum mismatch: .*mirror/test-full\.tgz is not the expected archive "
+        r"\(md5 [0-9a-f]{32}\)",
+    ):
         get(server, archives, data_dir=mirror)
 
 
@@ -281,8 +333,9 @@ def test_archives_in_data_dir_are_used_in_place(server, home, tmp_path):
     mirror.mkdir()
     for name, data in archives.items():
         (mirror / name).write_bytes(data)
-    d = wmt14.get("en-de", data_dir=mirror, base_url=server.url + "/nothing-here/", checksums=table(archives),
-                  progress=False)
+    d = wmt14.get(
+        "en-de", data_dir=mirror, base_url=server.url + "/nothing-here/", checksums=table(archives), progress=False
+    )
     assert server.requests == [] and lines(d / "train.de") == expected_train("de", "de")
     assert not (home / "wmt14" / "archives").exists()
 
@@ -296,17 +349,22 @@ def test_unreachable_server_is_one_line(home):
         wmt14.get("en-de", base_url=f"http://127.0.0.1:{port}", checksums=table(archives), progress=False)
     msg = str(e.value)
     assert "\n" not in msg
-    assert re.fullmatch(rf"download of http://127\.0\.0\.1:{port}/training-parallel-europarl-v7\.tgz failed: .*refused"
-                        rf"; copy the archives into {re.escape(str(home / 'wmt14' / 'archives'))} or pass --base-url",
-                        msg), msg
+    assert re.fullmatch(
+        rf"download of http://127\.0\.0\.1:{port}/training-parallel-europarl-v7\.tgz failed: .*refused"
+        rf"; copy the archives into {re.escape(str(home / 'wmt14' / 'archives'))} or pass --base-url",
+        msg,
+    ), msg
 
 
 def test_line_count_mismatch_names_the_files(server, home):
     archives = build_archives(short="commoncrawl")
     serve(server, archives)
-    with pytest.raises(DataError, match=r"line counts differ: training-parallel-commoncrawl\.tgz:"
-                                        r"commoncrawl\.de-en\.en has 30 lines, training-parallel-commoncrawl\.tgz:"
-                                        r"commoncrawl\.de-en\.de has 29"):
+    with pytest.raises(
+        DataError,
+        match=r"line counts differ: training-parallel-commoncrawl\.tgz:"
+        r"commoncrawl\.de-en\.en has 30 lines, training-parallel-commoncrawl\.tgz:"
+        r"commoncrawl\.de-en\.de has 29",
+    ):
         get(server, archives)
     d = home / "wmt14" / "en-de"
     assert sorted(p.name for p in d.iterdir()) == []  # no train.* and no temp files
@@ -325,7 +383,7 @@ def test_unsafe_member_paths_are_refused(server, home):
 def test_read_sgm_matches_sacrebleu(tmp_path):
     from sacrebleu.dataset.fake_sgml import FakeSGMLDataset
 
-    data = sgm("de", "ref") + "<seg id=\"9\">Ä  ö\tß &lt;x&gt; & </seg> trailing\r\n".encode()
+    data = sgm("de", "ref") + '<seg id="9">Ä  ö\tß &lt;x&gt; & </seg> trailing\r\n'.encode()
     (tmp_path / "in.sgm").write_bytes(data)
     FakeSGMLDataset("wmt14/full")._convert_format(str(tmp_path / "in.sgm"), str(tmp_path / "out.txt"))
     assert wmt14.read_sgm(data) == lines(tmp_path / "out.txt")

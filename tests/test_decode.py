@@ -22,6 +22,7 @@ V = 8
 
 # -- a scripted fake model: fixed next-token probabilities per generated prefix -----------------------
 
+
 class FakeCache:
     def __init__(self, history: torch.Tensor, sources: int) -> None:
         self.history, self.sources = history, sources  # (rows, t) decoder inputs so far (BOS first)
@@ -76,8 +77,7 @@ def src_of(*lengths: int) -> torch.Tensor:
 
 
 # short "A EOS": log .52 + log .9 = -0.759; long "B B B EOS": log .48 + 3 log .99 = -0.764
-LP_SCRIPT = {(): {A: 0.52, B: 0.48}, (A,): {EOS: 0.9}, (B,): {B: 0.99}, (B, B): {B: 0.99},
-             (B, B, B): {EOS: 0.99}}
+LP_SCRIPT = {(): {A: 0.52, B: 0.48}, (A,): {EOS: 0.9}, (B,): {B: 0.99}, (B, B): {B: 0.99}, (B, B, B): {EOS: 0.99}}
 
 
 def test_length_penalty_picks_between_short_and_long():
@@ -147,6 +147,7 @@ def test_rejects_bad_arguments():
 
 # -- the real model: cache vs. full recomputation, beam 1 vs. greedy, batched vs. one by one ----------
 
+
 def naive_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[int]:
     """One sentence (1, S); the whole decoder re-run on the full prefix at every step, no cache."""
     memory, mask = model.encode(src), padding_mask(src, PAD)
@@ -172,8 +173,10 @@ def naive_beam(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_
         logp[:, [PAD, BOS]] = float("-inf")
         if t == max_len + 1:
             logp[:, [i for i in range(logp.size(1)) if i != EOS]] = float("-inf")
-        cands = sorted(((s + logp[i, y].item(), h, y) for i, (h, s) in enumerate(live)
-                        for y in range(logp.size(1))), key=lambda c: -c[0])[: 2 * k]
+        cands = sorted(
+            ((s + logp[i, y].item(), h, y) for i, (h, s) in enumerate(live) for y in range(logp.size(1))),
+            key=lambda c: -c[0],
+        )[: 2 * k]
         finished += [(h, s / lp(t)) for r, (s, h, y) in enumerate(cands) if y == EOS and r < k and s > -math.inf]
         finished = sorted(finished, key=lambda f: -f[1])[:n_best]
         live = [(h + [y], s) for s, h, y in cands if y != EOS][:k]
@@ -183,8 +186,9 @@ def naive_beam(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_
 
 def tiny_model(seed: int, vocab: int = 24, **kw) -> Transformer:
     torch.manual_seed(seed)
-    cfg = ModelConfig.preset("tiny", vocab_size=vocab, n_encoder_layers=2, n_decoder_layers=2, d_model=32,
-                             d_ff=64, max_positions=64, **kw)
+    cfg = ModelConfig.preset(
+        "tiny", vocab_size=vocab, n_encoder_layers=2, n_decoder_layers=2, d_model=32, d_ff=64, max_positions=64, **kw
+    )
     return Transformer(cfg).double().eval()  # float64: no near-tie flips between equivalent paths
 
 
@@ -236,8 +240,7 @@ def test_beam_search_scores_are_the_model_log_probs():
 
 
 @settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 5), beam=st.integers(1, 4),
-       alpha=st.sampled_from([0.0, 0.6, 1.0]))
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 5), beam=st.integers(1, 4), alpha=st.sampled_from([0.0, 0.6, 1.0]))
 def test_batched_equals_one_by_one(seed, n, beam, alpha):
     model, src = tiny_model(seed % 3), random_src(seed, n)
     batched = beam_search(model, src, beam=beam, length_penalty=alpha, max_len_b=3, n_best=beam)
@@ -249,6 +252,7 @@ def test_batched_equals_one_by_one(seed, n, beam, alpha):
 
 
 # -- ensembles: the mean of the members' probabilities, through the same searches ------------------------
+
 
 def test_ensemble_of_copies_decodes_like_the_model():
     import copy
@@ -296,6 +300,7 @@ def test_ensemble_rejects_members_with_different_vocabularies():
 
 
 # -- the two-stage top-k and argmax over the vocabulary -------------------------------------------------
+
 
 @pytest.mark.parametrize("V", [5, 64, 200, 8000, 8003])
 def test_two_stage_top_k_and_argmax_equal_torch(V):

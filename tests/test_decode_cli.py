@@ -15,8 +15,14 @@ from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import Transformer
 
-LINES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad auf der Straße.", "Zwei Männer spielen Fußball im Park.",
-         "A dog runs.", "A woman rides a bike on the street.", "Two men play football in the park."]
+LINES = [
+    "Ein Hund rennt.",
+    "Eine Frau fährt Fahrrad auf der Straße.",
+    "Zwei Männer spielen Fußball im Park.",
+    "A dog runs.",
+    "A woman rides a bike on the street.",
+    "Two men play football in the park.",
+]
 SEARCH = ["--max-len-b", "4"]  # untrained weights rarely say EOS: keep outputs short
 
 
@@ -61,7 +67,8 @@ def test_load_from_weights_file_finds_spm_in_parent(run_dir):
 
     t = Translator.load(run_dir / "checkpoints" / "step_00000005.safetensors", device="cpu")
     assert t.translate([LINES[0]], beam=2, max_len_b=3) == Translator.load(run_dir, "cpu").translate(
-        [LINES[0]], beam=2, max_len_b=3)
+        [LINES[0]], beam=2, max_len_b=3
+    )
 
 
 def test_translate_pipe_line_for_line(run_dir):
@@ -75,13 +82,18 @@ def test_translate_pipe_line_for_line(run_dir):
     assert out[1] == ""
     assert b"input line 4 has" in r.stderr and b"truncated" in r.stderr
     expect = Translator.load(run_dir, "cpu").translate(
-        [x.decode("utf-8", "replace").rstrip("\r") for x in raw.split(b"\n")], beam=4, max_len_b=4)
+        [x.decode("utf-8", "replace").rstrip("\r") for x in raw.split(b"\n")], beam=4, max_len_b=4
+    )
     assert out[:-1] == expect
 
 
 def test_translate_streams_before_stdin_closes(run_dir):
-    p = subprocess.Popen([sys.executable, "-m", "aiayn", "translate", "-c", str(run_dir), "--beam", "2", *SEARCH],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "aiayn", "translate", "-c", str(run_dir), "--beam", "2", *SEARCH],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         for line in (b"Ein Hund rennt.\n", b"\n", b"Zwei M\xc3\xa4nner.\n"):
             p.stdin.write(line)
@@ -150,8 +162,9 @@ def test_ensemble_on_the_command_line(run_dir, tmp_path):
     (other / "checkpoints").mkdir(parents=True)
     shutil.copy(run_dir / "spm.model", other / "spm.model")
     torch.manual_seed(1)
-    model = Transformer(ModelConfig.preset("tiny", vocab_size=Tokenizer(run_dir / "spm.model").vocab_size,
-                                           max_positions=24)).eval()
+    model = Transformer(
+        ModelConfig.preset("tiny", vocab_size=Tokenizer(run_dir / "spm.model").vocab_size, max_positions=24)
+    ).eval()
     save_weights(model, other / "checkpoints" / "step_00000007.safetensors", step=7)
     r = aiayn("translate", "-c", str(run_dir), str(other), "--beam", "3", *SEARCH, stdin="\n".join(LINES).encode())
     assert r.returncode == 0, r.stderr.decode()
@@ -185,14 +198,29 @@ def test_evaluate_int8_flag(run_dir, tmp_path):
     src.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
     ref.write_text("\n".join(LINES[3:]) + "\n", encoding="utf-8")
     out = tmp_path / "hyp.txt"
-    r = aiayn("evaluate", "-c", str(run_dir), "--src", str(src), "--ref", str(ref), "--int8", "--beam", "4",
-              *SEARCH, "--output", str(out), "--json")
+    r = aiayn(
+        "evaluate",
+        "-c",
+        str(run_dir),
+        "--src",
+        str(src),
+        "--ref",
+        str(ref),
+        "--int8",
+        "--beam",
+        "4",
+        *SEARCH,
+        "--output",
+        str(out),
+        "--json",
+    )
     assert r.returncode == 0, r.stderr.decode()
     assert "bleu" in json.loads(r.stdout.decode().strip().splitlines()[-1])
     from aiayn import Translator
 
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == Translator.load(run_dir, int8=True).translate(
-        LINES[:3], beam=4, max_len_b=4)
+        LINES[:3], beam=4, max_len_b=4
+    )
 
 
 @pytest.fixture

@@ -12,8 +12,14 @@ from aiayn import distributed
 from aiayn.distributed import DistInfo, LaunchError, launch_info
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "n0", "MASTER_PORT": "29500"}
-SRUN = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1",
-        "MASTER_ADDR": "n0", "MASTER_PORT": "29500"}
+SRUN = {
+    "SLURM_PROCID": "5",
+    "SLURM_NTASKS": "8",
+    "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_LOCALID": "1",
+    "MASTER_ADDR": "n0",
+    "MASTER_PORT": "29500",
+}
 
 
 def test_torchrun_slurm_and_single_process_are_told_apart():

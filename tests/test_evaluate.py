@@ -20,8 +20,12 @@ from aiayn.evaluate import moses_tokenize, score, tokenized_bleu
 from aiayn.model import Transformer
 from aiayn.train.state import checkpoint_paths, save_state
 
-REFS = ["A dog runs across the grass.", "Two men aren't playing football in the park.",
-        "A woman rides a \"red\" bike on the street.", "Children play."]
+REFS = [
+    "A dog runs across the grass.",
+    "Two men aren't playing football in the park.",
+    'A woman rides a "red" bike on the street.',
+    "Children play.",
+]
 
 
 def data_dir() -> Path:
@@ -30,8 +34,13 @@ def data_dir() -> Path:
 
 
 def aiayn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "aiayn", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_identical_hypotheses_score_100_with_signatures():
@@ -45,8 +54,12 @@ def test_identical_hypotheses_score_100_with_signatures():
 
 def test_tokenized_bleu_lowercases_tokenizes_and_reads_escaped_refs():
     # Moses-tokenized, lowercased references as the datasets ship them (HTML-escaped)
-    tok_refs = ["a dog runs across the grass .", "two men aren &apos;t playing football in the park .",
-                "a woman rides a &quot; red &quot; bike on the street .", "children play ."]
+    tok_refs = [
+        "a dog runs across the grass .",
+        "two men aren &apos;t playing football in the park .",
+        "a woman rides a &quot; red &quot; bike on the street .",
+        "children play .",
+    ]
     assert moses_tokenize(REFS[:1], "en") == ["a dog runs across the grass ."]
     assert tokenized_bleu(REFS, tok_refs, "en") == pytest.approx(100.0)
     assert sacrebleu.corpus_bleu(REFS, [tok_refs], tokenize="none").score < 50  # raw text would not match
@@ -105,17 +118,40 @@ def test_evaluate_command_translates_src(tmp_path):
     def api(m) -> list[str]:
         return Translator(m, tok, device="cpu").translate(REFS, beam=2, length_penalty=0.6, max_len_b=3)
 
-    expected = {"newest": api(members[2]), "average": api(averaged),
-                "ensemble": api(Ensemble([members[2], members[1]]))}
+    expected = {
+        "newest": api(members[2]),
+        "average": api(averaged),
+        "ensemble": api(Ensemble([members[2], members[1]])),
+    }
     assert len({tuple(h) for h in expected.values()}) == 3, expected  # the three cases are told apart
 
     src, ref, hyp = tmp_path / "src", tmp_path / "ref", tmp_path / "hyp"
     src.write_text("\n".join(REFS) + "\n", encoding="utf-8")
     ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
-    for case, members_args, extra in (("newest", [run], []), ("average", [run], ["--average-last", "2"]),
-                                      ("ensemble", [run, other], [])):
-        r = aiayn("evaluate", "-c", *map(str, members_args), "--src", str(src), "--ref", str(ref), "--beam", "2",
-                  "--lenpen", "0.6", "--max-len-b", "3", "--output", str(hyp), "--json", *extra)
+    for case, members_args, extra in (
+        ("newest", [run], []),
+        ("average", [run], ["--average-last", "2"]),
+        ("ensemble", [run, other], []),
+    ):
+        r = aiayn(
+            "evaluate",
+            "-c",
+            *map(str, members_args),
+            "--src",
+            str(src),
+            "--ref",
+            str(ref),
+            "--beam",
+            "2",
+            "--lenpen",
+            "0.6",
+            "--max-len-b",
+            "3",
+            "--output",
+            str(hyp),
+            "--json",
+            *extra,
+        )
         assert r.returncode == 0, r.stderr
         hyps = hyp.read_text(encoding="utf-8").splitlines()
         assert hyps == expected[case], case
@@ -132,11 +168,22 @@ def test_evaluate_command_split_reads_the_runs_data(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text(
-        f"data:\n  corpus: multi30k\n  src_lang: de\n  tgt_lang: en\n  data_dir: {d}\n  vocab_size: 500\n")
+        f"data:\n  corpus: multi30k\n  src_lang: de\n  tgt_lang: en\n  data_dir: {d}\n  vocab_size: 500\n"
+    )
     hyp = tmp_path / "hyp.en"  # the references themselves as hypotheses: both metrics must give 100
     hyp.write_text(gzip.open(d / "test_2016_flickr.en.gz", "rt", encoding="utf-8").read(), encoding="utf-8")
-    r = aiayn("evaluate", "-c", str(run), "--split", "test_2016_flickr", "--hyp", str(hyp), "--tokenized-bleu",
-              "--json", env={"AIAYN_HOME": str(tmp_path / "home")})
+    r = aiayn(
+        "evaluate",
+        "-c",
+        str(run),
+        "--split",
+        "test_2016_flickr",
+        "--hyp",
+        str(hyp),
+        "--tokenized-bleu",
+        "--json",
+        env={"AIAYN_HOME": str(tmp_path / "home")},
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.splitlines()[-1])
     assert res["sentences"] == 1000 and res["bleu"] == pytest.approx(100)
@@ -155,13 +202,26 @@ def test_evaluate_split_of_a_run_whose_spm_model_has_moved(tmp_path):
     (run / "spm.model").write_bytes((tmp_path / "shared.model").read_bytes())
     (run / "config.yaml").write_text(
         f"data:\n  corpus: files\n  src_lang: de\n  tgt_lang: en\n  spm_model: {tmp_path / 'shared.model'}\n"
-        + "".join(f"  {s}_{side}: {tmp_path / f'{f}.{lang}'}\n" for s, f in (("train", "train"), ("valid", "val"))
-                  for side, lang in (("src", "de"), ("tgt", "en"))))
+        + "".join(
+            f"  {s}_{side}: {tmp_path / f'{f}.{lang}'}\n"
+            for s, f in (("train", "train"), ("valid", "val"))
+            for side, lang in (("src", "de"), ("tgt", "en"))
+        )
+    )
     (tmp_path / "shared.model").unlink()
     hyp = tmp_path / "hyp.en"
     hyp.write_text("".join(x + "\n" for x in tgt[:5]), encoding="utf-8")
-    r = aiayn("evaluate", "-c", str(run), "--split", "val", "--hyp", str(hyp), "--json",
-              env={"AIAYN_HOME": str(tmp_path / "home")})
+    r = aiayn(
+        "evaluate",
+        "-c",
+        str(run),
+        "--split",
+        "val",
+        "--hyp",
+        str(hyp),
+        "--json",
+        env={"AIAYN_HOME": str(tmp_path / "home")},
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.splitlines()[-1])
     assert res["sentences"] == 5 and res["bleu"] == pytest.approx(100)

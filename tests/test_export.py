@@ -36,7 +36,7 @@ def _batch(symbols: torch.Tensor, n: int, g: torch.Generator) -> tuple[torch.Ten
     for i, L in enumerate(lengths.tolist()):
         x = body[i, :L]
         src[i, :L], src[i, L] = x, EOS_ID
-        tin[i, 0], tin[i, 1:L + 1] = BOS_ID, x.flip(0)
+        tin[i, 0], tin[i, 1 : L + 1] = BOS_ID, x.flip(0)
         tout[i, :L], tout[i, L] = x.flip(0), EOS_ID
     return src, tin, tout
 
@@ -71,8 +71,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
         model.eval()
         held = _batch(symbols, 256, torch.Generator().manual_seed(2))  # unseen batch: did it learn the task?
         with torch.no_grad():
-            loss = torch.nn.functional.cross_entropy(model(held[0], held[1]).flatten(0, 1), held[2].flatten(),
-                                                     ignore_index=0)
+            loss = torch.nn.functional.cross_entropy(
+                model(held[0], held[1]).flatten(0, 1), held[2].flatten(), ignore_index=0
+            )
     finally:
         torch.set_num_threads(threads)
 
@@ -81,8 +82,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     shutil.copyfile(root / "spm.model", run / "spm.model")
     ct2_dir = root / "ct2"
     # The real command line, in a subprocess.
-    proc = subprocess.run([sys.executable, "-m", "aiayn", "export", "--ctranslate2", str(ct2_dir), "-c", str(run)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiayn", "export", "--ctranslate2", str(ct2_dir), "-c", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     src, _, _ = _batch(symbols, 12, torch.Generator().manual_seed(1))
     return dict(root=root, run=run, tok=tok, model=model, ct2_dir=ct2_dir, src=src, loss=loss.item())
@@ -122,8 +127,9 @@ def test_teacher_forced_log_probs_match(setup: dict, norm: str, tmp_path: Path) 
         model, ct2_dir = setup["model"], setup["ct2_dir"]
     else:  # an untrained pre-LN model with learned positions: the other code paths of the exporter
         torch.manual_seed(1)
-        model = Transformer(ModelConfig.preset("tiny", tok.vocab_size, norm="pre", positional="learned",
-                                               dropout=0.0)).eval()
+        model = Transformer(
+            ModelConfig.preset("tiny", tok.vocab_size, norm="pre", positional="learned", dropout=0.0)
+        ).eval()
         ct2_dir = export_ctranslate2(model, tmp_path / "ct2_pre", spm_file=setup["root"] / "spm.model")
     tr = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=1)
     src = setup["src"]
@@ -160,8 +166,7 @@ def _greedy_reference(model: Transformer, src: torch.Tensor, max_len: int) -> li
 def test_greedy_outputs_match(setup: dict) -> None:
     tok, src = setup["tok"], setup["src"]
     tr = ctranslate2.Translator(str(setup["ct2_dir"]), device="cpu", intra_threads=1)
-    ct2 = [_ids(tok, r.hypotheses[0]) for r in tr.translate_batch(_sources(setup), beam_size=1,
-                                                                  max_decoding_length=30)]
+    ct2 = [_ids(tok, r.hypotheses[0]) for r in tr.translate_batch(_sources(setup), beam_size=1, max_decoding_length=30)]
     ours = _greedy_reference(setup["model"], src, 30)
     assert ours == ct2
     reversed_ok = sum(o == list(reversed([i for i in s if i > EOS_ID])) for o, s in zip(ours, src.tolist()))
@@ -179,8 +184,7 @@ def test_library_greedy_and_beam_match_ctranslate2(setup: dict) -> None:
 
     # length_penalty 0: both rank by the raw sum of log-probabilities (EOS included).
     beam = decode.beam_search(model, src, beam=4, length_penalty=0.0, max_len_a=1.0, max_len_b=20)
-    ct2 = tr.translate_batch(sources, beam_size=4, length_penalty=0.0, max_decoding_length=30,
-                             return_scores=True)
+    ct2 = tr.translate_batch(sources, beam_size=4, length_penalty=0.0, max_decoding_length=30, return_scores=True)
     # Our score is the exact sum of log-probs, EOS included: CT2's teacher-forced score_batch of the
     # same hypothesis. Not CT2's own beam score, which runs 0.02-0.8 % above its exact score (4.8.5).
     exact = tr.score_batch(sources, [r.hypotheses[0] for r in ct2])
@@ -202,8 +206,9 @@ def test_int8_export_runs_and_mostly_agrees(setup: dict, tmp_path: Path) -> None
 def test_export_errors_are_clear(setup: dict, tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    shutil.copyfile(next((setup["run"] / "checkpoints").glob("*.safetensors")),
-                    run / "checkpoints" / "step_00000001.safetensors")
+    shutil.copyfile(
+        next((setup["run"] / "checkpoints").glob("*.safetensors")), run / "checkpoints" / "step_00000001.safetensors"
+    )
     with pytest.raises(CheckpointError, match="spm.model"):
         export_ctranslate2(run, tmp_path / "out")
     with pytest.raises(RuntimeError, match="already exists"):

@@ -20,8 +20,8 @@ def model_and_src(seed: int = 0, vocab: int = 64, n: int = 16) -> tuple[Transfor
     model = Transformer(cfg).eval()
     src = torch.randint(4, vocab, (n, 9))
     src[:, -1] = EOS_ID
-    src[n // 2:, 6:] = PAD_ID  # some padded rows
-    src[n // 2:, 5] = EOS_ID
+    src[n // 2 :, 6:] = PAD_ID  # some padded rows
+    src[n // 2 :, 5] = EOS_ID
     return model, src
 
 

@@ -26,12 +26,25 @@ LAYERS: list[tuple[str, ...]] = [
     # 5 training
     ("aiayn.train",),
     # 6 serving and tools
-    ("aiayn.serve", "aiayn.viz", "aiayn.ablation", "aiayn.export", "aiayn.quickstart", "aiayn.evaluate",
-     "aiayn.classification"),
+    (
+        "aiayn.serve",
+        "aiayn.viz",
+        "aiayn.ablation",
+        "aiayn.export",
+        "aiayn.quickstart",
+        "aiayn.evaluate",
+        "aiayn.classification",
+    ),
     # 7 the command line: cli.py and each package's `commands` module (its subcommands, which only
     #   cli.py imports and which reach across packages, e.g. `decode evaluate` -> aiayn.evaluate)
-    ("aiayn.cli", "aiayn.__main__", "aiayn.data.commands", "aiayn.decode.commands", "aiayn.train.commands",
-     "aiayn.serve.commands"),
+    (
+        "aiayn.cli",
+        "aiayn.__main__",
+        "aiayn.data.commands",
+        "aiayn.decode.commands",
+        "aiayn.train.commands",
+        "aiayn.serve.commands",
+    ),
 ]
 
 # Known upward imports in files another branch is editing right now; fix after both merge.
@@ -57,7 +70,8 @@ def module_name(path: Path) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def aiayn_imports(path: Path, module: str) -> list[tuple[int, str]]:
@@ -82,7 +96,8 @@ def aiayn_imports(path: Path, module: str) -> list[tuple[int, str]]:
                 for a in node.names:  # `from aiayn import viz` imports the module aiayn.viz
                     sub = f"{base}.{a.name}"
                     is_module = (SRC / Path(*sub.split("."))).with_suffix(".py").is_file() or (
-                        SRC / Path(*sub.split(".")) / "__init__.py").is_file()
+                        SRC / Path(*sub.split(".")) / "__init__.py"
+                    ).is_file()
                     found.append((node.lineno, sub if is_module else base))
         for child in ast.iter_child_nodes(node):
             visit(child)
@@ -97,8 +112,10 @@ def upward_imports() -> list[str]:
         module = module_name(path)
         for line, target in aiayn_imports(path, module):
             if layer_of(target) > layer_of(module) and (module, target) not in ALLOWED:
-                bad.append(f"{path.relative_to(SRC)}:{line}: {module} (layer {layer_of(module)}) imports "
-                           f"{target} (layer {layer_of(target)})")
+                bad.append(
+                    f"{path.relative_to(SRC)}:{line}: {module} (layer {layer_of(module)}) imports "
+                    f"{target} (layer {layer_of(target)})"
+                )
     return bad
 
 
@@ -114,6 +131,8 @@ def test_imports_point_down_the_layers():
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aiayn.cli import main\n"
-                 "def g():\n    from aiayn.train import train\n    from . import x\n")
+    f.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aiayn.cli import main\n"
+        "def g():\n    from aiayn.train import train\n    from . import x\n"
+    )
     assert aiayn_imports(f, "aiayn.model.m") == [(5, "aiayn.train"), (6, "aiayn.model")]

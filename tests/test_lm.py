@@ -52,15 +52,37 @@ def document(tmp_path) -> Path:
 
 
 def doc_config(document: Path, **train: object) -> Config:
-    return Config.load(None, {
-        "task.name": "lm", "task.block_size": 16, "task.batch_size": 4,
-        "model.preset": "tiny", "model.n_decoder_layers": 2, "model.dropout": 0.1, "model.max_positions": 16,
-        "data.corpus": "text", "data.text_train": str(document), "data.text_unit": "document",
-        "data.tokenizer": "char", "data.valid_fraction": 0.1,
-        "optim.warmup": 20, "optim.lr_scale": 0.3, "optim.label_smoothing": 0.0,
-        "train.max_steps": 12, "train.log_every": 1, "train.eval_every": 6, "train.save_every": 3,
-        "train.eval_bleu": False, "train.progress": False, "train.threads": 1, "train.device": "cpu",
-        "train.amp": "none", "train.seed": 5, **{f"train.{k}": v for k, v in train.items()}})
+    return Config.load(
+        None,
+        {
+            "task.name": "lm",
+            "task.block_size": 16,
+            "task.batch_size": 4,
+            "model.preset": "tiny",
+            "model.n_decoder_layers": 2,
+            "model.dropout": 0.1,
+            "model.max_positions": 16,
+            "data.corpus": "text",
+            "data.text_train": str(document),
+            "data.text_unit": "document",
+            "data.tokenizer": "char",
+            "data.valid_fraction": 0.1,
+            "optim.warmup": 20,
+            "optim.lr_scale": 0.3,
+            "optim.label_smoothing": 0.0,
+            "train.max_steps": 12,
+            "train.log_every": 1,
+            "train.eval_every": 6,
+            "train.save_every": 3,
+            "train.eval_bleu": False,
+            "train.progress": False,
+            "train.threads": 1,
+            "train.device": "cpu",
+            "train.amp": "none",
+            "train.seed": 5,
+            **{f"train.{k}": v for k, v in train.items()},
+        },
+    )
 
 
 def test_character_documents_round_trip_exactly_and_split_by_characters(home, document):
@@ -107,10 +129,13 @@ def test_lm_training_resumes_exactly_and_learns(home, document):
     def records(run: Path) -> list[dict]:
         return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
-    assert [(r["kind"], r["step"], r.get("loss")) for r in records(home / "half")] == \
-        [(r["kind"], r["step"], r.get("loss")) for r in records(home / "full")]  # timings aside
-    a, b = load_file(home / "full/checkpoints/step_00000012.safetensors"), \
-        load_file(home / "half/checkpoints/step_00000012.safetensors")
+    assert [(r["kind"], r["step"], r.get("loss")) for r in records(home / "half")] == [
+        (r["kind"], r["step"], r.get("loss")) for r in records(home / "full")
+    ]  # timings aside
+    a, b = (
+        load_file(home / "full/checkpoints/step_00000012.safetensors"),
+        load_file(home / "half/checkpoints/step_00000012.safetensors"),
+    )
     assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise: same blocks, dropout, Adam state
     valid = [r for r in records(home / "full") if r["kind"] == "valid"]
     assert valid[-1]["nll"] < valid[0]["nll"] < np.log(prepare_text(doc_config(document).data).tokenizer.vocab_size)
@@ -119,12 +144,26 @@ def test_lm_training_resumes_exactly_and_learns(home, document):
 def test_sentence_lm_trains_on_lines_with_bos_and_eos(home, tmp_path):
     for name, seed, n in (("train", 1, 400), ("valid", 2, 40)):
         (tmp_path / f"{name}.txt").write_text("\n".join(sentences(n, seed)) + "\n\n")  # a blank line is dropped
-    cfg = Config.load(None, {
-        "task.name": "lm", "model.preset": "tiny", "model.n_decoder_layers": 1, "data.corpus": "text",
-        "data.text_train": str(tmp_path / "train.txt"), "data.text_valid": str(tmp_path / "valid.txt"),
-        "data.vocab_size": 320, "data.max_tokens": 256, "train.max_steps": 30, "train.eval_every": 30,
-        "train.eval_bleu": False, "train.progress": False, "train.device": "cpu", "train.threads": 1,
-        "optim.warmup": 10})
+    cfg = Config.load(
+        None,
+        {
+            "task.name": "lm",
+            "model.preset": "tiny",
+            "model.n_decoder_layers": 1,
+            "data.corpus": "text",
+            "data.text_train": str(tmp_path / "train.txt"),
+            "data.text_valid": str(tmp_path / "valid.txt"),
+            "data.vocab_size": 320,
+            "data.max_tokens": 256,
+            "train.max_steps": 30,
+            "train.eval_every": 30,
+            "train.eval_bleu": False,
+            "train.progress": False,
+            "train.device": "cpu",
+            "train.threads": 1,
+            "optim.warmup": 10,
+        },
+    )
     summary = train(cfg, tmp_path / "run")
     assert summary["valid"]["ppl"] < 30
     prepared = prepare_text(cfg.data)
@@ -144,8 +183,18 @@ def test_sentence_lm_trains_on_lines_with_bos_and_eos(home, tmp_path):
 
 def test_cropped_generation_equals_recomputing_the_last_window_each_step():
     torch.manual_seed(0)
-    model = DecoderOnly(ModelConfig(vocab_size=30, d_model=32, n_heads=4, d_ff=64, n_decoder_layers=2,
-                                    dropout=0.0, max_positions=8, kind="decoder-only")).eval()
+    model = DecoderOnly(
+        ModelConfig(
+            vocab_size=30,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            n_decoder_layers=2,
+            dropout=0.0,
+            max_positions=8,
+            kind="decoder-only",
+        )
+    ).eval()
     prompt = torch.tensor([[5, 6, 7]])
     got = generate(model, prompt, Sampling(temperature=0, max_tokens=20))[0]
     seq = prompt[0].tolist()
@@ -162,8 +211,9 @@ def test_cropped_generation_equals_recomputing_the_last_window_each_step():
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_generate_and_score_commands(home, document):

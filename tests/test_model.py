@@ -32,8 +32,9 @@ def analytic_params(c: ModelConfig) -> int:
     emb = c.vocab_size * d * (1 if c.tie_embeddings else 3)
     pos = 2 * c.max_positions * d if c.positional == "learned" else 0
     final = 2 * ln if c.norm == "pre" else 0
-    return (emb + pos + c.n_encoder_layers * (attn + ffn + 2 * ln) + c.n_decoder_layers * (2 * attn + ffn + 3 * ln)
-            + final)
+    return (
+        emb + pos + c.n_encoder_layers * (attn + ffn + 2 * ln) + c.n_decoder_layers * (2 * attn + ffn + 3 * ln) + final
+    )
 
 
 @pytest.mark.parametrize("name, paper", [("base", 65e6), ("big", 213e6)])
@@ -45,8 +46,16 @@ def test_parameter_count_matches_paper_table3(name, paper):
         assert Transformer(cfg).num_parameters() == n
 
 
-@pytest.mark.parametrize("kw", [dict(tie_embeddings=False), dict(positional="learned", max_positions=64),
-                                dict(norm="pre"), dict(d_head=8), dict(d_head=4, d_value=24)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(tie_embeddings=False),
+        dict(positional="learned", max_positions=64),
+        dict(norm="pre"),
+        dict(d_head=8),
+        dict(d_head=4, d_value=24),
+    ],
+)
 def test_parameter_count_formula_variants(kw):
     model = tiny(**kw)
     assert model.num_parameters() == analytic_params(model.config)
@@ -113,8 +122,12 @@ def test_mask_shapes_and_values():
     assert pm[1, 0, 0].tolist() == [True, False, False]
     dm = decoder_mask(tgt, PAD)
     assert dm.shape == (2, 1, 4, 4)
-    assert dm[0, 0].tolist() == [[True, False, False, False], [True, True, False, False],
-                                 [True, True, True, False], [True, True, True, False]]
+    assert dm[0, 0].tolist() == [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, True, True, False],
+        [True, True, True, False],
+    ]
     cm = cross_mask(src, 4, PAD)
     assert cm.shape == (2, 1, 4, 3) and cm[1, 0, 3].tolist() == [True, False, False]
     assert causal_mask(2, offset=3)[0, 0].tolist() == [[True, True, True, True, False], [True] * 5]
@@ -188,10 +201,10 @@ def test_future_target_tokens_do_not_leak():
     base = model(src, tgt)
     for t in range(8):
         changed = tgt.clone()
-        changed[:, t + 1:] = torch.randint(4, 50, changed[:, t + 1:].shape)
+        changed[:, t + 1 :] = torch.randint(4, 50, changed[:, t + 1 :].shape)
         out = model(src, changed)
         torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], atol=1e-5, rtol=1e-5)
-        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+        assert not torch.allclose(out[:, t + 1 :], base[:, t + 1 :])
 
 
 def test_tokens_under_source_padding_change_nothing():
@@ -229,8 +242,12 @@ def test_sentence_alone_equals_sentence_padded_in_batch(data):
 
 
 @settings(max_examples=10, deadline=None)
-@given(T=st.integers(1, 10), positional=st.sampled_from(["sinusoidal", "learned"]),
-       norm=st.sampled_from(["post", "pre"]), dims=st.sampled_from([{}, {"d_head": 8, "d_value": 24}]))
+@given(
+    T=st.integers(1, 10),
+    positional=st.sampled_from(["sinusoidal", "learned"]),
+    norm=st.sampled_from(["post", "pre"]),
+    dims=st.sampled_from([{}, {"d_head": 8, "d_value": 24}]),
+)
 def test_cached_step_by_step_equals_full_decoder(T, positional, norm, dims):
     model = tiny(positional=positional, norm=norm, max_positions=32, **dims)
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, PAD, PAD]])
@@ -242,7 +259,7 @@ def test_cached_step_by_step_equals_full_decoder(T, positional, norm, dims):
     cache = model.init_cache(memory, mask, capacity=3)  # small: the buffers must grow on the way
     steps = []
     for t in range(T):
-        logits, cache = model.step(tgt[:, t: t + 1], cache)
+        logits, cache = model.step(tgt[:, t : t + 1], cache)
         steps.append(logits)
     assert cache.length == T
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
@@ -263,7 +280,7 @@ def test_cache_reorder_and_keep_follow_the_rows():
     rows_tgt = torch.tensor([[2, 11, 12], [2, 13, 14], [2, 15, 16], [2, 17, 18]])
     cache = model.init_cache(memory, mask, capacity=2)  # the buffers grow, then reorder into spares
     for t in range(2):
-        _, cache = model.step(rows_tgt[:, t: t + 1], cache)
+        _, cache = model.step(rows_tgt[:, t : t + 1], cache)
     # Swap the rows inside source 0's group, keep source 1's rows.
     swapped = rows_tgt[[1, 0, 2, 3]]
     want = model.decode(swapped, memory.repeat_interleave(G, 0), mask.repeat_interleave(G, 0))[:, 2:3]
@@ -318,8 +335,10 @@ def test_causal_kernel_equals_explicit_padding_mask_in_values_and_gradients(leng
         out[b, :n] = torch.randint(4, 50, (n,), generator=gen)
     batch_loss = F.cross_entropy(model(src, tgt).flatten(0, 1), out.flatten(), ignore_index=0, reduction="sum")
     batch_grads = torch.autograd.grad(batch_loss, list(model.parameters()))
-    alone_loss = sum(F.cross_entropy(model(src[b:b + 1], tgt[b:b + 1, :n])[0], out[b, :n], reduction="sum")
-                     for b, n in enumerate(lengths))
+    alone_loss = sum(
+        F.cross_entropy(model(src[b : b + 1], tgt[b : b + 1, :n])[0], out[b, :n], reduction="sum")
+        for b, n in enumerate(lengths)
+    )
     alone_grads = torch.autograd.grad(alone_loss, list(model.parameters()))
     torch.testing.assert_close(batch_loss, alone_loss, atol=1e-4, rtol=1e-5)
     for g1, g2 in zip(batch_grads, alone_grads):

@@ -13,8 +13,9 @@ from aiayn.model.layers import EncoderLayer
 
 
 def config(**kw) -> ModelConfig:
-    return ModelConfig(vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
-                       dropout=0.0, **kw)
+    return ModelConfig(
+        vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, **kw
+    )
 
 
 def test_both_families_are_made_of_the_encoder_decoders_layer_and_tie_their_embeddings():
@@ -30,7 +31,7 @@ def test_decoder_only_never_sees_the_future(t, window, seed):
     model = DecoderOnly(config(attention_window=window)).eval()
     ids = torch.randint(4, 60, (2, 12))
     changed = ids.clone()
-    changed[:, t + 1:] = torch.randint(4, 60, changed[:, t + 1:].shape)
+    changed[:, t + 1 :] = torch.randint(4, 60, changed[:, t + 1 :].shape)
     with torch.no_grad():
         a, b = model(ids), model(changed)
     assert torch.allclose(a[:, : t + 1], b[:, : t + 1], atol=1e-5)
@@ -46,7 +47,7 @@ def test_decoder_only_cached_steps_equal_the_full_pass():
         prompt, cache = model.step(ids[:, :4], cache)  # a prompt at once, then one token at a time
         steps = [prompt]
         for t in range(4, 10):
-            logits, cache = model.step(ids[:, t:t + 1], cache)
+            logits, cache = model.step(ids[:, t : t + 1], cache)
             steps.append(logits)
         rows = torch.tensor([2, 0])
         _, sub = model.step(ids[:, :3], model.init_cache(batch=3))

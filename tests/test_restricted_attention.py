@@ -14,8 +14,16 @@ from aiayn.model.masks import band_mask
 
 
 @settings(max_examples=60, deadline=None)
-@given(B=st.integers(1, 3), h=st.integers(1, 2), T=st.integers(1, 40), d=st.integers(1, 8), r=st.integers(1, 12),
-       causal=st.booleans(), seed=st.integers(0, 2**16), pad=st.data())
+@given(
+    B=st.integers(1, 3),
+    h=st.integers(1, 2),
+    T=st.integers(1, 40),
+    d=st.integers(1, 8),
+    r=st.integers(1, 12),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+    pad=st.data(),
+)
 def test_windowed_attention_equals_full_attention_with_a_band_mask(B, h, T, d, r, causal, seed, pad):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, h, T, d, generator=g, dtype=torch.float64) for _ in range(3))
@@ -25,8 +33,11 @@ def test_windowed_attention_equals_full_attention_with_a_band_mask(B, h, T, d, r
     fast = windowed_attention(q, k, v, r, causal, key_mask)
     full = attention(q, k, v, restrict(key_mask, T, T, r, q.device, causal))
     rows = torch.ones(B, T, dtype=torch.bool) if causal else real
-    assert torch.allclose(fast[rows.nonzero(as_tuple=True)[0], :, rows.nonzero(as_tuple=True)[1]],
-                          full[rows.nonzero(as_tuple=True)[0], :, rows.nonzero(as_tuple=True)[1]], atol=1e-10)
+    assert torch.allclose(
+        fast[rows.nonzero(as_tuple=True)[0], :, rows.nonzero(as_tuple=True)[1]],
+        full[rows.nonzero(as_tuple=True)[0], :, rows.nonzero(as_tuple=True)[1]],
+        atol=1e-10,
+    )
     assert torch.isfinite(fast).all()  # pad queries far from any real key get no NaN either
 
 
@@ -38,8 +49,16 @@ def test_band_mask_is_the_neighbourhood_of_size_r():
 
 def _model(window: int | None) -> Transformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
-                      dropout=0.0, attention_window=window)
+    cfg = ModelConfig(
+        vocab_size=50,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        attention_window=window,
+    )
     return Transformer(cfg).eval()
 
 
@@ -72,7 +91,7 @@ def test_cached_decoding_with_a_window_equals_the_full_pass():
         cache = model.init_cache(memory, padding_mask(src, 0), capacity=4)  # grows past its capacity
         steps = []
         for t in range(tgt.size(1)):
-            logits, cache = model.step(tgt[:, t:t + 1], cache)
+            logits, cache = model.step(tgt[:, t : t + 1], cache)
             steps.append(logits)
         cache2 = model.init_cache(memory, padding_mask(src, 0))
         first, cache2 = model.step(tgt[:, :5], cache2)  # several positions at once, then one by one

@@ -42,8 +42,9 @@ def test_sampling_follows_the_filtered_distribution_and_the_seed():
 
 def _model() -> DecoderOnly:
     torch.manual_seed(0)
-    return DecoderOnly(ModelConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1,
-                                   n_decoder_layers=2, dropout=0.0)).eval()
+    return DecoderOnly(
+        ModelConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0)
+    ).eval()
 
 
 def test_greedy_generation_is_the_argmax_of_the_full_pass_and_streams_every_step():

@@ -33,15 +33,22 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import Transformer
 
 PAIRS = [
-    ("Ein Hund rennt.", "A dog runs."), ("Eine Frau fährt Fahrrad.", "A woman rides a bike."),
-    ("Zwei Männer spielen Fußball.", "Two men play football."), ("Ein Kind schläft.", "A child sleeps."),
+    ("Ein Hund rennt.", "A dog runs."),
+    ("Eine Frau fährt Fahrrad.", "A woman rides a bike."),
+    ("Zwei Männer spielen Fußball.", "Two men play football."),
+    ("Ein Kind schläft.", "A child sleeps."),
     ("Eine Katze sitzt auf dem Tisch.", "A cat sits on the table."),
     ("Der Mann liest ein Buch.", "The man reads a book."),
-    ("Die Frau singt.", "The woman sings."), ("Ein Junge springt ins Wasser.", "A boy jumps into the water."),
-    ("Zwei Hunde spielen im Park.", "Two dogs play in the park."), ("Ein Mädchen lacht.", "A girl laughs."),
-    ("Der Hund schläft auf dem Sofa.", "The dog sleeps on the sofa."), ("Eine Gruppe tanzt.", "A group dances."),
-    ("Ein Mann kocht.", "A man cooks."), ("Die Kinder rennen.", "The children run."),
-    ("Eine alte Frau geht spazieren.", "An old woman goes for a walk."), ("Ein Vogel fliegt.", "A bird flies."),
+    ("Die Frau singt.", "The woman sings."),
+    ("Ein Junge springt ins Wasser.", "A boy jumps into the water."),
+    ("Zwei Hunde spielen im Park.", "Two dogs play in the park."),
+    ("Ein Mädchen lacht.", "A girl laughs."),
+    ("Der Hund schläft auf dem Sofa.", "The dog sleeps on the sofa."),
+    ("Eine Gruppe tanzt.", "A group dances."),
+    ("Ein Mann kocht.", "A man cooks."),
+    ("Die Kinder rennen.", "The children run."),
+    ("Eine alte Frau geht spazieren.", "An old woman goes for a walk."),
+    ("Ein Vogel fliegt.", "A bird flies."),
 ]
 SOURCES = [de for de, _ in PAIRS]
 
@@ -55,8 +62,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src_ids = [tok.encode(de) + [EOS_ID] for de, _ in PAIRS]
     tgt_ids = [tok.encode(en) for _, en in PAIRS]
     S, T = max(map(len, src_ids)), max(map(len, tgt_ids)) + 1
-    src, tin, tout = torch.zeros(len(PAIRS), S, dtype=torch.long), *(torch.zeros(len(PAIRS), T, dtype=torch.long)
-                                                                      for _ in range(2))
+    src, tin, tout = (
+        torch.zeros(len(PAIRS), S, dtype=torch.long),
+        *(torch.zeros(len(PAIRS), T, dtype=torch.long) for _ in range(2)),
+    )
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
         src[i, : len(s)] = torch.tensor(s)
         tin[i, : len(t) + 1] = torch.tensor([BOS_ID] + t)
@@ -129,8 +138,9 @@ def torch_backend(run_dir: Path):
 @pytest.fixture(scope="module")
 def server(torch_backend) -> Iterator[ThreadServer]:
     # A wide window, so concurrent requests surely meet in one batch even on a loaded machine.
-    srv = _serve(torch_backend, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8,
-                 body_limit=20_000)
+    srv = _serve(
+        torch_backend, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8, body_limit=20_000
+    )
     yield srv
     srv.stop()
 
@@ -138,8 +148,12 @@ def server(torch_backend) -> Iterator[ThreadServer]:
 def _metric(url: str, name: str) -> dict[tuple, float]:
     """Samples of one metric family: {(sample name, sorted labels): value}."""
     text = httpx.get(url + "/metrics").text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) if fam.name == name for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == name
+        for s in fam.samples
+    }
 
 
 class _FakeBackend:
@@ -171,8 +185,9 @@ def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
         alone = await b.translate(["one two three"], SearchOptions(beam=2))
         waited = fake.batches[0][0] - t0
         texts = [f"w{i} x y" for i in range(12)]
-        tasks = [asyncio.ensure_future(b.translate([t], SearchOptions(beam=2 if i % 3 else 1)))
-                 for i, t in enumerate(texts)]
+        tasks = [
+            asyncio.ensure_future(b.translate([t], SearchOptions(beam=2 if i % 3 else 1))) for i, t in enumerate(texts)
+        ]
         tasks.append(asyncio.ensure_future(b.translate(["a b c", "d e f"], SearchOptions(beam=2))))
         await asyncio.sleep(0.01)
         tasks[1].cancel()  # its client went away before the batch ran
@@ -208,10 +223,12 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
     assert r.status_code == 200 and r.json() == {"translatedText": translator.translate(SOURCES[:3], beam=4)}
     r = httpx.post(server.url + "/translate", json={"q": SOURCES[0], "source": "de", "target": "en", "alternatives": 2})
     assert r.json()["translatedText"] == translator.translate([SOURCES[0]])[0] and len(r.json()["alternatives"]) == 2
-    for body, err in [({"source": "de", "target": "en"}, "Invalid request: missing q parameter"),
-                      ({"q": "x", "target": "en"}, "Invalid request: missing source parameter"),
-                      ({"q": "x", "source": "de", "target": "fr"}, "fr is not supported"),
-                      ({"q": "x", "source": "de", "target": "en", "format": "html"}, "html format is not supported")]:
+    for body, err in [
+        ({"source": "de", "target": "en"}, "Invalid request: missing q parameter"),
+        ({"q": "x", "target": "en"}, "Invalid request: missing source parameter"),
+        ({"q": "x", "source": "de", "target": "fr"}, "fr is not supported"),
+        ({"q": "x", "source": "de", "target": "en", "format": "html"}, "html format is not supported"),
+    ]:
         r = httpx.post(server.url + "/translate", json=body)
         assert (r.status_code, r.json()) == (400, {"error": err})
 
@@ -226,8 +243,9 @@ def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:
         assert [h["score"] for h in g["nbest"]] == pytest.approx([sc for _, sc in w], abs=1e-3)
         assert g["score"] >= g["nbest"][-1]["score"]
     r = httpx.post(server.url + "/v1/translate", json={"q": SOURCES[4], "beam": 1, "max_len_b": 2, "max_len_a": 0})
-    assert r.json()["translations"][0]["text"] == translator.translate([SOURCES[4]], beam=1, max_len_a=0,
-                                                                       max_len_b=2)[0]
+    assert (
+        r.json()["translations"][0]["text"] == translator.translate([SOURCES[4]], beam=1, max_len_a=0, max_len_b=2)[0]
+    )
     assert r.json()["translations"][0]["score"] is None  # greedy: no score (JSON has no NaN)
 
 
@@ -240,14 +258,18 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(server: Thr
     def disconnecting_client() -> None:  # sends a full request and leaves before the answer
         with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
             body = json.dumps({"q": SOURCES[0]}).encode()
-            s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            s.sendall(
+                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
 
     async def main() -> list:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+
             async def one(de: str, beam: int):
                 await asyncio.sleep(random.random() * 0.02)
                 return await c.post("/v1/translate", json={"q": de, "beam": beam})
+
             tasks = [one(de, beam) for de, beam in jobs]
             tasks.append(asyncio.to_thread(disconnecting_client))
             return await asyncio.gather(*tasks)
@@ -258,7 +280,8 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(server: Thr
         assert r.json()["translations"][0]["text"] == want[de, beam], (de, beam)
     after = _metric(server.url, "aiayn_batch_requests")
     ones = after[("aiayn_batch_requests_bucket", (("le", "1.0"),))] - before.get(
-        ("aiayn_batch_requests_bucket", (("le", "1.0"),)), 0)
+        ("aiayn_batch_requests_bucket", (("le", "1.0"),)), 0
+    )
     batches = after[("aiayn_batch_requests_count", ())] - before.get(("aiayn_batch_requests_count", ()), 0)
     assert batches < len(jobs) and ones < batches, "no batch held more than one request"
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
@@ -268,8 +291,11 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(server: Thr
 def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
     u = server.url
     cases = [
-        (dict(json={"q": ["x" * 500, "y" * 501], "source": "de", "target": "en"}), 413,
-         "exceeds character limit (1000)"),
+        (
+            dict(json={"q": ["x" * 500, "y" * 501], "source": "de", "target": "en"}),
+            413,
+            "exceeds character limit (1000)",
+        ),
         (dict(json={"q": ["a"] * 9, "source": "de", "target": "en"}), 413, "exceeds text limit (8)"),
         (dict(json={"q": "a" * 25_000}), 413, "exceeds limit"),
         (dict(content=b'{"q": "a"', headers={"content-type": "application/json"}), 400, "not valid JSON"),
@@ -281,9 +307,16 @@ def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
     for kw, status, msg in cases:
         r = httpx.post(u + "/translate", **kw)
         assert r.status_code == status and msg in r.json()["error"], (kw.get("json"), r.status_code, r.text)
-    v1 = [({"q": "x", "beam": "4"}, "beam"), ({"q": "x", "beam": 0}, "beam"), ({"q": "x", "beam": 99}, "beam"),
-          ({"q": ["x"], "n_best": 5, "beam": 2}, "n_best (5) must not exceed beam (2)"), ({"q": None}, "q"),
-          ({"q": "x", "max_len_b": -1}, "max_len_b"), ({"q": "x", "surprise": 1}, "surprise"), ({}, "q")]
+    v1 = [
+        ({"q": "x", "beam": "4"}, "beam"),
+        ({"q": "x", "beam": 0}, "beam"),
+        ({"q": "x", "beam": 99}, "beam"),
+        ({"q": ["x"], "n_best": 5, "beam": 2}, "n_best (5) must not exceed beam (2)"),
+        ({"q": None}, "q"),
+        ({"q": "x", "max_len_b": -1}, "max_len_b"),
+        ({"q": "x", "surprise": 1}, "surprise"),
+        ({}, "q"),
+    ]
     for body, msg in v1:
         r = httpx.post(u + "/v1/translate", json=body)
         assert r.status_code == 422 and msg in r.json()["error"], (body, r.text)
@@ -340,7 +373,7 @@ def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServe
         lines = SOURCES + ["Hund " * 60, "Ein Hund", "", "Frau Frau Frau"]  # the 60-word line hits the positions
         for extra in ({}, {"max_len_a": 0, "max_len_b": 3}, {"max_len_b": 0}):
             for k in range(0, len(lines), 7):  # the torch server's batch limit is 8
-                body = {"q": lines[k: k + 7], "beam": 1, **extra}
+                body = {"q": lines[k : k + 7], "beam": 1, **extra}
                 ours = httpx.post(server.url + "/v1/translate", json=body).json()["translations"]
                 theirs = httpx.post(srv.url + "/v1/translate", json=body).json()
                 assert theirs["backend"] == "ctranslate2"
@@ -369,9 +402,25 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path, transla
     sock.close()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     # A 1.5 s batching window keeps the request surely in flight when SIGTERM arrives.
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "-c", str(run_dir), "--port", str(port),
-                             "--max-wait-ms", "1500", "--device", "cpu"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "serve",
+            "-c",
+            str(run_dir),
+            "--port",
+            str(port),
+            "--max-wait-ms",
+            "1500",
+            "--device",
+            "cpu",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -418,9 +467,17 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
     chromium, driver_path = browser_paths()
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
     try:

@@ -39,13 +39,15 @@ def random_split(rows: int, vocab: int, seed: int, pairs: bool = False) -> Encod
 
 # -- masking ----------------------------------------------------------------------------------------
 
+
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 2**31), pairs=st.booleans(), probs=st.sampled_from([(0.15, 0.8, 0.1), (0.3, 0.5, 0.25)]))
 def test_masking_follows_berts_proportions_never_picks_specials_and_is_seeded(seed, pairs, probs):
     vocab, p_choose, p_mask, p_random = 500, *probs
     split = random_split(600, vocab, seed % 1000, pairs)
-    collate = MaskingCollate(vocab, MASK, CLS, SEP, seed=seed, mask_prob=p_choose, mask_token=p_mask,
-                             random_token=p_random)
+    collate = MaskingCollate(
+        vocab, MASK, CLS, SEP, seed=seed, mask_prob=p_choose, mask_token=p_mask, random_token=p_random
+    )
     rows = np.arange(len(split))
     b = collate(split, rows)
     plain = TextCollate(cls_id=CLS, sep_id=SEP)(split, rows).ids  # (B, T) uncorrupted
@@ -84,18 +86,30 @@ def test_every_batch_has_a_chosen_position():
 
 # -- the classifier ---------------------------------------------------------------------------------
 
+
 def test_pooled_classification_is_the_same_alone_and_padded_in_a_batch_of_pairs():
     torch.manual_seed(0)
-    model = EncoderOnly(ModelConfig(vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
-                                    dropout=0.0, kind="encoder-only", n_classes=3)).eval()
+    model = EncoderOnly(
+        ModelConfig(
+            vocab_size=60,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            n_encoder_layers=2,
+            dropout=0.0,
+            kind="encoder-only",
+            n_classes=3,
+        )
+    ).eval()
     split = random_split(6, 60, 1, pairs=True)
     collate = TextCollate(cls_id=CLS, sep_id=SEP, per_example=True)
     batch = collate(split, np.arange(6))
     assert batch.tokens == 6 and batch.segments is not None and bool((batch.ids == 0).any())  # padded
     with torch.no_grad():
         together = model.classify(batch.ids, batch.segments)
-        alone = torch.cat([model.classify(b.ids, b.segments) for b in (collate(split, np.array([i]))
-                                                                        for i in range(6))])
+        alone = torch.cat(
+            [model.classify(b.ids, b.segments) for b in (collate(split, np.array([i])) for i in range(6))]
+        )
     assert torch.allclose(together, alone, atol=1e-5)
 
 
@@ -114,6 +128,7 @@ def test_class_scores_match_hand_counts():
 
 
 # -- training on real text --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
@@ -145,14 +160,35 @@ def corpus(tmp_path_factory) -> Path:
 
 def config(task: str, corpus: Path, **over: object) -> Config:
     ext = "tsv" if task == "classify" else "txt"
-    return Config.load(None, {
-        "task.name": task, "model.preset": "tiny", "model.max_positions": 128, "model.positional": "learned",
-        "data.corpus": "text", "data.text_train": str(corpus / f"train.{ext}"),
-        "data.text_valid": str(corpus / f"valid.{ext}"), "data.vocab_size": 400, "data.max_tokens": 512,
-        "data.max_len": 100, "optim.warmup": 20, "optim.lr_scale": 0.5, "optim.label_smoothing": 0.1,
-        "train.max_steps": 8, "train.log_every": 1, "train.eval_every": 4, "train.save_every": 2,
-        "train.eval_bleu": False, "train.progress": False, "train.threads": 1, "train.device": "cpu",
-        "train.amp": "none", "train.seed": 3, **over})
+    return Config.load(
+        None,
+        {
+            "task.name": task,
+            "model.preset": "tiny",
+            "model.max_positions": 128,
+            "model.positional": "learned",
+            "data.corpus": "text",
+            "data.text_train": str(corpus / f"train.{ext}"),
+            "data.text_valid": str(corpus / f"valid.{ext}"),
+            "data.vocab_size": 400,
+            "data.max_tokens": 512,
+            "data.max_len": 100,
+            "optim.warmup": 20,
+            "optim.lr_scale": 0.5,
+            "optim.label_smoothing": 0.1,
+            "train.max_steps": 8,
+            "train.log_every": 1,
+            "train.eval_every": 4,
+            "train.save_every": 2,
+            "train.eval_bleu": False,
+            "train.progress": False,
+            "train.threads": 1,
+            "train.device": "cpu",
+            "train.amp": "none",
+            "train.seed": 3,
+            **over,
+        },
+    )
 
 
 def records(run: Path) -> list[dict]:
@@ -200,18 +236,46 @@ def test_training_resumes_exactly(task, home, corpus, mlm_run, tmp_path, capsys)
 
 @pytest.mark.needs_mirror
 def test_classifier_fine_tunes_from_an_mlm_run_and_a_foreign_vocabulary_is_one_error_line(
-        home, corpus, mlm_run, tmp_path, capsys):
-    over = ["--task.name", "classify", "--data.text_train", str(corpus / "train.tsv"),
-            "--data.text_valid", str(corpus / "valid.tsv"), "--train.max_steps", "2", "--train.save_every", "1"]
+    home, corpus, mlm_run, tmp_path, capsys
+):
+    over = [
+        "--task.name",
+        "classify",
+        "--data.text_train",
+        str(corpus / "train.tsv"),
+        "--data.text_valid",
+        str(corpus / "valid.tsv"),
+        "--train.max_steps",
+        "2",
+        "--train.save_every",
+        "1",
+    ]
     assert cli(["train", "--init-from", str(mlm_run), "--run-dir", str(tmp_path / "ft"), *over]) == 0
     assert "fine-tuning" in capsys.readouterr().out
     assert (tmp_path / "ft/spm.model").read_bytes() == (mlm_run / "spm.model").read_bytes()
-    assert cli(["train", "--config", str(mlm_run / "config.yaml"), "--run-dir", str(tmp_path / "scratch"),
-                *over, "--train.seed", "4"]) == 0  # another initialisation
+    assert (
+        cli(
+            [
+                "train",
+                "--config",
+                str(mlm_run / "config.yaml"),
+                "--run-dir",
+                str(tmp_path / "scratch"),
+                *over,
+                "--train.seed",
+                "4",
+            ]
+        )
+        == 0
+    )  # another initialisation
     mlm = load_file(mlm_run / "best.safetensors")
     ft, scratch = weights(tmp_path / "ft", 1), weights(tmp_path / "scratch", 1)
-    assert {k for k in ft if k not in mlm} == {"pooler.weight", "pooler.bias", "classifier.1.weight",
-                                               "classifier.1.bias"}
+    assert {k for k in ft if k not in mlm} == {
+        "pooler.weight",
+        "pooler.bias",
+        "classifier.1.weight",
+        "classifier.1.bias",
+    }
     for name in ("embed.tokens.weight", "layers.0.self_attn.qkv.weight", "layers.1.ffn.w2.weight"):
         moved, fresh = (ft[name] - mlm[name]).norm(), (scratch[name] - mlm[name]).norm()
         assert moved < 0.05 * fresh, (name, moved, fresh)  # one update away from the pre-trained encoder
@@ -234,8 +298,22 @@ def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home
     last = [r for r in records(run) if r["kind"] == "valid"][-1]
     capsys.readouterr()
     out, png = tmp_path / "preds.tsv", tmp_path / "cm.png"
-    assert cli(["classify", "-c", str(run / "checkpoints/step_00000030.safetensors"), "--input",
-                str(corpus / "valid.tsv"), "--output", str(out), "--confusion", str(png)]) == 0
+    assert (
+        cli(
+            [
+                "classify",
+                "-c",
+                str(run / "checkpoints/step_00000030.safetensors"),
+                "--input",
+                str(corpus / "valid.tsv"),
+                "--output",
+                str(out),
+                "--confusion",
+                str(png),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     gold = [x.split("\t") for x in (corpus / "valid.tsv").read_text().splitlines()]
     pred = [x.split("\t") for x in out.read_text().splitlines()]
@@ -276,15 +354,38 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, h
 
     # budgets that cut an even count of batches, so one process and two ranks get the same global batches
     budget = {"mlm": 256, "classify": 240}[task]
-    over = {"model.dropout": 0.0, "data.max_tokens": budget, "optim.tokens_per_update": 2 * budget,
-            "train.max_steps": 4, "train.eval_every": 4, "train.save_every": 4}
+    over = {
+        "model.dropout": 0.0,
+        "data.max_tokens": budget,
+        "optim.tokens_per_update": 2 * budget,
+        "train.max_steps": 4,
+        "train.eval_every": 4,
+        "train.save_every": 4,
+    }
     cfg = config(task, corpus, **over)
     path = tmp_path / "cfg.yaml"
     cfg.save(path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "-m", "aiayn", "train", "--config", str(path), "--run-dir", str(tmp_path / "ddp")],
-                       capture_output=True, text=True, env=env, timeout=240)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "aiayn",
+            "train",
+            "--config",
+            str(path),
+            "--run-dir",
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     train(Config.load(str(path)), tmp_path / "single")
     a = [r for r in records(tmp_path / "ddp") if r["kind"] == "train"]

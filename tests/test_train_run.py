@@ -20,14 +20,30 @@ from aiayn.train.state import checkpoint_paths, list_checkpoints
 
 TINY = {
     "model": {"preset": "tiny"},
-    "data": {"corpus": "embedded", "src_lang": "digits", "tgt_lang": "en", "embedded_size": 1200,
-             "vocab_size": 400, "max_tokens": 512},
+    "data": {
+        "corpus": "embedded",
+        "src_lang": "digits",
+        "tgt_lang": "en",
+        "embedded_size": 1200,
+        "vocab_size": 400,
+        "max_tokens": 512,
+    },
     "optim": {"warmup": 40, "lr_scale": 1.0},
-    "train": {"max_steps": 30, "log_every": 1, "eval_every": 10, "save_every": 5, "keep_last": 3,
-              "eval_max_sentences": 16, "threads": 1, "progress": False, "seed": 3,
-              # pinned: with device auto a GPU host would train in CUDA/bf16, where the bitwise resume
-              # and DDP-vs-single-process comparisons below do not hold
-              "device": "cpu", "amp": "none"},
+    "train": {
+        "max_steps": 30,
+        "log_every": 1,
+        "eval_every": 10,
+        "save_every": 5,
+        "keep_last": 3,
+        "eval_max_sentences": 16,
+        "threads": 1,
+        "progress": False,
+        "seed": 3,
+        # pinned: with device auto a GPU host would train in CUDA/bf16, where the bitwise resume
+        # and DDP-vs-single-process comparisons below do not hold
+        "device": "cpu",
+        "amp": "none",
+    },
 }
 
 
@@ -63,8 +79,9 @@ def records(run_dir: Path, kind: str) -> list[dict]:
 
 def cli(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "aiayn", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "aiayn", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw
+    )
 
 
 def finish(p: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
@@ -158,8 +175,11 @@ def test_sigterm_mid_update_saves_the_last_completed_update_promptly_and_resumes
     finish: with 40 micro-batches per update the process stops after the current micro-batch, drops
     the partial update, saves the last completed step (with the data position and RNG state from
     before the dropped update) and exits; the resumed run then reproduces an uninterrupted one."""
-    cfg = config_file(tmp_path, optim={"update_freq": 40},  # ~2 epochs per update
-                      train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100})
+    cfg = config_file(
+        tmp_path,
+        optim={"update_freq": 40},  # ~2 epochs per update
+        train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100},
+    )
     code, _, err = finish(cli("train", "--config", str(cfg), "--run-dir", str(tmp_path / "ref")))
     assert code == 0, err
     ref = losses(tmp_path / "ref")
@@ -234,8 +254,11 @@ def test_nan_losses_are_skipped_then_stop_training_keeping_the_last_good_checkpo
     monkeypatch.setattr(tasks_mod, "label_smoothed_nll", poisoned)
     cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "eval_every": 0, "nan_limit": 3}})
     run = tmp_path / "run"
-    with pytest.raises(TrainingError, match=r"NaN/inf for 3 consecutive updates \(after step 7\)[\s\S]*"
-                                            r"step_00000005\.safetensors"):
+    with pytest.raises(
+        TrainingError,
+        match=r"NaN/inf for 3 consecutive updates \(after step 7\)[\s\S]*"
+        r"step_00000005\.safetensors",
+    ):
         train(cfg, run)
     skips = records(run, "skip")
     assert [s["step"] for s in skips] == [4, 8, 8, 8] and [s["consecutive"] for s in skips] == [1, 1, 2, 3]
@@ -279,12 +302,24 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
     monkeypatch.setattr(tasks_mod, "label_smoothed_nll", overflowing)
 
     def cfg(steps: int) -> Config:
-        return Config.from_dict({**TINY, "train": {**TINY["train"], "amp": "fp16", "max_steps": steps, "eval_every": 0,
-                                                   "eval_bleu": False, "save_every": 3, "nan_limit": 3}})
+        return Config.from_dict(
+            {
+                **TINY,
+                "train": {
+                    **TINY["train"],
+                    "amp": "fp16",
+                    "max_steps": steps,
+                    "eval_every": 0,
+                    "eval_bleu": False,
+                    "save_every": 3,
+                    "nan_limit": 3,
+                },
+            }
+        )
 
     run = tmp_path / "run"
     assert train(cfg(6), run)["step"] == 6  # 7 attempts, one skipped
-    skip, = records(run, "skip")
+    (skip,) = records(run, "skip")
     assert (skip["step"], skip["reason"], skip["scale"]) == (3, "fp16 gradient overflow", 2.0**15)
     lrs = [r["lr"] for r in records(run, "train")]
     assert lrs == [noam_lr(s, 64, 40, 1.0) for s in range(1, 7)]  # the schedule did not advance on the skip
@@ -293,13 +328,20 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
     assert {int(v["step"]) for v in state["optimizer"]["state"].values()} == {6}  # Adam stepped 6 times, not 7
 
     calls["n"], bad = 0, set(range(1, 1000))  # from now on every update overflows
-    with pytest.raises(TrainingError, match=r"fp16 gradients overflowed in 3 consecutive updates \(after step 6; "
-                                            r"loss scale down to 4096\)[\s\S]*step_00000006\.safetensors"):
+    with pytest.raises(
+        TrainingError,
+        match=r"fp16 gradients overflowed in 3 consecutive updates \(after step 6; "
+        r"loss scale down to 4096\)[\s\S]*step_00000006\.safetensors",
+    ):
         train(cfg(100), run, resume=True)
     skips = records(run, "skip")
     # the resumed scaler continues from the checkpoint's 2^15 (a fresh one would start at 2^16)
-    assert [(r["step"], r["scale"], r["consecutive"]) for r in skips] == [(3, 2.0**15, 1), (7, 2.0**14, 1),
-                                                                          (7, 2.0**13, 2), (7, 2.0**12, 3)]
+    assert [(r["step"], r["scale"], r["consecutive"]) for r in skips] == [
+        (3, 2.0**15, 1),
+        (7, 2.0**14, 1),
+        (7, 2.0**13, 2),
+        (7, 2.0**12, 3),
+    ]
     assert calls["n"] == 3 and [c[0] for c in list_checkpoints(run)] == [3, 6]
 
 
@@ -311,11 +353,18 @@ def test_deterministic_setting_switches_torch_to_deterministic_kernels(home, tmp
     from aiayn.train import train
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
-              torch.backends.cudnn.benchmark)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
     try:
-        cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "deterministic": True, "max_steps": 2,
-                                                   "eval_every": 0, "eval_bleu": False}})
+        cfg = Config.from_dict(
+            {
+                **TINY,
+                "train": {**TINY["train"], "deterministic": True, "max_steps": 2, "eval_every": 0, "eval_bleu": False},
+            }
+        )
         assert train(cfg, tmp_path / "run")["step"] == 2
         assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
         assert not torch.backends.cudnn.benchmark and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
@@ -338,10 +387,12 @@ def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
     seen: list[list[str]] = []
     inside = [False]
     for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):
+
         def counting(self, *a, _real=getattr(torch.Tensor, name), _name=name, **k):  # noqa: B008 (bind now)
             if inside[0]:
                 seen[-1].append(_name)
             return _real(self, *a, **k)
+
         monkeypatch.setattr(torch.Tensor, name, counting)
     real_update = step_mod.TrainStep.__call__
 
@@ -354,9 +405,20 @@ def test_an_update_waits_for_the_device_once(home, tmp_path, monkeypatch, amp):
             inside[0] = False
 
     monkeypatch.setattr(step_mod.TrainStep, "__call__", update)
-    cfg = Config.from_dict({**TINY, "optim": {**TINY["optim"], "update_freq": 2, "clip_norm": 1.0},
-                            "train": {**TINY["train"], "amp": amp, "max_steps": 3, "eval_every": 0,
-                                      "eval_bleu": False, "save_every": 100}})
+    cfg = Config.from_dict(
+        {
+            **TINY,
+            "optim": {**TINY["optim"], "update_freq": 2, "clip_norm": 1.0},
+            "train": {
+                **TINY["train"],
+                "amp": amp,
+                "max_steps": 3,
+                "eval_every": 0,
+                "eval_bleu": False,
+                "save_every": 100,
+            },
+        }
+    )
     assert train(cfg, tmp_path / "run")["step"] == 3
     assert seen == [["tolist"]] * 3, seen
 
@@ -391,14 +453,34 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     from aiayn.train import train
 
     # one config for both: optim.tokens_per_update 960 derives update_freq 1 on 2 ranks, 2 on one
-    common = {"model": {"dropout": 0.0}, "data": {"max_tokens": 480},
-              "optim": {"clip_norm": clip_norm, "tokens_per_update": 960},
-              "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False}}
+    common = {
+        "model": {"dropout": 0.0},
+        "data": {"max_tokens": 480},
+        "optim": {"clip_norm": clip_norm, "tokens_per_update": 960},
+        "train": {"max_steps": 8, "eval_every": 4, "save_every": 4, "eval_bleu": False},
+    }
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(tmp_path / "ddp")],
-                       capture_output=True, text=True, env=env, timeout=240)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "aiayn",
+            "train",
+            "--config",
+            str(cfg),
+            "--run-dir",
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     # one banner (only rank 0 prints and writes), with the derived update_freq
     assert p.stdout.count("update = 1 x 2 x 480 tokens (<= 960, update_freq 1 from optim.tokens_per_update 960)") == 1
@@ -458,13 +540,22 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
 
     from aiayn.train.state import load_state, save_state
 
-    cfg = config_file(tmp_path, model={"dropout": 0.0}, data={"max_tokens": 480},
-                      train={"max_steps": 8, "eval_every": 0, "save_every": 4, "eval_bleu": False})
+    cfg = config_file(
+        tmp_path,
+        model={"dropout": 0.0},
+        data={"max_tokens": 480},
+        train={"max_steps": 8, "eval_every": 0, "save_every": 4, "eval_bleu": False},
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
     def torchrun(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                               *args], capture_output=True, text=True, env=env, timeout=180)
+        return subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
 
     run = tmp_path / "run"
     p = torchrun("-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(run))
@@ -519,16 +610,24 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
     the global batch: update_freq 2 on 2 ranks, 4 on one."""
     from aiayn.data import prepare
 
-    cfg = config_file(tmp_path, optim={"tokens_per_update": 2048},
-                      train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100})
+    cfg = config_file(
+        tmp_path,
+        optim={"tokens_per_update": 2048},
+        train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100},
+    )
     worker = tmp_path / "worker.py"
     worker.write_text(SEEN_WORKER)
     run, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
     def launch(nproc: int, config: str, **overrides) -> subprocess.CompletedProcess:
         ddp = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
-        p = subprocess.run([sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
-                           capture_output=True, text=True, env=env, timeout=240)
+        p = subprocess.run(
+            [sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         return p
 
@@ -553,8 +652,19 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
 def test_max_epochs_stops_after_whole_passes(home, tmp_path):
     from aiayn.train import train
 
-    cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "max_steps": 1000, "max_epochs": 1, "eval_every": 0,
-                                               "eval_bleu": False, "save_every": 1000}})
+    cfg = Config.from_dict(
+        {
+            **TINY,
+            "train": {
+                **TINY["train"],
+                "max_steps": 1000,
+                "max_epochs": 1,
+                "eval_every": 0,
+                "eval_bleu": False,
+                "save_every": 1000,
+            },
+        }
+    )
     summary = train(cfg, tmp_path / "run")
     assert summary["step"] == 19  # the 1,080 training pairs make 19 batches of <= 512 tokens
     assert {r["epoch"] for r in records(tmp_path / "run", "train")} == {0}
@@ -565,8 +675,19 @@ def test_time_budget_spans_resumes(home, tmp_path, capfd):
     from aiayn.train import train
 
     def cfg(minutes: float) -> Config:
-        return Config.from_dict({**TINY, "train": {**TINY["train"], "max_steps": 100_000, "max_minutes": minutes,
-                                                   "eval_every": 0, "eval_bleu": False, "save_every": 100_000}})
+        return Config.from_dict(
+            {
+                **TINY,
+                "train": {
+                    **TINY["train"],
+                    "max_steps": 100_000,
+                    "max_minutes": minutes,
+                    "eval_every": 0,
+                    "eval_bleu": False,
+                    "save_every": 100_000,
+                },
+            }
+        )
 
     run = tmp_path / "run"
     first = train(cfg(0.01), run)  # 0.6 s of updates, then evaluate and save
@@ -594,10 +715,23 @@ def test_relative_data_paths_are_saved_absolute(home, tmp_path, monkeypatch):
     for name, lines in (("train.de", src), ("train.en", tgt), ("val.de", src[:4]), ("val.en", tgt[:4])):
         (data / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    files = {"corpus": "files", "src_lang": "de", "tgt_lang": "en", "vocab_size": 320, "train_src": "data/train.de",
-             "train_tgt": "data/train.en", "valid_src": "data/val.de", "valid_tgt": "data/val.en"}
-    cfg = Config.from_dict({**TINY, "data": {**TINY["data"], **files},
-                            "train": {**TINY["train"], "max_steps": 2, "eval_every": 0, "eval_bleu": False}})
+    files = {
+        "corpus": "files",
+        "src_lang": "de",
+        "tgt_lang": "en",
+        "vocab_size": 320,
+        "train_src": "data/train.de",
+        "train_tgt": "data/train.en",
+        "valid_src": "data/val.de",
+        "valid_tgt": "data/val.en",
+    }
+    cfg = Config.from_dict(
+        {
+            **TINY,
+            "data": {**TINY["data"], **files},
+            "train": {**TINY["train"], "max_steps": 2, "eval_every": 0, "eval_bleu": False},
+        }
+    )
     train(cfg, Path("run"))
     monkeypatch.chdir(home)
     saved = Config.load(str(tmp_path / "run" / "config.yaml")).data
@@ -615,9 +749,13 @@ def test_resume_reads_the_runs_own_tokenizer_after_the_shared_one_moved(home, tm
     shared.write_bytes((tmp_path / "a" / "spm.model").read_bytes())
 
     def cfg(steps: int) -> Config:
-        return Config.from_dict({**TINY, "data": {**TINY["data"], "spm_model": str(shared)},
-                                 "train": {**TINY["train"], "max_steps": steps, "eval_every": 0, "eval_bleu": False,
-                                           "save_every": 2}})
+        return Config.from_dict(
+            {
+                **TINY,
+                "data": {**TINY["data"], "spm_model": str(shared)},
+                "train": {**TINY["train"], "max_steps": steps, "eval_every": 0, "eval_bleu": False, "save_every": 2},
+            }
+        )
 
     run = tmp_path / "b"
     assert train(cfg(2), run)["step"] == 2
@@ -634,14 +772,25 @@ def test_resume_continues_on_new_training_text_of_the_same_size_only(home, tmp_p
     from aiayn.train import train
 
     src = [f"das rote haus {i}" for i in range(40)]
-    texts = {"a.de": src, "a.en": [f"the red house number {i}" for i in range(40)],
-             "b.en": [f"a red house with the number {i}" for i in range(40)],
-             "c.de": src[:39], "c.en": ["the red house"] * 39, "val.de": src[:4]}
+    texts = {
+        "a.de": src,
+        "a.en": [f"the red house number {i}" for i in range(40)],
+        "b.en": [f"a red house with the number {i}" for i in range(40)],
+        "c.de": src[:39],
+        "c.en": ["the red house"] * 39,
+        "val.de": src[:4],
+    }
     texts["val.en"] = texts["a.en"][:4]
     for name, lines in texts.items():
         (tmp_path / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    files = {"corpus": "files", "src_lang": "de", "tgt_lang": "en", "vocab_size": 320,
-             "valid_src": str(tmp_path / "val.de"), "valid_tgt": str(tmp_path / "val.en")}
+    files = {
+        "corpus": "files",
+        "src_lang": "de",
+        "tgt_lang": "en",
+        "vocab_size": 320,
+        "valid_src": str(tmp_path / "val.de"),
+        "valid_tgt": str(tmp_path / "val.en"),
+    }
 
     def data(src: str, tgt: str, **more) -> dict:
         return {**TINY["data"], **files, "train_src": str(tmp_path / src), "train_tgt": str(tmp_path / tgt), **more}
@@ -650,9 +799,13 @@ def test_resume_continues_on_new_training_text_of_the_same_size_only(home, tmp_p
     shared = str(tmp_path / "tok" / "spm.model")  # students share a tokenizer, so new targets keep the vocabulary
 
     def cfg(src: str, tgt: str, steps: int) -> Config:
-        return Config.from_dict({**TINY, "data": data(src, tgt, spm_model=shared),
-                                 "train": {**TINY["train"], "max_steps": steps, "eval_every": 0,
-                                           "eval_bleu": False, "save_every": 2}})
+        return Config.from_dict(
+            {
+                **TINY,
+                "data": data(src, tgt, spm_model=shared),
+                "train": {**TINY["train"], "max_steps": steps, "eval_every": 0, "eval_bleu": False, "save_every": 2},
+            }
+        )
 
     run = tmp_path / "run"
     assert train(cfg("a.de", "a.en", 2), run)["step"] == 2
@@ -691,9 +844,20 @@ def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain
         return real_update(self, micro, *args)
 
     monkeypatch.setattr(step_mod.TrainStep, "__call__", update)
-    cfg = Config.from_dict({**TINY, "model": {"preset": "tiny", "n_encoder_layers": 1, "n_decoder_layers": 1},
-                            "train": {**TINY["train"], "compile": True, "max_steps": 30, "eval_every": 0,
-                                      "eval_bleu": False, "save_every": 30}})
+    cfg = Config.from_dict(
+        {
+            **TINY,
+            "model": {"preset": "tiny", "n_encoder_layers": 1, "n_decoder_layers": 1},
+            "train": {
+                **TINY["train"],
+                "compile": True,
+                "max_steps": 30,
+                "eval_every": 0,
+                "eval_bleu": False,
+                "save_every": 30,
+            },
+        }
+    )
     try:
         assert train(cfg, tmp_path / "run")["step"] == 30
         frames = dict(counters["frames"])
@@ -709,8 +873,14 @@ def test_compile_traces_token_budget_batches_without_recompiling_and_saves_plain
 
 # -- early stopping, old state files, fine-tuning --------------------------------------------------
 
-PATIENT = {"max_steps": 100, "eval_every": 3, "patience": 3, "patience_metric": "bleu", "eval_max_sentences": 4,
-           "save_every": 100}
+PATIENT = {
+    "max_steps": 100,
+    "eval_every": 3,
+    "patience": 3,
+    "patience_metric": "bleu",
+    "eval_max_sentences": 4,
+    "save_every": 100,
+}
 
 
 def valid_records(run_dir: Path) -> list[tuple]:
@@ -737,7 +907,7 @@ def test_patience_stops_and_a_run_resumed_inside_the_window_stops_at_the_same_st
     valid = valid_records(ref)
     assert [s for s, _, _ in valid] == [3, 6, 9, 12] and all(b <= valid[0][2] for *_, b in valid[1:]), valid
     assert valid[-1][1] < valid[0][1]  # the loss did improve: the stop follows the chosen metric
-    stop, = records(ref, "stop")
+    (stop,) = records(ref, "stop")
     assert (stop["step"], stop["metric"], stop["best_step"]) == (12, "bleu", 3)
     meta = read_metadata(ref / "best.safetensors")  # the best by the chosen metric: step 3's weights
     assert (meta["step"], meta["metric"]) == ("3", "bleu")
@@ -783,8 +953,18 @@ def test_a_state_file_from_before_early_stopping_still_resumes_bitwise(reference
     old = load_state(state_path)
     old.pop("early_stop")
     save_state(state_path, {**old, "version": 1})
-    assert set(load_state(state_path)) == {"version", "step", "optimizer", "scheduler", "scaler", "rng", "data",
-                                           "counters", "window", "best"}  # the keys the old trainer wrote
+    assert set(load_state(state_path)) == {
+        "version",
+        "step",
+        "optimizer",
+        "scheduler",
+        "scaler",
+        "rng",
+        "data",
+        "counters",
+        "window",
+        "best",
+    }  # the keys the old trainer wrote
     summary = train(Config.load(run / "config.yaml"), run, resume=True)
     assert summary["step"] == 150
     assert losses(run) == losses(ref) and valid_records(run) == valid_records(ref)
@@ -811,8 +991,21 @@ def test_fine_tuning_starts_from_the_runs_weights_and_tokenizer_with_a_fresh_sch
 
 def test_fine_tuning_a_different_model_is_refused_in_one_line(reference, tmp_path):
     cfg_file, ref = reference
-    code, out, err = finish(cli("train", "--config", str(cfg_file), "--run-dir", str(tmp_path / "run"),
-                                "--init-from", str(ref), "--model.d_model", "32", "--model.n_heads", "2"))
+    code, out, err = finish(
+        cli(
+            "train",
+            "--config",
+            str(cfg_file),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--init-from",
+            str(ref),
+            "--model.d_model",
+            "32",
+            "--model.n_heads",
+            "2",
+        )
+    )
     assert code == 2 and "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: --init-from ") and "d_model 64 vs 32" in last, err

@@ -36,8 +36,13 @@ def dense_reference(logits, target, eps, pad):
 
 
 @settings(max_examples=30, deadline=None)
-@given(b=st.integers(1, 4), t=st.integers(1, 6), v=st.integers(5, 40), eps=st.sampled_from([0.0, 0.1, 0.3]),
-       seed=st.integers(0, 10_000))
+@given(
+    b=st.integers(1, 4),
+    t=st.integers(1, 6),
+    v=st.integers(5, 40),
+    eps=st.sampled_from([0.0, 0.1, 0.3]),
+    seed=st.integers(0, 10_000),
+)
 def test_label_smoothing_equals_dense_reference(b, t, v, eps, seed):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(b, t, v, generator=g, dtype=torch.float64) * 3
@@ -49,8 +54,8 @@ def test_label_smoothing_equals_dense_reference(b, t, v, eps, seed):
     assert int(n) == int(ref_n)
     torch.testing.assert_close(loss.double(), ref_loss, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(nll.double(), ref_nll, rtol=1e-5, atol=1e-5)
-    g1, = torch.autograd.grad(loss, logits, retain_graph=True)
-    g2, = torch.autograd.grad(ref_loss, logits, retain_graph=True)
+    (g1,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    (g2,) = torch.autograd.grad(ref_loss, logits, retain_graph=True)
     torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
     assert (g1[target == 0] == 0).all()  # padded positions contribute nothing
     # the backward spends its saved buffer: a second pass through the same graph fails loudly
@@ -59,8 +64,8 @@ def test_label_smoothing_equals_dense_reference(b, t, v, eps, seed):
     # the hand-written backward also carries the NLL's gradient, alone and mixed with the loss's
     w = float(torch.rand((), generator=g)) * 4 - 2
     loss, nll, _ = label_smoothed_nll(logits, target, eps, pad_id=0)
-    g1, = torch.autograd.grad(w * loss + nll, logits)
-    g2, = torch.autograd.grad(w * ref_loss + ref_nll, logits)
+    (g1,) = torch.autograd.grad(w * loss + nll, logits)
+    (g2,) = torch.autograd.grad(w * ref_loss + ref_nll, logits)
     torch.testing.assert_close(g1.double(), g2, rtol=1e-4, atol=1e-6)
 
 
@@ -92,8 +97,9 @@ def test_loss_without_smoothing_is_cross_entropy_and_pad_gets_no_mass():
     l2, n2, _ = label_smoothed_nll(bumped, target, 0.1, 0)
     lp, lp2 = torch.log_softmax(logits, -1), torch.log_softmax(bumped, -1)
     keep = target != 0
-    expected = 0.9 * n2 + 0.1 / 9 * -(lp2.sum(-1) - lp2.gather(-1, target[..., None]).squeeze(-1)
-                                      - lp2[..., 0])[keep].sum()
+    expected = (
+        0.9 * n2 + 0.1 / 9 * -(lp2.sum(-1) - lp2.gather(-1, target[..., None]).squeeze(-1) - lp2[..., 0])[keep].sum()
+    )
     torch.testing.assert_close(l2, expected)
     assert n2 > nll and lp2[..., 0].mean() > lp[..., 0].mean()
 
@@ -150,7 +156,7 @@ def test_cosine_schedule_warms_up_like_noam_then_falls_to_its_floor_at_max_steps
     peak = noam_lr(w, d, w, 2.0)
     assert lrs[:w] == pytest.approx([noam_lr(s, d, w, 2.0) for s in range(1, w + 1)])  # the same warm-up
     assert lrs[w - 1] == pytest.approx(peak) and max(lrs) == pytest.approx(peak)
-    after = lrs[w - 1:total]
+    after = lrs[w - 1 : total]
     assert all(a > b for a, b in zip(after, after[1:]))  # strictly falling to ...
     assert lrs[total - 1] == pytest.approx(0.1 * peak) and lrs[-1] == pytest.approx(0.1 * peak)  # ... the floor
     assert lrs[(w + total) // 2 - 1] == pytest.approx(0.55 * peak)  # half way: the cosine's midpoint
@@ -163,14 +169,18 @@ def test_cosine_schedule_warms_up_like_noam_then_falls_to_its_floor_at_max_steps
 
 
 def test_config_yaml_toml_and_dotted_overrides(tmp_path):
-    (tmp_path / "c.yaml").write_text("model:\n  preset: tiny\n  dropout: 0.2\noptim:\n  eps: 1e-9\n  warmup: 100\n"
-                                     "train:\n  max_steps: 7\n")
-    (tmp_path / "c.toml").write_text('[model]\npreset = "tiny"\ndropout = 0.2\n[optim]\neps = 1e-9\nwarmup = 100\n'
-                                     "[train]\nmax_steps = 7\n")
+    (tmp_path / "c.yaml").write_text(
+        "model:\n  preset: tiny\n  dropout: 0.2\noptim:\n  eps: 1e-9\n  warmup: 100\ntrain:\n  max_steps: 7\n"
+    )
+    (tmp_path / "c.toml").write_text(
+        '[model]\npreset = "tiny"\ndropout = 0.2\n[optim]\neps = 1e-9\nwarmup = 100\n[train]\nmax_steps = 7\n'
+    )
     a, b = Config.load(tmp_path / "c.yaml"), Config.load(tmp_path / "c.toml")
     assert a == b and a.optim.eps == 1e-9 and isinstance(a.optim.eps, float)
-    c = Config.load(tmp_path / "c.yaml", ["--optim.lr_scale", "2", "--model.d_model=128", "--train.amp", "bf16",
-                                          "--optim.betas", "[0.9, 0.997]"])
+    c = Config.load(
+        tmp_path / "c.yaml",
+        ["--optim.lr_scale", "2", "--model.d_model=128", "--train.amp", "bf16", "--optim.betas", "[0.9, 0.997]"],
+    )
     assert (c.optim.lr_scale, c.train.amp, c.optim.betas, c.optim.warmup) == (2.0, "bf16", (0.9, 0.997), 100)
     mc = c.model_config(vocab_size=99)
     assert (mc.d_model, mc.n_encoder_layers, mc.dropout, mc.vocab_size) == (128, 2, 0.2, 99)
@@ -248,12 +258,16 @@ class FakeCuda:
         def set_state(state, device="cuda"):
             self.states[index(device)] = state.clone()
 
-        for name, fn in {"is_available": lambda: True, "is_initialized": lambda: True, "device_count": lambda: n,
-                         "current_device": lambda: 0,
-                         "get_rng_state": lambda device="cuda": self.states[index(device)].clone(),
-                         "set_rng_state": set_state,
-                         "get_rng_state_all": lambda: [self.states[i].clone() for i in range(n)],
-                         "set_rng_state_all": lambda states: [set_state(s, i) for i, s in enumerate(states)]}.items():
+        for name, fn in {
+            "is_available": lambda: True,
+            "is_initialized": lambda: True,
+            "device_count": lambda: n,
+            "current_device": lambda: 0,
+            "get_rng_state": lambda device="cuda": self.states[index(device)].clone(),
+            "set_rng_state": set_state,
+            "get_rng_state_all": lambda: [self.states[i].clone() for i in range(n)],
+            "set_rng_state_all": lambda states: [set_state(s, i) for i, s in enumerate(states)],
+        }.items():
             monkeypatch.setattr(torch.cuda, name, fn)
 
 
@@ -304,8 +318,22 @@ def test_average_is_the_parameter_mean(tmp_path):
     assert torch.equal(three.encoder[0].ffn.w1.weight, ref)
 
     # The command line: `aiayn average RUN --last 3 -o FILE`
-    r = subprocess.run([sys.executable, "-m", "aiayn", "average", str(tmp_path), "--last", "3", "-o",
-                        str(tmp_path / "avg3.safetensors")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "average",
+            str(tmp_path),
+            "--last",
+            "3",
+            "-o",
+            str(tmp_path / "avg3.safetensors"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     via_cli = load_model(tmp_path / "avg3.safetensors")
     for (n1, p1), (_, p2) in zip(via_cli.named_parameters(), three.named_parameters()):
@@ -315,8 +343,10 @@ def test_average_is_the_parameter_mean(tmp_path):
 # -- mixed precision --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("device, deterministic, tf32", [("cuda", False, True), ("cuda:1", False, True),
-                                                         ("cuda", True, False), ("cpu", False, False)])
+@pytest.mark.parametrize(
+    "device, deterministic, tf32",
+    [("cuda", False, True), ("cuda:1", False, True), ("cuda", True, False), ("cpu", False, False)],
+)
 def test_tf32_is_allowed_on_cuda_unless_deterministic(monkeypatch, device, deterministic, tf32):
     """float32 matmuls and cuDNN convolutions may use TF32 on a GPU; a deterministic run and a CPU run leave
     torch's switches as they were (only flags are set, so no GPU is needed to check)."""
@@ -328,8 +358,9 @@ def test_tf32_is_allowed_on_cuda_unless_deterministic(monkeypatch, device, deter
     assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
 
 
-@pytest.mark.parametrize("major, emulated, expected", [(8, True, "bf16"), (9, True, "bf16"), (7, True, "fp16"),
-                                                       (6, False, "fp16")])
+@pytest.mark.parametrize(
+    "major, emulated, expected", [(8, True, "bf16"), (9, True, "bf16"), (7, True, "fp16"), (6, False, "fp16")]
+)
 def test_amp_auto_picks_bf16_only_where_the_gpu_has_it(monkeypatch, major, emulated, expected):
     """A V100/T4 (compute capability 7.x) runs bf16 only by emulation, yet torch.cuda.is_bf16_supported()
     says True there; auto must choose fp16 with loss scaling instead. The CUDA queries are faked."""
@@ -389,8 +420,12 @@ def test_train_state_round_trip_patience_and_the_version_1_form():
     other = TrainState(metric="bleu")  # another metric: its best is no guide
     other.load_state_dict(s.state_dict())
     assert (other.best, other.bad_evals, other.step) == (None, 0, 17)
-    v1 = {"step": 5, "counters": {"nan_total": 1, "nan_consecutive": 0, "elapsed": 2.0},
-          "window": {"loss": 1.0, "nll": 1.0, "tokens": 3.0, "steps": 1, "seconds": 0.5}, "best": 12.5}
+    v1 = {
+        "step": 5,
+        "counters": {"nan_total": 1, "nan_consecutive": 0, "elapsed": 2.0},
+        "window": {"loss": 1.0, "nll": 1.0, "tokens": 3.0, "steps": 1, "seconds": 0.5},
+        "best": 12.5,
+    }
     bleu = TrainState(metric="bleu")
     bleu.load_state_dict(v1)
     assert (bleu.step, bleu.best, bleu.elapsed, bleu.window["seconds"]) == (5, 12.5, 2.0, 0.5)
@@ -429,11 +464,13 @@ def test_a_ddp_update_waits_for_the_device_once_and_scales_exactly(monkeypatch):
     from aiayn.train.tasks import TranslationTask
 
     rng = np.random.default_rng(0)
-    split = EncodedSplit.from_ids([rng.integers(4, 40, n).tolist() for n in (3, 7, 5, 9)],
-                                  [rng.integers(4, 40, n).tolist() for n in (4, 6, 8, 5)], vocab_size=40)
+    split = EncodedSplit.from_ids(
+        [rng.integers(4, 40, n).tolist() for n in (3, 7, 5, 9)],
+        [rng.integers(4, 40, n).tolist() for n in (4, 6, 8, 5)],
+        vocab_size=40,
+    )
     batch = collate(split, np.arange(4))
-    mc = ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
-                     dropout=0.0)
+    mc = ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
     torch.manual_seed(0)
     base = Transformer(mc)
     task = TranslationTask(mc, None, torch.device("cpu"), label_smoothing=0.1, max_tokens=1000)
@@ -448,12 +485,14 @@ def test_a_ddp_update_waits_for_the_device_once_and_scales_exactly(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(distributed, "all_reduce_sum", lambda t: t.mul_(world))
             m.setattr(step_mod, "all_reduce_sum", lambda t: t.mul_(world), raising=False)
+
             def counter(name: str):
                 real = getattr(torch.Tensor, name)
 
                 def counting(self, *a, **k):
                     seen.append(name)
                     return real(self, *a, **k)
+
                 return counting
 
             for name in ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy"):

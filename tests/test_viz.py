@@ -21,8 +21,14 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import Transformer
 
 SENTENCE = "Ein Hund rennt über die Wiese."
-CORPUS = [SENTENCE, "Zwei Männer spielen Fußball im Park.", "Eine Frau liest ein Buch am Fluss.",
-          "Ein Kind rennt mit einem Ball.", "Die Hunde spielen auf der Wiese.", "Ein Mann fährt Fahrrad."]
+CORPUS = [
+    SENTENCE,
+    "Zwei Männer spielen Fußball im Park.",
+    "Eine Frau liest ein Buch am Fluss.",
+    "Ein Kind rennt mit einem Ball.",
+    "Die Hunde spielen auf der Wiese.",
+    "Ein Mann fährt Fahrrad.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +103,7 @@ def png_shape(path):
 
 def test_attention_png_grid_and_single_panel(run_dir, tmp_path):
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
+
     _, model, tok = run_dir
     amap = viz.attention_map(model, tok, SENTENCE)
     n_tok = max(len(amap.src_labels), len(amap.tgt_labels))
@@ -146,19 +153,39 @@ def write_metrics(run, train, valid, tail=""):
     run.mkdir(parents=True, exist_ok=True)
     with open(run / "metrics.jsonl", "w") as f:
         for step, loss in train:
-            f.write(json.dumps({"kind": "train", "step": step, "loss": loss, "nll": loss - 0.2,
-                                "ppl": math.exp(loss - 0.2), "lr": 1e-3 * min(1, step / 100),
-                                "tokens_per_s": 5000.0, "elapsed": step / 10}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "kind": "train",
+                        "step": step,
+                        "loss": loss,
+                        "nll": loss - 0.2,
+                        "ppl": math.exp(loss - 0.2),
+                        "lr": 1e-3 * min(1, step / 100),
+                        "tokens_per_s": 5000.0,
+                        "elapsed": step / 10,
+                    }
+                )
+                + "\n"
+            )
         for step, nll, bleu in valid:
-            f.write(json.dumps({"kind": "valid", "step": step, "loss": nll + 0.3, "nll": nll,
-                                "ppl": math.exp(nll), "bleu": bleu}) + "\n")
+            f.write(
+                json.dumps(
+                    {"kind": "valid", "step": step, "loss": nll + 0.3, "nll": nll, "ppl": math.exp(nll), "bleu": bleu}
+                )
+                + "\n"
+            )
         f.write(tail)
 
 
 def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
     # Crashed after step 30, resumed from the step-20 checkpoint: steps 20-30 are logged twice.
-    write_metrics(tmp_path / "r", [(10, 5.0), (20, 4.0), (30, 3.5), (20, 4.1), (30, 3.4), (40, 3.0)],
-                  [(20, 3.9, 5.0), (40, 2.9, 9.0)], tail='{"kind": "train", "st')
+    write_metrics(
+        tmp_path / "r",
+        [(10, 5.0), (20, 4.0), (30, 3.5), (20, 4.1), (30, 3.4), (40, 3.0)],
+        [(20, 3.9, 5.0), (40, 2.9, 9.0)],
+        tail='{"kind": "train", "st',
+    )
     m = viz.read_metrics(tmp_path / "r")
     assert [r["step"] for r in m["train"]] == [10, 20, 30, 40]
     assert [r["loss"] for r in m["train"]] == [5.0, 4.1, 3.4, 3.0]  # the resumed run's records win
@@ -166,7 +193,8 @@ def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
 
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "metrics.jsonl").write_text(
-        '{"kind": "train", "step": 1}\nnot json\n{"kind": "x", "step": 2}\n')
+        '{"kind": "train", "step": 1}\nnot json\n{"kind": "x", "step": 2}\n'
+    )
     with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
         viz.read_metrics(tmp_path / "bad")
     with pytest.raises(viz.PlotError, match="metrics.jsonl"):
@@ -189,19 +217,23 @@ def test_plot_runs_overlays_runs(tmp_path):
 
 def run_cli(*args, cwd=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "aiayn", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "aiayn", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd, env=env
+    )
 
 
 def test_cli_attention_and_plot(run_dir, tmp_path):
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
+
     run, _, _ = run_dir
     r = run_cli("attention", "-c", run, SENTENCE, "--kind", "cross", "--layer", "1", "-o", tmp_path / "a.png")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "a.png") and png_shape(tmp_path / "a.png")[0] > 300
     r = run_cli("attention", "-c", run, SENTENCE, "--layer", "9")
-    assert r.returncode == 2 and r.stderr.strip() == "error: layer 9 does not exist: the model has 2 layers " \
-                                                     "(counted from 1)", r.stderr
+    assert (
+        r.returncode == 2
+        and r.stderr.strip() == "error: layer 9 does not exist: the model has 2 layers (counted from 1)"
+    ), r.stderr
 
     write_metrics(tmp_path / "r1", [(10, 4.0), (20, 3.0)], [(20, 2.5, 12.0)])
     r = run_cli("plot", tmp_path / "r1")

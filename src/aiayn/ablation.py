@@ -81,8 +81,10 @@ def row_a(base: ModelConfig) -> list[Variant]:
 
 def row_b(base: ModelConfig) -> list[Variant]:
     """(B) smaller attention keys: d_k = 16, 32 (scaled from the paper's 64) at h and d_v unchanged."""
-    return [Variant(f"B d_k={d}", {"d_head": d, "d_value": base.value_dim}, {})
-            for d in (_scaled(base.head_dim, x, PAPER["d_k"]) for x in (16, 32))]
+    return [
+        Variant(f"B d_k={d}", {"d_head": d, "d_value": base.value_dim}, {})
+        for d in (_scaled(base.head_dim, x, PAPER["d_k"]) for x in (16, 32))
+    ]
 
 
 def row_c(base: ModelConfig) -> list[Variant]:
@@ -91,8 +93,13 @@ def row_c(base: ModelConfig) -> list[Variant]:
     for n in (2, 4, 8):
         enc = _scaled(base.n_encoder_layers, n, PAPER["N"])
         dec = _scaled(base.n_decoder_layers, n, PAPER["N"])
-        out.append(Variant(f"C N={enc}" if enc == dec else f"C N={enc}/{dec}",
-                           {"n_encoder_layers": enc, "n_decoder_layers": dec}, {}))
+        out.append(
+            Variant(
+                f"C N={enc}" if enc == dec else f"C N={enc}/{dec}",
+                {"n_encoder_layers": enc, "n_decoder_layers": dec},
+                {},
+            )
+        )
     for x in (256, 1024):
         d = _scaled(base.d_model, x, PAPER["d_model"])
         model: dict[str, Any] = {"d_model": d}
@@ -110,8 +117,9 @@ def row_c(base: ModelConfig) -> list[Variant]:
 
 def row_d(base: ModelConfig) -> list[Variant]:
     """(D) regularisation: residual dropout P_drop = 0.0, 0.2; label smoothing eps_ls = 0.0, 0.2."""
-    return ([Variant(f"D P_drop={p}", {"dropout": p}, {}) for p in (0.0, 0.2)]
-            + [Variant(f"D ls={e}", {}, {"label_smoothing": e}) for e in (0.0, 0.2)])
+    return [Variant(f"D P_drop={p}", {"dropout": p}, {}) for p in (0.0, 0.2)] + [
+        Variant(f"D ls={e}", {}, {"label_smoothing": e}) for e in (0.0, 0.2)
+    ]
 
 
 def row_e(base: ModelConfig) -> list[Variant]:
@@ -120,8 +128,7 @@ def row_e(base: ModelConfig) -> list[Variant]:
     return [Variant(f"E {other}", {"positional": other}, {})]
 
 
-ROWS: dict[str, Callable[[ModelConfig], list[Variant]]] = {
-    "A": row_a, "B": row_b, "C": row_c, "D": row_d, "E": row_e}
+ROWS: dict[str, Callable[[ModelConfig], list[Variant]]] = {"A": row_a, "B": row_b, "C": row_c, "D": row_d, "E": row_e}
 
 
 def parse_rows(spec: str | Sequence[str]) -> list[str]:
@@ -136,8 +143,9 @@ def parse_rows(spec: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(rows))
 
 
-def variants(rows: str | Sequence[str], base: ModelConfig, label_smoothing: float = 0.1,
-             include_base: bool = True) -> list[Variant]:
+def variants(
+    rows: str | Sequence[str], base: ModelConfig, label_smoothing: float = 0.1, include_base: bool = True
+) -> list[Variant]:
     """The base row followed by each requested row's variants, without duplicates of the base."""
     seen = [_effective(base, label_smoothing, Variant("base", {}, {}))]
     out = [Variant("base", {}, {})] if include_base else []
@@ -152,8 +160,18 @@ def variants(rows: str | Sequence[str], base: ModelConfig, label_smoothing: floa
 
 def _effective(base: ModelConfig, label_smoothing: float, v: Variant) -> tuple:
     cfg = dataclasses.replace(base, **v.model)
-    return (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.value_dim, cfg.d_ff, cfg.n_encoder_layers, cfg.n_decoder_layers,
-            cfg.dropout, cfg.positional, v.optim.get("label_smoothing", label_smoothing))
+    return (
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.head_dim,
+        cfg.value_dim,
+        cfg.d_ff,
+        cfg.n_encoder_layers,
+        cfg.n_decoder_layers,
+        cfg.dropout,
+        cfg.positional,
+        v.optim.get("label_smoothing", label_smoothing),
+    )
 
 
 def apply(base: ModelConfig, variant: Variant) -> ModelConfig:
@@ -184,8 +202,9 @@ class Result:
     bleu: float | None = None  # dev BLEU at the last validation
 
 
-def read_result(variant: Variant, config: ModelConfig, label_smoothing: float,
-                run_dir: str | os.PathLike, params: int | None = None) -> Result:
+def read_result(
+    variant: Variant, config: ModelConfig, label_smoothing: float, run_dir: str | os.PathLike, params: int | None = None
+) -> Result:
     """A finished run's numbers from RUN/metrics.jsonl: the last validation record (same budget
     for every variant, so the last one, not the best one)."""
     m = read_metrics(run_dir)
@@ -194,20 +213,53 @@ def read_result(variant: Variant, config: ModelConfig, label_smoothing: float,
     ppl = valid.get("ppl")
     if ppl is None and valid.get("nll") is not None:
         ppl = math.exp(valid["nll"])
-    return Result(variant, config, label_smoothing, params if params is not None else count_parameters(config),
-                  steps, ppl, valid.get("bleu"))
+    return Result(
+        variant,
+        config,
+        label_smoothing,
+        params if params is not None else count_parameters(config),
+        steps,
+        ppl,
+        valid.get("bleu"),
+    )
 
 
-COLUMNS = ("", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "PE",
-           "train steps", "PPL (dev)", "BLEU (dev)", "params ×10⁶")
+COLUMNS = (
+    "",
+    "N",
+    "d_model",
+    "d_ff",
+    "h",
+    "d_k",
+    "d_v",
+    "P_drop",
+    "ε_ls",
+    "PE",
+    "train steps",
+    "PPL (dev)",
+    "BLEU (dev)",
+    "params ×10⁶",
+)
 
 
 def _cells(r: Result) -> list[str]:
     c = r.config
-    n = str(c.n_encoder_layers) if c.n_encoder_layers == c.n_decoder_layers else \
-        f"{c.n_encoder_layers}/{c.n_decoder_layers}"
-    return [n, str(c.d_model), str(c.d_ff), str(c.n_heads), str(c.head_dim), str(c.value_dim),
-            f"{c.dropout:g}", f"{r.label_smoothing:g}", "learned" if c.positional == "learned" else "sinusoid"]
+    n = (
+        str(c.n_encoder_layers)
+        if c.n_encoder_layers == c.n_decoder_layers
+        else f"{c.n_encoder_layers}/{c.n_decoder_layers}"
+    )
+    return [
+        n,
+        str(c.d_model),
+        str(c.d_ff),
+        str(c.n_heads),
+        str(c.head_dim),
+        str(c.value_dim),
+        f"{c.dropout:g}",
+        f"{r.label_smoothing:g}",
+        "learned" if c.positional == "learned" else "sinusoid",
+    ]
 
 
 def markdown_table(results: Sequence[Result]) -> str:
@@ -243,8 +295,13 @@ def _finished(run_dir: Path, steps: int) -> bool:
     return bool(m["valid"]) and m["valid"][-1]["step"] >= steps
 
 
-def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
-           train_fn: Callable[..., Any] | None = None, log: Callable[[str], None] = print) -> list[Result]:
+def ablate(
+    config: Any,
+    rows: str | Sequence[str],
+    out_dir: str | os.PathLike,
+    train_fn: Callable[..., Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[Result]:
     """Train the base and every variant of `rows` with `config`'s budget (same data, batch, steps
     and seed), one run directory each under `out_dir`; write out_dir/table.md and curves.png.
 
@@ -263,8 +320,9 @@ def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
     results = []
     todo = variants(rows, base, ls)
     for i, v in enumerate(todo, 1):
-        cfg = dataclasses.replace(config, model={**config.model, **v.model},
-                                  optim=dataclasses.replace(config.optim, **v.optim))
+        cfg = dataclasses.replace(
+            config, model={**config.model, **v.model}, optim=dataclasses.replace(config.optim, **v.optim)
+        )
         run_dir = out / v.slug
         if _finished(run_dir, config.train.max_steps):
             log(f"[{i}/{len(todo)}] {v.name}: finished earlier in {run_dir}")
@@ -280,8 +338,7 @@ def ablate(config: Any, rows: str | Sequence[str], out_dir: str | os.PathLike,
     table = markdown_table(results)
     (out / "table.md").write_text(_table_doc(config, table), encoding="utf-8")
     try:
-        plot_runs([out / r.variant.slug for r in results], out / "curves.png",
-                  labels=[r.variant.name for r in results])
+        plot_runs([out / r.variant.slug for r in results], out / "curves.png", labels=[r.variant.name for r in results])
     except ImportError as e:  # the table is the result; the picture is optional
         log(f"no plot: {e}")
     return results
@@ -299,18 +356,23 @@ def _trained_config(run_dir: Path) -> ModelConfig | None:
 
 def _table_doc(config: Any, table: str) -> str:
     d = config.data
-    return (f"# Table 3 at small scale: base preset `{config.model.get('preset')}`\n\n"
-            f"Data: {d.corpus} {d.src_lang}→{d.tgt_lang}, vocabulary {d.vocab_size}, {d.max_tokens} tokens "
-            f"per batch, {config.train.max_steps} steps per variant, seed {config.train.seed}.\n"
-            "PPL: dev perplexity per subword; BLEU: dev BLEU of greedy decoding logged by the trainer, "
-            "both at the last validation. Sizes scaled from the paper's base as described in "
-            "`aiayn.ablation`; empty cells equal the base row.\n\n" + table)
+    return (
+        f"# Table 3 at small scale: base preset `{config.model.get('preset')}`\n\n"
+        f"Data: {d.corpus} {d.src_lang}→{d.tgt_lang}, vocabulary {d.vocab_size}, {d.max_tokens} tokens "
+        f"per batch, {config.train.max_steps} steps per variant, seed {config.train.seed}.\n"
+        "PPL: dev perplexity per subword; BLEU: dev BLEU of greedy decoding logged by the trainer, "
+        "both at the last validation. Sizes scaled from the paper's base as described in "
+        "`aiayn.ablation`; empty cells equal the base row.\n\n" + table
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ablate", help="train Table 3's model variations at small scale and tabulate them",
-                       description="Trains the base preset and each variant of the chosen Table 3 rows with "
-                                   "the same budget; writes OUT/table.md and OUT/curves.png.")
+    p = sub.add_parser(
+        "ablate",
+        help="train Table 3's model variations at small scale and tabulate them",
+        description="Trains the base preset and each variant of the chosen Table 3 rows with "
+        "the same budget; writes OUT/table.md and OUT/curves.png.",
+    )
     p.add_argument("--rows", default="all", help="Table 3 rows, e.g. A,E (default: all = A,B,C,D,E)")
     p.add_argument("--preset", help="base model preset: base | big | small | tiny (default: config's, else small)")
     p.add_argument("--data", help="corpus: multi30k | embedded | files (default: config's)")
@@ -318,8 +380,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--config", help="base YAML/TOML config (e.g. configs/multi30k_de_en.yaml)")
     p.add_argument("-o", "--out", default="runs/ablation", help="output directory (default: runs/ablation)")
     p.add_argument("--dry-run", action="store_true", help="list the variants and their sizes, train nothing")
-    p.add_argument("-s", "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="config override, repeatable (e.g. --set train.eval_every=200)")
+    p.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="config override, repeatable (e.g. --set train.eval_every=200)",
+    )
 
     def run(a: argparse.Namespace) -> int:
         overrides = parse_overrides([f"--{kv}" for kv in a.set])

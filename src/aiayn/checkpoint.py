@@ -36,8 +36,9 @@ def model_config(model: torch.nn.Module) -> ModelConfig:
     return cast(ModelConfig, model.config)
 
 
-def save_weights(model: torch.nn.Module, path: str | os.PathLike, step: int | None = None,
-                 extra: dict[str, str] | None = None) -> Path:
+def save_weights(
+    model: torch.nn.Module, path: str | os.PathLike, step: int | None = None, extra: dict[str, str] | None = None
+) -> Path:
     """Write the model's weights (tied tensors stored once) with its config in the metadata."""
     meta = {"format": "aiayn", "model_config": json.dumps(model_config(model).to_dict())}
     if step is not None:
@@ -69,8 +70,10 @@ def resolve_weights(path: str | os.PathLike) -> Path:
             return best
         found = sorted((path / "checkpoints").glob(f"step_*{WEIGHTS_SUFFIX}"))
         if not found:
-            raise CheckpointError(f"no checkpoint in run directory {path} (looked for best.safetensors "
-                                  f"and checkpoints/step_*.safetensors)")
+            raise CheckpointError(
+                f"no checkpoint in run directory {path} (looked for best.safetensors "
+                f"and checkpoints/step_*.safetensors)"
+            )
         return found[-1]
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -82,8 +85,9 @@ def weights_config(path: str | os.PathLike) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(read_metadata(path)["model_config"]))
 
 
-def load_weights(model: torch.nn.Module, path: str | os.PathLike, device: str | torch.device = "cpu",
-                 new_heads: tuple[str, ...] = ()) -> None:
+def load_weights(
+    model: torch.nn.Module, path: str | os.PathLike, device: str | torch.device = "cpu", new_heads: tuple[str, ...] = ()
+) -> None:
     """The one way weights enter a model (inference, resume, fine-tuning): strict, all keys and shapes,
     except that parameters under the `new_heads` prefixes may be absent from the file (a classifier head
     fine-tuned on a pre-trained encoder keeps its fresh initialisation)."""
@@ -93,8 +97,9 @@ def load_weights(model: torch.nn.Module, path: str | os.PathLike, device: str | 
         raise CheckpointError(f"cannot load weights from {path}: {e}") from None
     wrong = [k for k in missing if not k.startswith(new_heads)] + list(unexpected)
     if new_heads and wrong:
-        raise CheckpointError(f"cannot load weights from {path}: missing or unexpected tensors "
-                              f"{', '.join(sorted(wrong)[:8])}")
+        raise CheckpointError(
+            f"cannot load weights from {path}: missing or unexpected tensors {', '.join(sorted(wrong)[:8])}"
+        )
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> torch.nn.Module:
@@ -111,8 +116,10 @@ def load_translation_model(path: str | os.PathLike, device: str | torch.device =
     file = resolve_weights(path)
     kind = weights_config(file).kind
     if kind != "encoder-decoder":
-        raise CheckpointError(f"{file} holds a {kind} model, not a translation (encoder-decoder) model; "
-                              f"use `aiayn generate` / `aiayn score` for decoder-only runs")
+        raise CheckpointError(
+            f"{file} holds a {kind} model, not a translation (encoder-decoder) model; "
+            f"use `aiayn generate` / `aiayn score` for decoder-only runs"
+        )
     return cast(Transformer, load_model(file, device))
 
 
@@ -129,12 +136,14 @@ def find_tokenizer(path: str | os.PathLike) -> Path:
     """The run's spm.model (see `find_in_run`)."""
     found = find_in_run(path, "spm.model")
     if found is None:
-        raise CheckpointError(f"no spm.model found for {path} (looked in the run directory and up to "
-                              f"three parents of a weights file)")
+        raise CheckpointError(
+            f"no spm.model found for {path} (looked in the run directory and up to three parents of a weights file)"
+        )
     return found
 
 
 # -- a run directory's step checkpoints (written by aiayn.train.state) ------------------------------
+
 
 def checkpoint_paths(run_dir: str | os.PathLike, step: int) -> tuple[Path, Path]:
     d = Path(run_dir) / "checkpoints"

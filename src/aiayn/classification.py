@@ -45,8 +45,15 @@ class Examples:
 class Classifier:
     """An encoder-only classifier with its tokenizer and class names, ready to predict."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, labels: list[str], pairs: bool,
-                 max_len: int, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Tokenizer,
+        labels: list[str],
+        pairs: bool,
+        max_len: int,
+        device: str | torch.device = "cpu",
+    ) -> None:
         import torch
 
         self.model, self.tokenizer, self.labels, self.pairs = model, tokenizer, labels, pairs
@@ -67,8 +74,9 @@ class Classifier:
         n = getattr(model, "n_classes", None)
         found = find_in_run(weights, "labels.json")
         if n is None or found is None:
-            raise ClassifyError(f"{weights} is not a classifier run (a task: classify run has a classification "
-                                f"head and labels.json)")
+            raise ClassifyError(
+                f"{weights} is not a classifier run (a task: classify run has a classification head and labels.json)"
+            )
         meta = json.loads(found.read_text())
         if len(meta["labels"]) != n:
             raise ClassifyError(f"{found} names {len(meta['labels'])} classes, the model has {n}")
@@ -104,8 +112,11 @@ class Classifier:
         from aiayn.train.tasks.classify import classify_logits, encoder_collate
 
         if (b is not None) != self.pairs:
-            raise ClassifyError("this run classifies sentence pairs: give two texts an example" if self.pairs
-                                else "this run classifies single texts, not pairs")
+            raise ClassifyError(
+                "this run classifies sentence pairs: give two texts an example"
+                if self.pairs
+                else "this run classifies single texts, not pairs"
+            )
         out = np.zeros((len(a), len(self.labels)), dtype=np.float32)
         if not a:
             return out
@@ -155,8 +166,11 @@ def scores(gold: list[str], predicted: list[str], labels: list[str]) -> dict[str
 
 def format_scores(s: dict[str, Any]) -> str:
     width = max(8, *(len(x) for x in s["labels"]))
-    rows = [f"accuracy {s['accuracy']:.4f} ({s['n']} examples)", "",
-            f"{'label':<{width}}  precision  recall     f1  support"]
+    rows = [
+        f"accuracy {s['accuracy']:.4f} ({s['n']} examples)",
+        "",
+        f"{'label':<{width}}  precision  recall     f1  support",
+    ]
     for name, p, r, f, n in zip(s["labels"], s["precision"], s["recall"], s["f1"], s["support"]):
         rows.append(f"{name:<{width}}  {p:9.4f}  {r:6.4f}  {f:.4f}  {n:7d}")
     rows += ["", f"macro F1 {s['macro_f1']:.4f}"]
@@ -179,8 +193,15 @@ def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) ->
     image = ax.imshow(share, vmin=0.0, vmax=1.0, cmap="Blues")
     for i in range(len(names)):
         for j in range(len(names)):
-            ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=8,
-                    color="white" if share[i, j] > 0.5 else "black")
+            ax.text(
+                j,
+                i,
+                str(m[i, j]),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if share[i, j] > 0.5 else "black",
+            )
     ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set_xlabel("predicted")
@@ -192,12 +213,16 @@ def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) ->
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("classify", help="label texts (or sentence pairs) with a classifier run; score against "
-                                        "gold labels when the input has them")
+    p = sub.add_parser(
+        "classify",
+        help="label texts (or sentence pairs) with a classifier run; score against gold labels when the input has them",
+    )
     p.add_argument("-c", "--checkpoint", required=True, help="a task: classify run directory or weights file")
     p.add_argument("--input", required=True, help="TSV: LABEL<TAB>TEXT[<TAB>TEXT_B] or TEXT[<TAB>TEXT_B] lines")
-    p.add_argument("--output", help="write PREDICTED_LABEL<TAB>TEXT[<TAB>TEXT_B] lines here (default: stdout "
-                                    "when the input has no labels)")
+    p.add_argument(
+        "--output",
+        help="write PREDICTED_LABEL<TAB>TEXT[<TAB>TEXT_B] lines here (default: stdout when the input has no labels)",
+    )
     p.add_argument("--confusion", help="confusion-matrix PNG (input with gold labels only)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--max-tokens", type=int, default=8192, help="tokens per batch")

@@ -47,23 +47,34 @@ def _add_model(sub: argparse._SubParsersAction) -> None:
         t0 = time.perf_counter()
         with torch.no_grad():
             logits = model(src, tgt)
-        print(f"forward (B={a.batch}, S=T={a.length}) -> logits {tuple(logits.shape)} "
-              f"in {time.perf_counter() - t0:.3f}s (untrained weights)")
+        print(
+            f"forward (B={a.batch}, S=T={a.length}) -> logits {tuple(logits.shape)} "
+            f"in {time.perf_counter() - t0:.3f}s (untrained weights)"
+        )
         return 0
 
     p.set_defaults(run=run)
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
-    quickstart.register, data_commands.register, train_commands.register, decode_commands.register,
-    lm_commands.register, classification.register, viz.register, ablation.register, export_commands.register,
-    serve_commands.register, _add_model,
+    quickstart.register,
+    data_commands.register,
+    train_commands.register,
+    decode_commands.register,
+    lm_commands.register,
+    classification.register,
+    viz.register,
+    ablation.register,
+    export_commands.register,
+    serve_commands.register,
+    _add_model,
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate.")
+        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate."
+    )
     parser.add_argument("--version", action="version", version=f"aiayn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in _COMMANDS:

@@ -52,8 +52,9 @@ class ModelConfig:
         if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.attention_window is not None and self.attention_window < 1:
-            raise ConfigError(f"attention_window must be >= 1 (or null for full attention), "
-                              f"not {self.attention_window}")
+            raise ConfigError(
+                f"attention_window must be >= 1 (or null for full attention), not {self.attention_window}"
+            )
         if (self.d_head is not None and self.d_head < 1) or (self.d_value is not None and self.d_value < 1):
             raise ConfigError(f"d_head and d_value must be >= 1, got {self.d_head} and {self.d_value}")
         if self.positional not in ("sinusoidal", "learned"):
@@ -61,8 +62,9 @@ class ModelConfig:
         if self.kind not in MODEL_KINDS:
             raise ConfigError(f"model kind must be one of {', '.join(MODEL_KINDS)}, not {self.kind!r}")
         if self.n_classes is not None and (self.kind != "encoder-only" or self.n_classes < 2):
-            raise ConfigError(f"n_classes={self.n_classes}: a classification head needs an encoder-only model "
-                              f"and at least 2 classes")
+            raise ConfigError(
+                f"n_classes={self.n_classes}: a classification head needs an encoder-only model and at least 2 classes"
+            )
         if self.norm not in ("post", "pre"):
             raise ConfigError(f"norm must be 'post' or 'pre', not {self.norm!r}")
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
@@ -169,8 +171,12 @@ class DecodeConfig:
 # --- training (owned by the training layer) ---------------------------------------------------
 
 TASKS = ("translate", "lm", "mlm", "classify")
-TASK_MODEL_KIND = {"translate": "encoder-decoder", "lm": "decoder-only", "mlm": "encoder-only",
-                   "classify": "encoder-only"}
+TASK_MODEL_KIND = {
+    "translate": "encoder-decoder",
+    "lm": "decoder-only",
+    "mlm": "encoder-only",
+    "classify": "encoder-only",
+}
 
 
 @dataclass
@@ -192,15 +198,19 @@ class TaskConfig:
             raise ConfigError(f"task.name must be one of {' | '.join(TASKS)}, not {self.name!r}")
         if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:
             raise ConfigError("task.block_size must be >= 2 (or null) and task.batch_size >= 1")
-        if not 0 < self.mask_prob < 1 or self.mask_token < 0 or self.random_token < 0 \
-                or self.mask_token + self.random_token > 1:
-            raise ConfigError("task.mask_prob must lie in (0, 1), mask_token and random_token in [0, 1] "
-                              "with a sum <= 1")
+        if (
+            not 0 < self.mask_prob < 1
+            or self.mask_token < 0
+            or self.random_token < 0
+            or self.mask_token + self.random_token > 1
+        ):
+            raise ConfigError(
+                "task.mask_prob must lie in (0, 1), mask_token and random_token in [0, 1] with a sum <= 1"
+            )
 
     @property
     def model_kind(self) -> str:
         return TASK_MODEL_KIND[self.name]
-
 
 
 @dataclass
@@ -239,14 +249,17 @@ class OptimConfig:
             if self.tokens_per_update < 1:
                 raise ConfigError("optim.tokens_per_update must be >= 1 (or null)")
             if self.update_freq != 1:  # two answers to one question: refuse rather than pick one silently
-                raise ConfigError(f"optim.update_freq={self.update_freq} and optim.tokens_per_update="
-                                  f"{self.tokens_per_update} both set the batch; set tokens_per_update null to "
-                                  f"choose update_freq yourself")
+                raise ConfigError(
+                    f"optim.update_freq={self.update_freq} and optim.tokens_per_update="
+                    f"{self.tokens_per_update} both set the batch; set tokens_per_update null to "
+                    f"choose update_freq yourself"
+                )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("optim.label_smoothing must lie in [0, 1)")
         if self.schedule not in ("noam", "cosine") or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ConfigError(f"optim.schedule must be noam | cosine (not {self.schedule!r}) and "
-                              f"optim.min_lr_ratio lie in [0, 1]")
+            raise ConfigError(
+                f"optim.schedule must be noam | cosine (not {self.schedule!r}) and optim.min_lr_ratio lie in [0, 1]"
+            )
 
 
 @dataclass
@@ -285,8 +298,9 @@ class TrainConfig:
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
             raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
         if self.patience_metric not in ("auto", "bleu", "loss", "accuracy"):
-            raise ConfigError(f"train.patience_metric must be auto | bleu | loss | accuracy, "
-                              f"not {self.patience_metric!r}")
+            raise ConfigError(
+                f"train.patience_metric must be auto | bleu | loss | accuracy, not {self.patience_metric!r}"
+            )
         if self.patience_metric == "bleu" and not self.eval_bleu:
             raise ConfigError("train.patience_metric=bleu needs train.eval_bleu=true")
         if self.patience < 0 or (self.patience and not self.eval_every):
@@ -325,8 +339,13 @@ class Config:
     def model_config(self, vocab_size: int, n_classes: int | None = None) -> ModelConfig:
         """The model this run trains: the preset, the file's overrides, the task's kind of stack."""
         overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size", "kind", "n_classes")}
-        return ModelConfig.preset(self.model["preset"], vocab_size=vocab_size, kind=self.task.model_kind,
-                                  n_classes=n_classes if self.task.name == "classify" else None, **overrides)
+        return ModelConfig.preset(
+            self.model["preset"],
+            vocab_size=vocab_size,
+            kind=self.task.model_kind,
+            n_classes=n_classes if self.task.name == "classify" else None,
+            **overrides,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: dataclasses.asdict(getattr(self, k)) for k in _SECTIONS if k != "model"}
@@ -338,11 +357,20 @@ class Config:
         unknown = set(d) - set(_SECTIONS)
         if unknown:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; known: {list(_SECTIONS)}")
-        kinds = {"data": DataConfig, "optim": OptimConfig, "train": TrainConfig, "decode": DecodeConfig,
-                 "task": TaskConfig}
+        kinds = {
+            "data": DataConfig,
+            "optim": OptimConfig,
+            "train": TrainConfig,
+            "decode": DecodeConfig,
+            "task": TaskConfig,
+        }
         mfields = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
-        parts: dict[str, Any] = {"model": {k: _coerce(v, mfields[k], f"model.{k}") if k in mfields else v
-                                           for k, v in (d.get("model") or {}).items()}}
+        parts: dict[str, Any] = {
+            "model": {
+                k: _coerce(v, mfields[k], f"model.{k}") if k in mfields else v
+                for k, v in (d.get("model") or {}).items()
+            }
+        }
         for name, kind in kinds.items():
             parts[name] = _build(kind, dict(d.get(name) or {}), name)
         return cls(**parts)
@@ -356,8 +384,9 @@ class Config:
             for key, value in pairs:
                 section, _, name = key.partition(".")
                 if section not in _SECTIONS or not name or "." in name:
-                    raise ConfigError(f"override {key!r} must look like SECTION.FIELD with SECTION one of "
-                                     f"{list(_SECTIONS)}")
+                    raise ConfigError(
+                        f"override {key!r} must look like SECTION.FIELD with SECTION one of {list(_SECTIONS)}"
+                    )
                 d.setdefault(section, {})
                 d[section] = {**(d[section] or {}), name: value}
         return cls.from_dict(d)

@@ -49,6 +49,7 @@ def launch_info(env: Mapping[str, str] = os.environ) -> DistInfo:
     """Rank, world size and local rank from torchrun's variables, else from SLURM's (srun). Without
     either, a single process. Each srun task that saw no SLURM support would train alone and
     all of them would write the same run directory: so SLURM is read, not ignored."""
+
     def number(name: str) -> int:
         try:
             return int(env[name])
@@ -63,9 +64,11 @@ def launch_info(env: Mapping[str, str] = os.environ) -> DistInfo:
         info = DistInfo(number("SLURM_PROCID"), world, number("SLURM_LOCALID") if "SLURM_LOCALID" in env else 0)
         missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
         if info.enabled and missing:
-            raise LaunchError(f"started by SLURM as task {info.rank} of {info.world_size} but {' and '.join(missing)} "
-                              f"{'is' if len(missing) == 1 else 'are'} not set; export MASTER_ADDR (the first node's "
-                              f"host name) and MASTER_PORT (a free port) before srun, or launch with torchrun")
+            raise LaunchError(
+                f"started by SLURM as task {info.rank} of {info.world_size} but {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set; export MASTER_ADDR (the first node's "
+                f"host name) and MASTER_PORT (a free port) before srun, or launch with torchrun"
+            )
     else:
         return DistInfo()
     if not 0 <= info.rank < info.world_size or info.local_rank < 0:
@@ -80,17 +83,20 @@ def init(device: torch.device, timeout_s: float = 600) -> DistInfo:
     if not info.enabled:
         return DistInfo()
     if device.type == "cuda" and info.local_rank >= torch.cuda.device_count():
-        raise LaunchError(f"local rank {info.local_rank} needs GPU {info.local_rank} but this node shows "
-                          f"{torch.cuda.device_count()}; start at most that many processes per node "
-                          f"(--nproc_per_node / --ntasks-per-node) and let each see all the node's GPUs")
+        raise LaunchError(
+            f"local rank {info.local_rank} needs GPU {info.local_rank} but this node shows "
+            f"{torch.cuda.device_count()}; start at most that many processes per node "
+            f"(--nproc_per_node / --ntasks-per-node) and let each see all the node's GPUs"
+        )
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(info.local_rank)
         # rank and world size explicitly: under SLURM they are not in the environment (env:// reads
         # only MASTER_ADDR / MASTER_PORT then)
-        dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size,
-                                timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend=backend, rank=info.rank, world_size=info.world_size, timeout=timedelta(seconds=timeout_s)
+        )
     return info
 
 

@@ -19,6 +19,7 @@ from aiayn.scoring import moses_tokenize, score, tokenized_bleu, unescape_moses 
 
 # -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
 
+
 def _run_data_config(run_dir: Path):
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
@@ -38,11 +39,23 @@ def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     return src, ref, tok, lang
 
 
-def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None, src: str | None = None,
-                 ref: str | None = None, hyp: str | None = None, tokenized: bool = False,
-                 lang: str | None = None, average_last: int = 0, output: str | None = None,
-                 device: str | None = None, max_tokens: int | None = None, ensemble: Sequence[str] = (),
-                 int8: bool = False, decode: DecodeConfig | None = None, **search: Any) -> dict[str, Any]:
+def evaluate_run(
+    checkpoint: str | os.PathLike | None,
+    split: str | None = None,
+    src: str | None = None,
+    ref: str | None = None,
+    hyp: str | None = None,
+    tokenized: bool = False,
+    lang: str | None = None,
+    average_last: int = 0,
+    output: str | None = None,
+    device: str | None = None,
+    max_tokens: int | None = None,
+    ensemble: Sequence[str] = (),
+    int8: bool = False,
+    decode: DecodeConfig | None = None,
+    **search: Any,
+) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
     `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
     `int8`: decode with int8 weights on the CPU (Translator.load).
@@ -80,8 +93,15 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
         from aiayn.decode.translator import Translator
 
-        translator = Translator.load(checkpoint, device=device, ensemble=ensemble, average_last=average_last,
-                                     int8=int8, decode=decode, max_tokens=max_tokens)
+        translator = Translator.load(
+            checkpoint,
+            device=device,
+            ensemble=ensemble,
+            average_last=average_last,
+            int8=int8,
+            decode=decode,
+            max_tokens=max_tokens,
+        )
         hyps = translator.translate(src_lines, **search)
     if output is not None:
         Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
@@ -90,7 +110,8 @@ def evaluate_run(checkpoint: str | os.PathLike | None, split: str | None = None,
     if tokenized:
         if lang is None:  # Moses rules differ per language: never guess
             raise AiaynError("--tokenized-bleu needs the target language: give --lang (or -c RUN_DIR)")
-        res["tokenized_bleu"] = tokenized_bleu(hyps, tok_refs if tok_refs is not None
-                                               else moses_tokenize(refs, lang), lang)
+        res["tokenized_bleu"] = tokenized_bleu(
+            hyps, tok_refs if tok_refs is not None else moses_tokenize(refs, lang), lang
+        )
         res["tokenized_lang"] = lang
     return res

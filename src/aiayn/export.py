@@ -71,8 +71,10 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     if c.value_dim != c.head_dim:
         raise ConfigError(f"CTranslate2 needs d_v = d_k; this model has d_k={c.head_dim}, d_v={c.value_dim}")
     if c.attention_window is not None:
-        raise ConfigError(f"CTranslate2's encoder-decoder has no restricted self-attention; this model's "
-                          f"attention_window is {c.attention_window}")
+        raise ConfigError(
+            f"CTranslate2's encoder-decoder has no restricted self-attention; this model's "
+            f"attention_window is {c.attention_window}"
+        )
     head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
     common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=head_dim)
     encoder = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, **common)
@@ -125,8 +127,13 @@ def spm_vocabulary(spm_file: str | Path) -> list[str]:
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
 
-def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | Path | None = None,
-                       quantization: str | None = None, force: bool = False) -> Path:
+def export_ctranslate2(
+    model_or_path: Any,
+    out_dir: str | Path,
+    spm_file: str | Path | None = None,
+    quantization: str | None = None,
+    force: bool = False,
+) -> Path:
     """Write a CTranslate2 model directory (model.bin, config.json, shared_vocabulary, spm.model,
     aiayn_model.json: our ModelConfig, for the position limit).
 
@@ -152,8 +159,9 @@ def export_ctranslate2(model_or_path: Any, out_dir: str | Path, spm_file: str | 
     return out
 
 
-def save_ctranslate2(model: Any, vocabulary: list[str], out_dir: str | Path, quantization: str | None = None,
-                     force: bool = False) -> Path:
+def save_ctranslate2(
+    model: Any, vocabulary: list[str], out_dir: str | Path, quantization: str | None = None, force: bool = False
+) -> Path:
     """Convert an in-memory model with an explicit vocabulary (no sentencepiece file needed)."""
     import torch
     from ctranslate2.converters.converter import Converter
@@ -171,13 +179,25 @@ def save_ctranslate2(model: Any, vocabulary: list[str], out_dir: str | Path, qua
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a trained model for serving (CTranslate2)")
-    p.add_argument("--ctranslate2", metavar="OUT_DIR", required=True,
-                   help="write a CTranslate2 model directory here (spm.model copied beside it)")
-    p.add_argument("-c", "--checkpoint", required=True, metavar="RUN_DIR",
-                   help="run directory (best.safetensors, else newest checkpoint) or a weights file")
+    p.add_argument(
+        "--ctranslate2",
+        metavar="OUT_DIR",
+        required=True,
+        help="write a CTranslate2 model directory here (spm.model copied beside it)",
+    )
+    p.add_argument(
+        "-c",
+        "--checkpoint",
+        required=True,
+        metavar="RUN_DIR",
+        help="run directory (best.safetensors, else newest checkpoint) or a weights file",
+    )
     p.add_argument("--spm", default=None, help="sentencepiece model (default: spm.model of the run directory)")
-    p.add_argument("--quantization", default=None,
-                   help="CTranslate2 weight type: int8, int8_float32, int16, float16, bfloat16 (default float32)")
+    p.add_argument(
+        "--quantization",
+        default=None,
+        help="CTranslate2 weight type: int8, int8_float32, int16, float16, bfloat16 (default float32)",
+    )
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
 
     def run(a: argparse.Namespace) -> int:
@@ -185,8 +205,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             import ctranslate2  # noqa: F401
         except ImportError:
             raise AiaynError("aiayn export --ctranslate2 needs ctranslate2: pip install 'aiayn[bench]'") from None
-        out = export_ctranslate2(a.checkpoint, a.ctranslate2, spm_file=a.spm, quantization=a.quantization,
-                                 force=a.force)
+        out = export_ctranslate2(
+            a.checkpoint, a.ctranslate2, spm_file=a.spm, quantization=a.quantization, force=a.force
+        )
         print(f"wrote CTranslate2 model to {out}")
         return 0
 

@@ -19,8 +19,11 @@ if TYPE_CHECKING:  # imported when run: `aiayn --help` stays light
     from aiayn.config import Config
 
 SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
-    "de": ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball im Park.",
-           "Eine Frau mit rotem Hut liest ein Buch."],
+    "de": [
+        "Ein Hund rennt über die Wiese.",
+        "Zwei Männer spielen Fußball im Park.",
+        "Eine Frau mit rotem Hut liest ein Buch.",
+    ],
     "digits": ["21", "345", "70012"],
 }
 
@@ -32,24 +35,40 @@ def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Conf
     from aiayn.config import Config, DataConfig, DecodeConfig, OptimConfig, TrainConfig
 
     if corpus == "multi30k":
-        data = DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=data_dir,
-                          vocab_size=8000, max_tokens=1024)
+        data = DataConfig(
+            corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=data_dir, vocab_size=8000, max_tokens=1024
+        )
     else:
-        data = DataConfig(corpus="embedded", src_lang="digits", tgt_lang="en", vocab_size=1000,
-                          max_tokens=1024)
+        data = DataConfig(corpus="embedded", src_lang="digits", tgt_lang="en", vocab_size=1000, max_tokens=1024)
     return Config(
         # d_model 128, 4+4 layers, d_ff 256: half the cost per update of `small` and ahead at equal
         # time (docs/results.md). Learned positions (Table 3 row E) converge faster early on.
-        model={"preset": "small", "d_model": 128, "d_ff": 256, "n_heads": 4, "n_encoder_layers": 4,
-               "n_decoder_layers": 4, "dropout": 0.1, "positional": "learned"},
+        model={
+            "preset": "small",
+            "d_model": 128,
+            "d_ff": 256,
+            "n_heads": 4,
+            "n_encoder_layers": 4,
+            "n_decoder_layers": 4,
+            "dropout": 0.1,
+            "positional": "learned",
+        },
         data=data,
         # 1,024-token batches: 4x the updates of 4,096 at the same tokens/s on a CPU (~5,300 in
         # 15 minutes on 2 cores), and at equal tokens val PPL 7.08 against 8.59 (2,048: 7.54).
         # Warm-up over the first 2,000 updates (the ~2M tokens of 500 at 4,096); peak
         # 128^-0.5 * 2000^-0.5 = 2.0e-3.
         optim=OptimConfig(warmup=2000, lr_scale=1.0, label_smoothing=0.1),
-        train=TrainConfig(max_steps=100_000, max_minutes=minutes, log_every=200, eval_every=1000,
-                          save_every=1000, keep_last=5, eval_max_sentences=300, seed=1),
+        train=TrainConfig(
+            max_steps=100_000,
+            max_minutes=minutes,
+            log_every=200,
+            eval_every=1000,
+            save_every=1000,
+            keep_last=5,
+            eval_max_sentences=300,
+            seed=1,
+        ),
         # a model this briefly trained ends sentences early under the paper's alpha 0.6 (brevity
         # penalty 0.96 on val); on val alpha 0.6 / 1.0 / 1.5 give 37.74 / 38.03 / 38.34 tokenized
         # BLEU, and 1.5 ran away into overlong outputs on a weaker model: 1.0
@@ -71,13 +90,22 @@ def _pick_corpus(data_dir: str | None) -> str:
         return "multi30k"
     except (AiaynError, OSError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"Multi30k is not available ({first}); no mirror given (--data-dir or AIAYN_DATA_DIR): "
-              f"running the embedded digits->English corpus instead", file=sys.stderr)
+        print(
+            f"Multi30k is not available ({first}); no mirror given (--data-dir or AIAYN_DATA_DIR): "
+            f"running the embedded digits->English corpus instead",
+            file=sys.stderr,
+        )
         return "embedded"
 
 
-def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: int | None = None,
-        corpus: str | None = None, test_limit: int | None = None) -> dict[str, Any]:
+def run(
+    minutes: float,
+    run_dir: str | Path,
+    data_dir: str | None = None,
+    beam: int | None = None,
+    corpus: str | None = None,
+    test_limit: int | None = None,
+) -> dict[str, Any]:
     from aiayn.decode import Translator
     from aiayn.evaluate import score, tokenized_bleu
     from aiayn.train import train
@@ -86,8 +114,11 @@ def run(minutes: float, run_dir: str | Path, data_dir: str | None = None, beam: 
     corpus = corpus or _pick_corpus(data_dir)
     cfg = quickstart_config(minutes, corpus, data_dir)
     resume = (run_dir / "config.yaml").is_file()
-    print(f"quickstart: {corpus} {cfg.data.src_lang}->{cfg.data.tgt_lang}, d_model {cfg.model['d_model']} model, "
-          f"{minutes:g} minutes of training into {run_dir}" + (" (resuming)" if resume else ""), flush=True)
+    print(
+        f"quickstart: {corpus} {cfg.data.src_lang}->{cfg.data.tgt_lang}, d_model {cfg.model['d_model']} model, "
+        f"{minutes:g} minutes of training into {run_dir}" + (" (resuming)" if resume else ""),
+        flush=True,
+    )
     summary = train(cfg, run_dir, resume=resume)
     if summary.get("interrupted"):
         return summary
@@ -135,8 +166,9 @@ def _pictures(run_dir: Path, translator, sentence: str, translation: str) -> lis
     try:
         curves = viz.plot_runs([run_dir], run_dir / "plots" / "training.png")
         # The heat map of the translation printed above (beam search), not a greedy one of its own.
-        amap = viz.attention_map(translator.model, translator.tokenizer, sentence,
-                                 target_ids=translator.tokenizer.encode(translation))
+        amap = viz.attention_map(
+            translator.model, translator.tokenizer, sentence, target_ids=translator.tokenizer.encode(translation)
+        )
         heat = viz.plot_attention(amap, run_dir / "plots" / "attention.png", kind="cross")
     except AiaynError as e:  # matplotlib missing: the numbers above are the result, say how to get pictures
         print(f"no pictures: {e}", file=sys.stderr)
@@ -146,15 +178,24 @@ def _pictures(run_dir: Path, translator, sentence: str, translation: str) -> lis
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quickstart", help="train a small de->en model on Multi30k for a few minutes, "
-                                          "score it and show translations and pictures")
+    p = sub.add_parser(
+        "quickstart",
+        help="train a small de->en model on Multi30k for a few minutes, score it and show translations and pictures",
+    )
     p.add_argument("--minutes", type=float, default=15.0, help="training budget in minutes (default 15)")
-    p.add_argument("--run-dir", default="runs/quickstart", help="where the run goes (default runs/quickstart); "
-                                                                "an existing run is resumed")
+    p.add_argument(
+        "--run-dir",
+        default="runs/quickstart",
+        help="where the run goes (default runs/quickstart); an existing run is resumed",
+    )
     p.add_argument("--data-dir", default=None, help="offline Multi30k mirror (default: $AIAYN_DATA_DIR)")
     p.add_argument("--beam", type=int, help="beam size (default: the run's decode.beam)")
-    p.add_argument("--corpus", choices=["multi30k", "embedded"], default=None,
-                   help="skip the automatic choice (multi30k if reachable, else embedded)")
+    p.add_argument(
+        "--corpus",
+        choices=["multi30k", "embedded"],
+        default=None,
+        help="skip the automatic choice (multi30k if reachable, else embedded)",
+    )
     p.add_argument("--test-limit", type=int, default=None, help="score only the first N test sentences")
 
     def _run(a: argparse.Namespace) -> int:

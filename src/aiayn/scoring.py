@@ -16,8 +16,16 @@ from typing import Any
 
 from aiayn.errors import AiaynError
 
-_MOSES_ESCAPES = (("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&apos;", "'"), ("&quot;", '"'),
-                  ("&#91;", "["), ("&#93;", "]"), ("&amp;", "&"))
+_MOSES_ESCAPES = (
+    ("&#124;", "|"),
+    ("&lt;", "<"),
+    ("&gt;", ">"),
+    ("&apos;", "'"),
+    ("&quot;", '"'),
+    ("&#91;", "["),
+    ("&#93;", "]"),
+    ("&amp;", "&"),
+)
 
 
 def score(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
@@ -29,9 +37,15 @@ def score(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
     bleu, chrf = BLEU(), CHRF()
     b = bleu.corpus_score(list(hyps), [list(refs)])
     c = chrf.corpus_score(list(hyps), [list(refs)])
-    return {"bleu": b.score, "bleu_signature": str(bleu.get_signature()), "bleu_str": str(b),
-            "chrf": c.score, "chrf_signature": str(chrf.get_signature()), "chrf_str": str(c),
-            "sentences": len(hyps)}
+    return {
+        "bleu": b.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_str": str(b),
+        "chrf": c.score,
+        "chrf_signature": str(chrf.get_signature()),
+        "chrf_str": str(c),
+        "sentences": len(hyps),
+    }
 
 
 def unescape_moses(line: str) -> str:
@@ -45,8 +59,10 @@ def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
     norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
-    return [tok.tokenize(norm.normalize(line.lower()), escape=False, aggressive_dash_splits=False,
-                         return_str=True).strip() for line in lines]
+    return [
+        tok.tokenize(norm.normalize(line.lower()), escape=False, aggressive_dash_splits=False, return_str=True).strip()
+        for line in lines
+    ]
 
 
 def tokenized_bleu(hyps: Sequence[str], tok_refs: Sequence[str], lang: str) -> float:

@@ -31,8 +31,11 @@ from aiayn.train.metrics import read_metrics as _read_metrics
 
 PLOT_HINT = "plotting needs matplotlib: pip install 'aiayn[plot]'"
 KINDS = ("encoder", "decoder", "cross")
-KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
-               "cross": "encoder-decoder attention"}
+KIND_TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "encoder-decoder attention",
+}
 
 
 class PlotError(AiaynError, ValueError):
@@ -91,13 +94,21 @@ class AttentionMap:
 
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
         """(query labels, key labels) of `kind`."""
-        return {"encoder": (self.src_labels, self.src_labels), "decoder": (self.tgt_labels, self.tgt_labels),
-                "cross": (self.out_labels, self.src_labels)}[kind]
+        return {
+            "encoder": (self.src_labels, self.src_labels),
+            "decoder": (self.tgt_labels, self.tgt_labels),
+            "cross": (self.out_labels, self.src_labels),
+        }[kind]
 
 
-def attention_map(model: Transformer, tokenizer: Tokenizer, sentence: str,
-                  target_ids: Sequence[int] | None = None, max_len_a: float = DecodeConfig.max_len_a,
-                  max_len_b: int = DecodeConfig.max_len_b) -> AttentionMap:
+def attention_map(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentence: str,
+    target_ids: Sequence[int] | None = None,
+    max_len_a: float = DecodeConfig.max_len_a,
+    max_len_b: int = DecodeConfig.max_len_b,
+) -> AttentionMap:
     """Encode `sentence`, translate it greedily (or take `target_ids`, pieces without BOS/EOS) and
     record every layer's attention while the model reads the pair by teacher forcing."""
     import torch
@@ -125,13 +136,18 @@ def attention_map(model: Transformer, tokenizer: Tokenizer, sentence: str,
     if len(src_labels) != len(ids):  # pieces() and encode() segment identically; be safe anyway
         src_labels = [piece(i) for i in ids]
     return AttentionMap(
-        source=sentence, translation=tokenizer.decode(target_ids), src_labels=src_labels,
+        source=sentence,
+        translation=tokenizer.decode(target_ids),
+        src_labels=src_labels,
         tgt_labels=[piece(i) for i in [c.bos_id] + target_ids],
-        out_labels=[piece(i) for i in target_ids + [c.eos_id]], weights=weights)
+        out_labels=[piece(i) for i in target_ids + [c.eos_id]],
+        weights=weights,
+    )
 
 
-def _select(amap: AttentionMap, kind: str, layer: int | None, head: int | None
-            ) -> tuple[list[str], list[int], list[int]]:
+def _select(
+    amap: AttentionMap, kind: str, layer: int | None, head: int | None
+) -> tuple[list[str], list[int], list[int]]:
     """Validate the 1-based layer/head selection -> (kinds, layer indices, head indices), 0-based."""
     kinds = list(KINDS) if kind == "all" else [kind]
     if kind != "all" and kind not in KINDS:
@@ -154,12 +170,21 @@ def attention_grid_size(n_rows: int, n_cols: int, n_tokens: int) -> tuple[float,
     cell = min(max(0.16 * n_tokens + 0.6, 4.0 if single else 1.8), 8.0)
     gap = 1.0  # room for each panel's piece labels
     left, right, top, bottom = 1.6, 0.9, 0.9, 0.4
-    return (left + n_cols * cell + (n_cols - 1) * gap + right,
-            top + n_rows * cell + (n_rows - 1) * gap + bottom + gap, cell)
+    return (
+        left + n_cols * cell + (n_cols - 1) * gap + right,
+        top + n_rows * cell + (n_rows - 1) * gap + bottom + gap,
+        cell,
+    )
 
 
-def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all", layer: int | None = None,
-                   head: int | None = None, dpi: int = 100) -> Path:
+def plot_attention(
+    amap: AttentionMap,
+    out: str | os.PathLike,
+    kind: str = "all",
+    layer: int | None = None,
+    head: int | None = None,
+    dpi: int = 100,
+) -> Path:
     """Write a PNG grid of heat maps: one row per (kind, layer), one column per head.
 
     `layer` and `head` count from 1 like the paper's figures ("layer 5 of 6"); None means all.
@@ -170,8 +195,14 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
     width, height, cell = attention_grid_size(len(panels), len(heads), n_tok)
     fig = _figure(width, height, dpi)
     gap = 1.0
-    fig.subplots_adjust(left=1.6 / width, right=1 - 0.9 / width, top=1 - 0.9 / height,
-                        bottom=(0.4 + gap) / height, wspace=gap / cell, hspace=gap / cell)
+    fig.subplots_adjust(
+        left=1.6 / width,
+        right=1 - 0.9 / width,
+        top=1 - 0.9 / height,
+        bottom=(0.4 + gap) / height,
+        wspace=gap / cell,
+        hspace=gap / cell,
+    )
     axes = fig.subplots(len(panels), len(heads), squeeze=False)
     fontsize = max(4.0, min(8.0, 72 * 0.8 * cell / max(n_tok, 1)))  # a label fits its cell row
     image = None
@@ -180,8 +211,9 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
         n_layers = len(amap.weights[k])
         for c, hi in enumerate(heads):
             ax = axes[r][c]
-            image = ax.imshow(amap.weights[k][li][hi], vmin=0.0, vmax=1.0, cmap="viridis",
-                              aspect="auto", interpolation="nearest")
+            image = ax.imshow(
+                amap.weights[k][li][hi], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest"
+            )
             ax.set_xticks(range(len(k_labels)), [_text(t) for t in k_labels], rotation=90, fontsize=fontsize)
             ax.set_yticks(range(len(q_labels)), [_text(t) for t in q_labels], fontsize=fontsize)
             ax.tick_params(length=0, pad=1)
@@ -189,8 +221,7 @@ def plot_attention(amap: AttentionMap, out: str | os.PathLike, kind: str = "all"
                 ax.set_title(f"head {hi + 1}", fontsize=9)
             if c == 0:
                 ax.set_ylabel(f"{KIND_TITLES[k]}\nlayer {li + 1} of {n_layers}", fontsize=9)
-    cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width,
-                        min(cell, height - 2.3) / height))
+    cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width, min(cell, height - 2.3) / height))
     assert image is not None  # at least one head was drawn
     fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
     title = _text(f"{amap.source}  →  {amap.translation}")
@@ -219,8 +250,9 @@ def _run_labels(paths: Sequence[Path]) -> list[str]:
     return [str(p) for p in paths]
 
 
-def plot_runs(runs: Sequence[str | os.PathLike], out: str | os.PathLike, labels: Sequence[str] | None = None,
-              dpi: int = 100) -> Path:
+def plot_runs(
+    runs: Sequence[str | os.PathLike], out: str | os.PathLike, labels: Sequence[str] | None = None, dpi: int = 100
+) -> Path:
     """Training loss, validation loss (per-token NLL), validation BLEU and learning rate over steps,
     every run overlaid; writes an 11 x 8 inch PNG. Validation loss plots `nll` when logged, so runs
     with different label smoothing (Table 3 row D) compare on the same scale."""
@@ -228,22 +260,22 @@ def plot_runs(runs: Sequence[str | os.PathLike], out: str | os.PathLike, labels:
         raise PlotError("plot needs at least one run directory")
     paths = [Path(r) for r in runs]
     metrics = [read_metrics(p) for p in paths]
-    names = list(labels) if labels is not None else _run_labels(
-        [p.parent if p.is_file() else p for p in paths])
+    names = list(labels) if labels is not None else _run_labels([p.parent if p.is_file() else p for p in paths])
     fig = _figure(11.0, 8.0, dpi)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.08, wspace=0.22, hspace=0.3)
     axes = fig.subplots(2, 2)
-    panels = [(axes[0][0], "train", ("loss",), "training loss"),
-              (axes[0][1], "valid", ("nll", "loss"), "validation loss (NLL per token)"),
-              (axes[1][0], "valid", ("bleu",), "validation BLEU"),
-              (axes[1][1], "train", ("lr",), "learning rate")]
+    panels = [
+        (axes[0][0], "train", ("loss",), "training loss"),
+        (axes[0][1], "valid", ("nll", "loss"), "validation loss (NLL per token)"),
+        (axes[1][0], "valid", ("bleu",), "validation BLEU"),
+        (axes[1][1], "train", ("lr",), "learning rate"),
+    ]
     for ax, kind, keys, title in panels:
         drawn = 0
         for m, name, color in zip(metrics, names, _colors(len(names))):
             recs = m[kind]
             key = next((k for k in keys if any(k in r for r in recs)), None)
-            pts = [(r["step"], r[key]) for r in recs if key and r.get(key) is not None
-                   and math.isfinite(float(r[key]))]
+            pts = [(r["step"], r[key]) for r in recs if key and r.get(key) is not None and math.isfinite(float(r[key]))]
             if pts:
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, color=color, label=_text(name), lw=1.4, marker="o" if len(pts) < 20 else None, ms=3)
@@ -285,8 +317,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attention", help="draw attention heat maps of one sentence and its greedy translation")
     p.add_argument("sentence", help="source sentence, e.g. 'Ein Hund rennt über die Wiese.'")
     p.add_argument("-c", "--checkpoint", required=True, help="run directory or weights file")
-    p.add_argument("--kind", default="all", choices=[*KINDS, "all"],
-                   help="encoder / decoder self-attention, cross (encoder-decoder), or all (default)")
+    p.add_argument(
+        "--kind",
+        default="all",
+        choices=[*KINDS, "all"],
+        help="encoder / decoder self-attention, cross (encoder-decoder), or all (default)",
+    )
     p.add_argument("--layer", type=int, help="one layer, counted from 1 (default: all)")
     p.add_argument("--head", type=int, help="one head, counted from 1 (default: all)")
     p.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/plots/attention.png)")
@@ -304,8 +340,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("plot", help="draw training curves of one or more runs, overlaid")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or metrics.jsonl files)")
-    p.add_argument("-o", "--output", help="PNG path (default: RUN_DIR/plots/curves.png for one run, "
-                                          "curves.png for several)")
+    p.add_argument(
+        "-o", "--output", help="PNG path (default: RUN_DIR/plots/curves.png for one run, curves.png for several)"
+    )
     p.add_argument("--dpi", type=int, default=100)
 
     def run_plot(a: argparse.Namespace) -> int:

@@ -21,8 +21,18 @@ from aiayn.data.prepare import Prepared, prepare
 from aiayn.data.tokenizer import Tokenizer
 
 _LAZY = {"Batch": "batching", "BatchIterator": "batching", "collate": "batching"}
-__all__ = ["Batch", "BatchIterator", "DataError", "EncodedSplit", "Prepared", "Tokenizer", "collate",
-           "prepare", "read_lines", "read_parallel"]
+__all__ = [
+    "Batch",
+    "BatchIterator",
+    "DataError",
+    "EncodedSplit",
+    "Prepared",
+    "Tokenizer",
+    "collate",
+    "prepare",
+    "read_lines",
+    "read_parallel",
+]
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 if TYPE_CHECKING:

@@ -38,16 +38,26 @@ class Batch:
         return self.src.size(0)
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> Batch:
-        return Batch(self.src.to(device, non_blocking=non_blocking),
-                     self.tgt_in.to(device, non_blocking=non_blocking),
-                     self.tgt_out.to(device, non_blocking=non_blocking),
-                     self.ids, self.src_tokens, self.tgt_tokens)
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.ids,
+            self.src_tokens,
+            self.tgt_tokens,
+        )
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked host memory, so `to(cuda, non_blocking=True)` really is asynchronous
         (from ordinary memory it is a synchronous copy). Needs CUDA."""
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
-                     self.ids, self.src_tokens, self.tgt_tokens)
+        return Batch(
+            self.src.pin_memory(),
+            self.tgt_in.pin_memory(),
+            self.tgt_out.pin_memory(),
+            self.ids,
+            self.src_tokens,
+            self.tgt_tokens,
+        )
 
 
 def collate(split: EncodedSplit, ids: np.ndarray) -> Batch:
@@ -70,8 +80,14 @@ def collate(split: EncodedSplit, ids: np.ndarray) -> Batch:
     tgt_out[r, c] = v
     tgt_out[rows, tl] = EOS_ID
     assert PAD_ID == 0
-    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out),
-                 torch.from_numpy(ids), int(sl.sum()), int(tl.sum()) + b)
+    return Batch(
+        torch.from_numpy(src),
+        torch.from_numpy(tgt_in),
+        torch.from_numpy(tgt_out),
+        torch.from_numpy(ids),
+        int(sl.sum()),
+        int(tl.sum()) + b,
+    )
 
 
 def _gather(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -96,8 +112,9 @@ def _greedy_cuts(sl: np.ndarray, tl: np.ndarray, cap: int) -> np.ndarray:
         starts.append(start)
         w = min(n - start, cap // max(1, int(sl[start])) + 1)
         count = np.arange(1, w + 1, dtype=np.int64)
-        too_big = (count * np.maximum.accumulate(sl[start:start + w].astype(np.int64)) > cap) | \
-                  (count * np.maximum.accumulate(tl[start:start + w].astype(np.int64)) > cap)
+        too_big = (count * np.maximum.accumulate(sl[start : start + w].astype(np.int64)) > cap) | (
+            count * np.maximum.accumulate(tl[start : start + w].astype(np.int64)) > cap
+        )
         too_big[0] = False  # one example always fits (checked against the longest in __init__)
         first = int(np.argmax(too_big)) if too_big.any() else w
         start += first
@@ -111,13 +128,18 @@ class _Prefetcher:
     includes what was only collated ahead. An error in the thread is raised in the consumer at the batch
     it concerns; `close()` stops the thread (it is a daemon too, so a forgotten one never holds up exit)."""
 
-    def __init__(self, split: EncodedSplit, plan: list[np.ndarray], depth: int, pin: bool,
-                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None) -> None:
+    def __init__(
+        self,
+        split: EncodedSplit,
+        plan: list[np.ndarray],
+        depth: int,
+        pin: bool,
+        collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None,
+    ) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self.collate_fn = collate_fn
-        self.thread = threading.Thread(target=self._work, args=(split, plan, pin), name="aiayn-prefetch",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._work, args=(split, plan, pin), name="aiayn-prefetch", daemon=True)
         self.thread.start()
 
     def _work(self, split: EncodedSplit, plan: list[np.ndarray], pin: bool) -> None:
@@ -186,17 +208,28 @@ class BatchIterator:
     used; the text tasks bring their own layout, `text_batching.TextCollate`).
     """
 
-    def __init__(self, split: EncodedSplit, max_tokens: int, seed: int = 0, shuffle: bool = True,
-                 rank: int = 0, world_size: int = 1, prefetch: int = 0, pin_memory: bool = False,
-                 collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None) -> None:
+    def __init__(
+        self,
+        split: EncodedSplit,
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        prefetch: int = 0,
+        pin_memory: bool = False,
+        collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None,
+    ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if len(split) == 0:
             raise ValueError("cannot batch an empty split")
         longest = max(int(split.src_lengths.max()), int(split.tgt_lengths.max()) + 1)
         if longest > max_tokens:
-            raise DataError(f"max_tokens={max_tokens} is smaller than the longest example ({longest} tokens); "
-                             f"raise max_tokens or lower data.max_len")
+            raise DataError(
+                f"max_tokens={max_tokens} is smaller than the longest example ({longest} tokens); "
+                f"raise max_tokens or lower data.max_len"
+            )
         if len(split) < world_size:
             raise DataError(f"{len(split)} examples cannot be sharded over {world_size} ranks")
         self.split, self.max_tokens, self.seed, self.shuffle = split, int(max_tokens), int(seed), bool(shuffle)
@@ -209,8 +242,9 @@ class BatchIterator:
         self._plan: list[np.ndarray] = []
 
     # -- plan -------------------------------------------------------------------------------------
-    def _global_batches(self, epoch: int, world_size: int | None = None,
-                        subset: np.ndarray | None = None) -> list[np.ndarray]:
+    def _global_batches(
+        self, epoch: int, world_size: int | None = None, subset: np.ndarray | None = None
+    ) -> list[np.ndarray]:
         """The epoch's plan for `world_size` ranks (default: this iterator's), over all examples or
         over `subset` (what a resharded epoch has left)."""
         world_size = self.world_size if world_size is None else world_size
@@ -240,9 +274,11 @@ class BatchIterator:
             j = max(range(len(batches)), key=lambda k: len(batches[k]))
             big = batches[j]
             if len(big) < 2:
-                raise DataError(f"cannot give {world_size} ranks equal batch counts: {n} examples make "
-                                 f"{n_cut} batches under max_tokens={self.max_tokens}")
-            batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
+                raise DataError(
+                    f"cannot give {world_size} ranks equal batch counts: {n} examples make "
+                    f"{n_cut} batches under max_tokens={self.max_tokens}"
+                )
+            batches[j : j + 1] = [big[: len(big) // 2], big[len(big) // 2 :]]
 
         if self.shuffle:
             batches = [batches[k] for k in rng.permutation(len(batches))]
@@ -250,7 +286,7 @@ class BatchIterator:
 
     def _batches(self) -> list[np.ndarray]:
         if self._plan_epoch != self.epoch:
-            self._plan = self._epoch_plan()[self.rank::self.world_size]
+            self._plan = self._epoch_plan()[self.rank :: self.world_size]
             self._plan_epoch = self.epoch
         return self._plan
 
@@ -270,8 +306,11 @@ class BatchIterator:
             return self._global_batches(self.epoch, self.world_size, left)
         except DataError:  # a handful of examples at the very end of the epoch: too few for equal shards
             n_left = len(self.split) if left is None else len(left)
-            warnings.warn(f"after resharding, the {n_left} example(s) left of epoch {self.epoch} cannot be "
-                          f"split over {self.world_size} ranks; they are skipped in this epoch", stacklevel=2)
+            warnings.warn(
+                f"after resharding, the {n_left} example(s) left of epoch {self.epoch} cannot be "
+                f"split over {self.world_size} ranks; they are skipped in this epoch",
+                stacklevel=2,
+            )
             return []
 
     # -- public -----------------------------------------------------------------------------------
@@ -286,7 +325,7 @@ class BatchIterator:
     def __iter__(self) -> Iterator[Any]:
         plan = self._batches()
         if self.prefetch > 0:
-            ahead = _Prefetcher(self.split, plan[self.position:], self.prefetch, self.pin_memory, self.collate_fn)
+            ahead = _Prefetcher(self.split, plan[self.position :], self.prefetch, self.pin_memory, self.collate_fn)
             try:
                 while self.position < len(plan):
                     b = ahead.get()
@@ -314,9 +353,17 @@ class BatchIterator:
     def state_dict(self) -> dict[str, Any]:
         """`position` counts this rank's batches; every rank is at the same one, so the global position
         is position x world_size batches of the current epoch's plan."""
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "shuffle": self.shuffle,
-                "max_tokens": self.max_tokens, "world_size": self.world_size, "rank": self.rank,
-                "num_examples": len(self.split), "reshards": [list(r) for r in self._reshards]}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "max_tokens": self.max_tokens,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "num_examples": len(self.split),
+            "reshards": [list(r) for r in self._reshards],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore epoch and position; the settings that shape the plan must match. A state from another
@@ -324,8 +371,11 @@ class BatchIterator:
         for key in ("seed", "shuffle", "max_tokens", "num_examples"):
             mine = self.state_dict()[key]
             if key in state and state[key] != mine:
-                hint = (" (the training data changed size; a run continues on new text only of the same size)"
-                        if key == "num_examples" else "")
+                hint = (
+                    " (the training data changed size; a run continues on new text only of the same size)"
+                    if key == "num_examples"
+                    else ""
+                )
                 raise DataError(f"cannot resume batches: {key} was {state[key]}, now {mine}{hint}")
         epoch, position = int(state["epoch"]), int(state["position"])
         reshards = [(int(w), int(c)) for w, c in state.get("reshards", [])]

@@ -17,20 +17,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     g = dsub.add_parser("get", help="download a corpus into the cache ($AIAYN_HOME) or verify a mirror")
     g.add_argument("corpus", choices=["multi30k", "wmt14"])
-    g.add_argument("--data-dir", default=None,
-                   help="multi30k: offline mirror laid out like multi30k/data/task1/raw (default: $AIAYN_DATA_DIR); "
-                        "wmt14: a directory holding already-downloaded archives")
+    g.add_argument(
+        "--data-dir",
+        default=None,
+        help="multi30k: offline mirror laid out like multi30k/data/task1/raw (default: $AIAYN_DATA_DIR); "
+        "wmt14: a directory holding already-downloaded archives",
+    )
     g.add_argument("--langs", default="cs,de,en,fr", help="multi30k: comma-separated languages (default: all four)")
-    g.add_argument("--pair", default="en-de", choices=["en-de", "en-fr"],
-                   help="wmt14: language pair (default: en-de; its files serve both directions)")
-    g.add_argument("--base-url", default=None,
-                   help="download the same file names from here instead of the dataset's own site")
+    g.add_argument(
+        "--pair",
+        default="en-de",
+        choices=["en-de", "en-fr"],
+        help="wmt14: language pair (default: en-de; its files serve both directions)",
+    )
+    g.add_argument(
+        "--base-url", default=None, help="download the same file names from here instead of the dataset's own site"
+    )
     g.set_defaults(run=_get)
 
-    p = dsub.add_parser("prepare", help="validate, train BPE and encode a config's corpus into the cache",
-                        description="Prepare the data of a training config once, before training (like "
-                                    "fairseq-preprocess): any data field can be overridden as --data.field VALUE. "
-                                    "`aiayn train` then starts from the cache within seconds.")
+    p = dsub.add_parser(
+        "prepare",
+        help="validate, train BPE and encode a config's corpus into the cache",
+        description="Prepare the data of a training config once, before training (like "
+        "fairseq-preprocess): any data field can be overridden as --data.field VALUE. "
+        "`aiayn train` then starts from the cache within seconds.",
+    )
     p.add_argument("--config", required=True, help="YAML or TOML config (see configs/)")
     p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -68,7 +79,9 @@ def _prepare(a: argparse.Namespace) -> int:
     prep = prepare(cfg.data, workers=a.workers, progress=not a.no_progress)
     r = prep.report
     splits = ", ".join(f"{s} {v['pairs']:,}" for s, v in r["splits"].items())
-    print(f"{'cached' if r['cached'] else 'prepared'} {prep.cache_dir}: {splits} pairs, "
-          f"vocabulary {r['vocab_size']:,}, "
-          f"dropped {json.dumps(r['dropped'])}, {r['seconds_total']:.1f} s")
+    print(
+        f"{'cached' if r['cached'] else 'prepared'} {prep.cache_dir}: {splits} pairs, "
+        f"vocabulary {r['vocab_size']:,}, "
+        f"dropped {json.dumps(r['dropped'])}, {r['seconds_total']:.1f} s"
+    )
     return 0

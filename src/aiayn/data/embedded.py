@@ -18,11 +18,51 @@ LANGS = ("de", "digits", "en")
 MAX_NUMBER = 999_999
 _SEED = 20170612  # fixed: the corpus is the same on every machine (arXiv 1706.03762)
 
-_EN_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-             "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_EN_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 _EN_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_DE_UNITS = ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn", "elf",
-             "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"]
+_DE_UNITS = [
+    "null",
+    "eins",
+    "zwei",
+    "drei",
+    "vier",
+    "fünf",
+    "sechs",
+    "sieben",
+    "acht",
+    "neun",
+    "zehn",
+    "elf",
+    "zwölf",
+    "dreizehn",
+    "vierzehn",
+    "fünfzehn",
+    "sechzehn",
+    "siebzehn",
+    "achtzehn",
+    "neunzehn",
+]
 _DE_TENS = ["", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig", "achtzig", "neunzig"]
 
 
@@ -82,14 +122,14 @@ def numbers(size: int) -> dict[str, list[int]]:
     while len(seen) < size:
         digits = rng.integers(1, 7, size=size)
         lo = np.where(digits == 1, 0, 10 ** (digits - 1))
-        for x in rng.integers(lo, 10 ** digits).tolist():
+        for x in rng.integers(lo, 10**digits).tolist():
             seen.setdefault(x)
             if len(seen) == size:
                 break
     pool = list(seen)
     sizes = split_sizes(size)
     v, t = sizes["valid"], sizes["test"]
-    return {"train": pool[v + t:], "valid": pool[:v], "test": pool[v:v + t]}
+    return {"train": pool[v + t :], "valid": pool[:v], "test": pool[v : v + t]}
 
 
 def corpus(src_lang: str, tgt_lang: str, size: int) -> dict[str, tuple[list[str], list[str]]]:

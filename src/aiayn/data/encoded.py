@@ -26,9 +26,16 @@ class EncodedSplit:
     `index[i]` is the example's line number in the raw corpus (training drops some lines).
     """
 
-    def __init__(self, src: np.ndarray, src_offsets: np.ndarray, tgt: np.ndarray, tgt_offsets: np.ndarray,
-                 index: np.ndarray | None = None, src_lengths: np.ndarray | None = None,
-                 tgt_lengths: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        src: np.ndarray,
+        src_offsets: np.ndarray,
+        tgt: np.ndarray,
+        tgt_offsets: np.ndarray,
+        index: np.ndarray | None = None,
+        src_lengths: np.ndarray | None = None,
+        tgt_lengths: np.ndarray | None = None,
+    ) -> None:
         assert len(src_offsets) == len(tgt_offsets) >= 1
         self.src, self.src_offsets = src, src_offsets  # flat ids, (N+1,) offsets
         self.tgt, self.tgt_offsets = tgt, tgt_offsets
@@ -47,13 +54,21 @@ class EncodedSplit:
         return np.asarray(self.src[s0:s1], dtype=np.int64), np.asarray(self.tgt[t0:t1], dtype=np.int64)
 
     @classmethod
-    def from_ids(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
-                 vocab_size: int = 65536, index: Sequence[int] | None = None) -> EncodedSplit:
+    def from_ids(
+        cls,
+        src_ids: Sequence[Sequence[int]],
+        tgt_ids: Sequence[Sequence[int]],
+        vocab_size: int = 65536,
+        index: Sequence[int] | None = None,
+    ) -> EncodedSplit:
         """Build from lists of ids; EOS is appended to every source sentence here."""
         dtype = id_dtype(vocab_size)
         src_ids = [list(s) + [EOS_ID] for s in src_ids]
-        return cls(*_flatten(src_ids, dtype), *_flatten(tgt_ids, dtype),
-                   index=None if index is None else np.asarray(index, dtype=np.int64))
+        return cls(
+            *_flatten(src_ids, dtype),
+            *_flatten(tgt_ids, dtype),
+            index=None if index is None else np.asarray(index, dtype=np.int64),
+        )
 
     def save(self, directory: str | os.PathLike, name: str) -> None:
         d = Path(directory)
@@ -66,10 +81,16 @@ class EncodedSplit:
     def load(cls, directory: str | os.PathLike, name: str) -> EncodedSplit:
         """Every array memory-mapped: nothing is copied per process, whatever the corpus size."""
         d = Path(directory)
-        arrs = {k: np.load(d / f"{name}.{k}.npy", mmap_mode="r")
-                for k in _KEYS + ("src_lengths", "tgt_lengths")}
-        return cls(arrs["src"], arrs["src_offsets"], arrs["tgt"], arrs["tgt_offsets"], index=arrs["index"],
-                   src_lengths=arrs["src_lengths"], tgt_lengths=arrs["tgt_lengths"])
+        arrs = {k: np.load(d / f"{name}.{k}.npy", mmap_mode="r") for k in _KEYS + ("src_lengths", "tgt_lengths")}
+        return cls(
+            arrs["src"],
+            arrs["src_offsets"],
+            arrs["tgt"],
+            arrs["tgt_offsets"],
+            index=arrs["index"],
+            src_lengths=arrs["src_lengths"],
+            tgt_lengths=arrs["tgt_lengths"],
+        )
 
 
 def id_dtype(vocab_size: int) -> type:
@@ -91,8 +112,9 @@ class NpyAppender:
     def _write_header(self) -> int:
         self._f.seek(0)
         np.lib.format.write_array_header_1_0(
-            self._f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                      "shape": (self.length,)})
+            self._f,
+            {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.length,)},
+        )
         return self._f.tell()
 
     def append(self, arr: np.ndarray) -> None:

@@ -50,14 +50,14 @@ class LineStream:
     def take(self, n: int) -> list[bytes]:
         while len(self._buf) - self._pos < n and not self._eof:
             self._fill()
-        out = self._buf[self._pos:self._pos + n]
+        out = self._buf[self._pos : self._pos + n]
         self._pos += len(out)
         self.lines_read += len(out)
         return out
 
     def _fill(self) -> None:
         if self._pos:
-            del self._buf[:self._pos]
+            del self._buf[: self._pos]
             self._pos = 0
         try:
             data = self._f.read(self.block)

@@ -107,9 +107,19 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def download(url: str, dest: str | os.PathLike, sha256: str | None, timeout: float = 60.0,
-             transform: Callable[[bytes], bytes] | None = None, *, md5: str | None = None,
-             size: int | None = None, resume: bool = False, progress: bool = False, hint: str = "") -> Path:
+def download(
+    url: str,
+    dest: str | os.PathLike,
+    sha256: str | None,
+    timeout: float = 60.0,
+    transform: Callable[[bytes], bytes] | None = None,
+    *,
+    md5: str | None = None,
+    size: int | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    hint: str = "",
+) -> Path:
     """Fetch `url` into `dest` atomically: stream to a temp file beside it, verify the received bytes
     (sha256, else md5, and `size` when given), then rename. A mismatch removes the partial file and raises
     DataError. `transform` (e.g. gzip.compress) is applied after verification.
@@ -143,14 +153,27 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None, timeout: flo
                 have, h = 0, _new_hash(sha256, md5)
             elif have and not (resp.headers.get("Content-Range") or "").startswith(f"bytes {have}-"):
                 keep = False
-                raise DataError(f"download of {url}: the server resumed at the wrong offset "
-                                f"({resp.headers.get('Content-Range')!r} for bytes {have}-); partial file removed")
+                raise DataError(
+                    f"download of {url}: the server resumed at the wrong offset "
+                    f"({resp.headers.get('Content-Range')!r} for bytes {have}-); partial file removed"
+                )
             expected = resp.headers.get("Content-Length")
             total = size if size is not None else (have + int(expected) if expected is not None else None)
             received = 0
-            with open(tmp, "ab" if have else "wb") as out, \
-                    tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name,
-                         file=sys.stderr, disable=not progress, mininterval=1.0) as bar:
+            with (
+                open(tmp, "ab" if have else "wb") as out,
+                tqdm(
+                    total=total,
+                    initial=have,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=dest.name,
+                    file=sys.stderr,
+                    disable=not progress,
+                    mininterval=1.0,
+                ) as bar,
+            ):
                 try:
                     for chunk in iter(lambda: resp.read(1 << 16), b""):
                         if h is not None:
@@ -159,19 +182,25 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None, timeout: flo
                         received += len(chunk)
                         bar.update(len(chunk))
                 except (http.client.HTTPException, OSError) as e:  # IncompleteRead, reset, timeout, ...
-                    raise DataError(f"download of {url} interrupted after {have + received} bytes: {e!r}"
-                                    f"{_resume_note(tmp, resume, have + received)}") from None
+                    raise DataError(
+                        f"download of {url} interrupted after {have + received} bytes: {e!r}"
+                        f"{_resume_note(tmp, resume, have + received)}"
+                    ) from None
             if expected is not None and received != int(expected):
-                raise DataError(f"download of {url} interrupted: got {received} of {expected} bytes"
-                                f"{_resume_note(tmp, resume, have + received)}")
+                raise DataError(
+                    f"download of {url} interrupted: got {received} of {expected} bytes"
+                    f"{_resume_note(tmp, resume, have + received)}"
+                )
         got = have + received
         if size is not None and got != size:
             keep = False
             raise DataError(f"size mismatch for {url}: {got} bytes, expected {size} (partial file removed)")
         if h is not None and h.hexdigest() != (sha256 or md5):
             keep = False
-            raise DataError(f"checksum mismatch for {url}: {h.name} {h.hexdigest()}, expected {sha256 or md5} "
-                            f"(partial file removed)")
+            raise DataError(
+                f"checksum mismatch for {url}: {h.name} {h.hexdigest()}, expected {sha256 or md5} "
+                f"(partial file removed)"
+            )
         if transform is not None:
             tmp.write_bytes(transform(tmp.read_bytes()))
         os.replace(tmp, dest)
@@ -220,8 +249,12 @@ def file_digest(path: str | os.PathLike, algorithm: str) -> str:
     return h.hexdigest()
 
 
-def fetch(langs: Iterable[str] = LANGS, base_url: str | None = None, dest: str | os.PathLike | None = None,
-          log: Callable[[str], None] | None = None) -> Path:
+def fetch(
+    langs: Iterable[str] = LANGS,
+    base_url: str | None = None,
+    dest: str | os.PathLike | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """Download the raw files (and tok references) for `langs` into the cache; files already present
     with the right checksum are kept. Returns the directory. Base URL: argument, $AIAYN_MULTI30K_URL, BASE_URL."""
     langs = list(langs)
@@ -258,15 +291,24 @@ def verify(directory: str | os.PathLike, langs: Iterable[str] = LANGS) -> None:
             raise DataError(f"checksum mismatch: {path} (sha256 {sha256_file(path)}, expected {SHA256[name]})")
 
 
-def locate(src_lang: str, tgt_lang: str, data_dir: str | os.PathLike | None = None, download_ok: bool = True,
-           base_url: str | None = None) -> Path:
+def locate(
+    src_lang: str,
+    tgt_lang: str,
+    data_dir: str | os.PathLike | None = None,
+    download_ok: bool = True,
+    base_url: str | None = None,
+) -> Path:
     """The directory holding train/val/test_2016_flickr files for the pair: mirror, cache, or download."""
     check_langs(src_lang, tgt_lang)
     return locate_langs((src_lang, tgt_lang), data_dir, download_ok, base_url)
 
 
-def locate_langs(langs: Sequence[str], data_dir: str | os.PathLike | None = None, download_ok: bool = True,
-                 base_url: str | None = None) -> Path:
+def locate_langs(
+    langs: Sequence[str],
+    data_dir: str | os.PathLike | None = None,
+    download_ok: bool = True,
+    base_url: str | None = None,
+) -> Path:
     """The directory holding the train/val/test_2016_flickr files of `langs`: mirror, cache, or download."""
     for lang in langs:
         if lang not in LANGS:

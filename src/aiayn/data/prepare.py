@@ -78,8 +78,14 @@ class Prepared:
         return [src[i] for i in idx], [tgt[i] for i in idx]
 
 
-def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, workers: int | None = None,
-            progress: bool | None = None, chunk_pairs: int = CHUNK_PAIRS) -> Prepared:
+def prepare(
+    cfg: DataConfig,
+    run_dir: str | os.PathLike | None = None,
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    chunk_pairs: int = CHUNK_PAIRS,
+) -> Prepared:
     """Validate, encode and cache the corpus described by `cfg`; copy spm.model into `run_dir`.
 
     `workers` encoding processes (default: all cores; 1 encodes in this process); `progress` shows
@@ -92,8 +98,12 @@ def prepare(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, worker
     stamp = _stamp_key(settings, sources)
     root = multi30k.aiayn_home() / "prepared"
     progress = sys.stderr.isatty() if progress is None else progress
-    final, cached = find_or_build(stamp, lambda: _build(cfg, sources, settings, stamp, root, t0, workers=workers,
-                                                        progress=progress, chunk_pairs=chunk_pairs))
+    final, cached = find_or_build(
+        stamp,
+        lambda: _build(
+            cfg, sources, settings, stamp, root, t0, workers=workers, progress=progress, chunk_pairs=chunk_pairs
+        ),
+    )
     out = _load(cfg, final)
     out.report["cached"] = cached
     out.report["seconds_total"] = round(time.perf_counter() - t0, 3)
@@ -131,12 +141,14 @@ def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfi
 
 # -- sources ----------------------------------------------------------------------------------------
 
+
 def _file_pairs(cfg: DataConfig) -> dict[str, tuple[Path, Path] | None]:
     if cfg.corpus == "multi30k":
         d = multi30k.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir)
-        return {s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz",
-                    d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
-                for s in SPLITS}
+        return {
+            s: (d / f"{multi30k.split_name(s)}.{cfg.src_lang}.gz", d / f"{multi30k.split_name(s)}.{cfg.tgt_lang}.gz")
+            for s in SPLITS
+        }
     if cfg.corpus == "wmt14":  # prepared by `aiayn data get wmt14`; DataError with that command otherwise
         return dict(wmt14.locate(cfg.src_lang, cfg.tgt_lang, cfg.data_dir))
     if cfg.corpus == "files":
@@ -192,10 +204,19 @@ def _clean(line: str) -> str:
 
 # -- keys, stamps, lock -----------------------------------------------------------------------------
 
+
 def _settings(cfg: DataConfig) -> dict[str, Any]:
-    settings: dict[str, Any] = dict(format=_FORMAT, spm=sentencepiece.__version__, corpus=cfg.corpus,
-                                    src=cfg.src_lang, tgt=cfg.tgt_lang, vocab=cfg.vocab_size, max_len=cfg.max_len,
-                                    ratio=cfg.max_len_ratio, bpe_sample_pairs=cfg.bpe_sample_pairs)
+    settings: dict[str, Any] = dict(
+        format=_FORMAT,
+        spm=sentencepiece.__version__,
+        corpus=cfg.corpus,
+        src=cfg.src_lang,
+        tgt=cfg.tgt_lang,
+        vocab=cfg.vocab_size,
+        max_len=cfg.max_len,
+        ratio=cfg.max_len_ratio,
+        bpe_sample_pairs=cfg.bpe_sample_pairs,
+    )
     if cfg.corpus == "embedded":
         settings["embedded_size"] = cfg.embedded_size
     if cfg.spm_model is not None:  # the model's bytes, not its path, decide the encoding
@@ -242,8 +263,9 @@ def _lock(path: Path) -> Iterator[None]:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"aiayn: another process is preparing this corpus; waiting for it ({path})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"aiayn: another process is preparing this corpus; waiting for it ({path})", file=sys.stderr, flush=True
+            )
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -263,6 +285,7 @@ def _spm_model_bytes(cfg: DataConfig) -> bytes:
 
 # -- reading ----------------------------------------------------------------------------------------
 
+
 def _chunks(source: Source, n: int) -> Iterator[tuple[int, list[bytes], list[bytes], int]]:
     """(index of the first line, source lines, target lines, bytes of the files read so far) in chunks of
     n aligned lines; a line-count mismatch raises DataError with both counts."""
@@ -270,7 +293,7 @@ def _chunks(source: Source, n: int) -> Iterator[tuple[int, list[bytes], list[byt
         return
     if not isinstance(source[0], Path):
         for i in range(0, len(source[0]), n):
-            yield i, source[0][i:i + n], source[1][i:i + n], 0
+            yield i, source[0][i : i + n], source[1][i : i + n], 0
         return
     with LineStream(source[0]) as a, LineStream(source[1]) as b:
         while True:
@@ -295,8 +318,9 @@ class _Progress:
             from tqdm import tqdm
 
             total = sum(map(_size, sources.values()))
-            self.bar = tqdm(total=total or None, desc=desc, unit="B", unit_scale=True, dynamic_ncols=True,
-                            file=sys.stderr)
+            self.bar = tqdm(
+                total=total or None, desc=desc, unit="B", unit_scale=True, dynamic_ncols=True, file=sys.stderr
+            )
         self.pairs, self.t0, self.offset = 0, time.perf_counter(), 0
 
     def update(self, pairs: int, position: int) -> None:
@@ -304,8 +328,9 @@ class _Progress:
         self.pairs += pairs
         if self.bar is not None:
             self.bar.update(max(0, self.offset + position - self.bar.n))
-            self.bar.set_postfix_str(f"{self.pairs / max(1e-9, time.perf_counter() - self.t0):,.0f} pairs/s",
-                                     refresh=False)
+            self.bar.set_postfix_str(
+                f"{self.pairs / max(1e-9, time.perf_counter() - self.t0):,.0f} pairs/s", refresh=False
+            )
 
     def split_done(self, source: Source) -> None:
         self.offset += _size(source)
@@ -337,8 +362,9 @@ class _Reservoir:
         return sorted(self.items)  # corpus order, so a corpus below k gives exactly its own text
 
 
-def _scan(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any], progress: bool,
-          chunk_pairs: int) -> tuple[str, dict[str, int], _Reservoir | None]:
+def _scan(
+    cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any], progress: bool, chunk_pairs: int
+) -> tuple[str, dict[str, int], _Reservoir | None]:
     """Pass 1: line counts of every split (small splits first, so their errors come fast), the content
     key, and the BPE sample of the training pairs."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
@@ -365,15 +391,30 @@ def _scan(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any],
 
 # -- build ------------------------------------------------------------------------------------------
 
-def _build(cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any], stamp: str, root: Path,
-           t0: float, *, workers: int | None, progress: bool, chunk_pairs: int) -> tuple[Path, bool]:
+
+def _build(
+    cfg: DataConfig,
+    sources: dict[str, Source],
+    settings: dict[str, Any],
+    stamp: str,
+    root: Path,
+    t0: float,
+    *,
+    workers: int | None,
+    progress: bool,
+    chunk_pairs: int,
+) -> tuple[Path, bool]:
     """Scan, then (unless the content is cached already) train BPE and encode into a temporary
     directory renamed into place; finally stamp the cheap key. Runs under the key's lock."""
     key, counts, sample = _scan(cfg, sources, settings, progress, chunk_pairs)
     if counts["train"] == 0:
         raise DataError("the training split is empty")
-    return publish(root, key, stamp, lambda out: _build_into(cfg, sources, counts, sample, out, key, t0, workers,
-                                                               progress, chunk_pairs))
+    return publish(
+        root,
+        key,
+        stamp,
+        lambda out: _build_into(cfg, sources, counts, sample, out, key, t0, workers, progress, chunk_pairs),
+    )
 
 
 def publish(root: Path, key: str, stamp: str, fill: Callable[[Path], None]) -> tuple[Path, bool]:
@@ -402,8 +443,18 @@ def publish(root: Path, key: str, stamp: str, fill: Callable[[Path], None]) -> t
     return final, cached
 
 
-def _build_into(cfg: DataConfig, sources: dict[str, Source], counts: dict[str, int], sample: _Reservoir | None,
-                out: Path, key: str, t0: float, workers: int | None, progress: bool, chunk_pairs: int) -> None:
+def _build_into(
+    cfg: DataConfig,
+    sources: dict[str, Source],
+    counts: dict[str, int],
+    sample: _Reservoir | None,
+    out: Path,
+    key: str,
+    t0: float,
+    workers: int | None,
+    progress: bool,
+    chunk_pairs: int,
+) -> None:
     t1 = time.perf_counter()
     sampled = None
     if sample is None:
@@ -414,33 +465,59 @@ def _build_into(cfg: DataConfig, sources: dict[str, Source], counts: dict[str, i
         tok = _train_bpe(cfg, sources["train"], sample, out / "spm.model")  # empties the sample
     t2 = time.perf_counter()
 
-    report: dict[str, Any] = {"corpus": cfg.corpus, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
-                              "key": key, "vocab_size": tok.vocab_size, "spm_model": cfg.spm_model, "splits": {},
-                              "dropped": {"empty": 0, "too_long": 0, "ratio": 0},
-                              "bpe_sample_pairs": sampled}
+    report: dict[str, Any] = {
+        "corpus": cfg.corpus,
+        "src_lang": cfg.src_lang,
+        "tgt_lang": cfg.tgt_lang,
+        "key": key,
+        "vocab_size": tok.vocab_size,
+        "spm_model": cfg.spm_model,
+        "splits": {},
+        "dropped": {"empty": 0, "too_long": 0, "ratio": 0},
+        "bpe_sample_pairs": sampled,
+    }
     n_workers = max(1, workers if workers is not None else len(os.sched_getaffinity(0)))
     parallel = n_workers > 1 and counts["train"] > chunk_pairs  # one chunk: starting processes costs more
     init = (out.joinpath("spm.model").read_bytes(), cfg.spm_model is None, cfg.max_len, cfg.max_len_ratio)
-    pool = (ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                initargs=init) if parallel else None)
+    pool = (
+        ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=init)
+        if parallel
+        else None
+    )
     if pool is None:
         _init_worker(*init)
     bar = _Progress(progress, "aiayn data: encode", sources)
     try:
         for split in SPLITS:
-            report["splits"][split] = _encode_split(split, sources[split], out, id_dtype(tok.vocab_size),
-                                                    report["dropped"], pool, n_workers, chunk_pairs, bar)
+            report["splits"][split] = _encode_split(
+                split,
+                sources[split],
+                out,
+                id_dtype(tok.vocab_size),
+                report["dropped"],
+                pool,
+                n_workers,
+                chunk_pairs,
+                bar,
+            )
     finally:
         bar.close()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     if report["splits"]["train"]["pairs"] == 0:
-        raise DataError("every training pair has an empty side" if report["dropped"]["empty"] == counts["train"]
-                        else "every training pair was dropped (length / ratio filters)")
+        raise DataError(
+            "every training pair has an empty side"
+            if report["dropped"]["empty"] == counts["train"]
+            else "every training pair was dropped (length / ratio filters)"
+        )
     report["dropped"]["total"] = sum(report["dropped"].values())
     report["workers"] = n_workers if parallel else 1
-    report["seconds"] = {"scan_and_bpe": round(t2 - t0, 3), "bpe": round(t2 - t1, 3),
-                         "encode": round(time.perf_counter() - t2, 3), "prepare": round(time.perf_counter() - t0, 3)}
+    report["seconds"] = {
+        "scan_and_bpe": round(t2 - t0, 3),
+        "bpe": round(t2 - t1, 3),
+        "encode": round(time.perf_counter() - t2, 3),
+        "prepare": round(time.perf_counter() - t0, 3),
+    }
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
@@ -459,16 +536,26 @@ def _train_bpe(cfg: DataConfig, source: Source, sample: _Reservoir, model_file: 
     if not src:
         raise DataError("every training pair has an empty side")
     try:
-        return Tokenizer.train(src + tgt, model_file, vocab_size=cfg.vocab_size,
-                               max_sentences=max(2_000_000, 2 * len(src)))
+        return Tokenizer.train(
+            src + tgt, model_file, vocab_size=cfg.vocab_size, max_sentences=max(2_000_000, 2 * len(src))
+        )
     except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
-        raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
-                        f"{str(e).splitlines()[0]}") from None
+        raise DataError(
+            f"sentencepiece training failed (vocab_size={cfg.vocab_size}): {str(e).splitlines()[0]}"
+        ) from None
 
 
-def _encode_split(split: str, source: Source, out: Path, dtype: type, dropped: dict[str, int],
-                  pool: ProcessPoolExecutor | None, n_workers: int, chunk_pairs: int,
-                  bar: _Progress) -> dict[str, int]:
+def _encode_split(
+    split: str,
+    source: Source,
+    out: Path,
+    dtype: type,
+    dropped: dict[str, int],
+    pool: ProcessPoolExecutor | None,
+    n_workers: int,
+    chunk_pairs: int,
+    bar: _Progress,
+) -> dict[str, int]:
     """Encode one split chunk by chunk (in order, at most 2 chunks per worker in flight) and append the
     results to its arrays: flat ids, offsets, lengths and the kept lines' numbers."""
     names = ("src", "tgt", "src_offsets", "tgt_offsets", "index", "src_lengths", "tgt_lengths")
@@ -479,8 +566,10 @@ def _encode_split(split: str, source: Source, out: Path, dtype: type, dropped: d
     ends = {"src": 0, "tgt": 0}
     lines = 0
     paths = (str(source[0]), str(source[1])) if source is not None and isinstance(source[0], Path) else ("", "")
-    tasks = ((split == "train", first, paths, b"\n".join(s), b"\n".join(t), pos)
-             for first, s, t, pos in _chunks(source, chunk_pairs))
+    tasks = (
+        (split == "train", first, paths, b"\n".join(s), b"\n".join(t), pos)
+        for first, s, t, pos in _chunks(source, chunk_pairs)
+    )
     for r in _map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
         for side in ("src", "tgt"):
             w[side].append(r[side])
@@ -499,8 +588,9 @@ def _encode_split(split: str, source: Source, out: Path, dtype: type, dropped: d
     return {"lines": lines, "pairs": pairs, "src_tokens": ends["src"], "tgt_tokens": ends["tgt"]}
 
 
-def _map_ordered(pool: ProcessPoolExecutor | None, fn: Callable[[Any], Any], tasks: Iterator[Any],
-                 window: int) -> Iterator[Any]:
+def _map_ordered(
+    pool: ProcessPoolExecutor | None, fn: Callable[[Any], Any], tasks: Iterator[Any], window: int
+) -> Iterator[Any]:
     """fn over tasks, results in task order; at most `window` tasks submitted ahead (bounded memory)."""
     if pool is None:
         yield from map(fn, tasks)
@@ -521,8 +611,13 @@ _worker: dict[str, Any] = {}
 
 def _init_worker(model: bytes, trained_here: bool, max_len: int, max_len_ratio: float) -> None:
     sp = sentencepiece.SentencePieceProcessor(model_proto=model)
-    _worker.update(sp=sp, words=WordCacheEncoder(sp) if trained_here else None, max_len=max_len,
-                   ratio=max_len_ratio, dtype=id_dtype(sp.get_piece_size()))
+    _worker.update(
+        sp=sp,
+        words=WordCacheEncoder(sp) if trained_here else None,
+        max_len=max_len,
+        ratio=max_len_ratio,
+        dtype=id_dtype(sp.get_piece_size()),
+    )
 
 
 def _encode_lines(lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -559,14 +654,27 @@ def _encode_chunk(task: tuple[bool, int, tuple[str, str], bytes, bytes, int]) ->
     src = np.insert(s_kept, np.cumsum(sl_k), EOS_ID)  # EOS after every source sentence
     tgt = t_flat[np.repeat(keep, tl)]
     dtype = _worker["dtype"]
-    return {"src": src.astype(dtype), "tgt": tgt.astype(dtype), "src_lengths": (sl_k + 1).astype(np.int32),
-            "tgt_lengths": tl_k.astype(np.int32), "index": first + np.flatnonzero(keep), "lines": len(sl),
-            "pos": pos, **counts}
+    return {
+        "src": src.astype(dtype),
+        "tgt": tgt.astype(dtype),
+        "src_lengths": (sl_k + 1).astype(np.int32),
+        "tgt_lengths": tl_k.astype(np.int32),
+        "index": first + np.flatnonzero(keep),
+        "lines": len(sl),
+        "pos": pos,
+        **counts,
+    }
 
 
 # -- load -------------------------------------------------------------------------------------------
 
+
 def _load(cfg: DataConfig, d: Path) -> Prepared:
     report = json.loads((d / "report.json").read_text())
-    return Prepared(tokenizer=Tokenizer(d / "spm.model"), splits={s: EncodedSplit.load(d, s) for s in SPLITS},
-                    report=report, cache_dir=d, cfg=cfg)
+    return Prepared(
+        tokenizer=Tokenizer(d / "spm.model"),
+        splits={s: EncodedSplit.load(d, s) for s in SPLITS},
+        report=report,
+        cache_dir=d,
+        cfg=cfg,
+    )

@@ -69,9 +69,16 @@ class PreparedText:
     cfg: DataConfig
 
 
-def prepare_text(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, labelled: bool = False,
-                 specials: Sequence[str] = (), workers: int | None = None, progress: bool | None = None,
-                 chunk_lines: int = CHUNK_LINES) -> PreparedText:
+def prepare_text(
+    cfg: DataConfig,
+    run_dir: str | os.PathLike | None = None,
+    *,
+    labelled: bool = False,
+    specials: Sequence[str] = (),
+    workers: int | None = None,
+    progress: bool | None = None,
+    chunk_lines: int = CHUNK_LINES,
+) -> PreparedText:
     """Validate, tokenize and cache the text `cfg` describes; copy spm.model into `run_dir`.
 
     `labelled`: lines are LABEL<TAB>TEXT[<TAB>TEXT_B] (classification). `specials`: pieces the tokenizer
@@ -81,8 +88,9 @@ def prepare_text(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, l
     settings = _settings(cfg, labelled, specials)
     stamp = _stamp_key(settings, sources)
     progress = sys.stderr.isatty() if progress is None else progress
-    final, cached = find_or_build(stamp, lambda: _build(cfg, sources, settings, stamp, labelled, specials, workers,
-                                                        progress, chunk_lines))
+    final, cached = find_or_build(
+        stamp, lambda: _build(cfg, sources, settings, stamp, labelled, specials, workers, progress, chunk_lines)
+    )
     out = _load(cfg, final)
     out.report["cached"] = cached
     out.report["seconds_total"] = round(time.perf_counter() - t0, 3)
@@ -92,6 +100,7 @@ def prepare_text(cfg: DataConfig, run_dir: str | os.PathLike | None = None, *, l
 
 
 # -- sources ----------------------------------------------------------------------------------------
+
 
 def text_sources(cfg: DataConfig) -> dict[str, TextSource]:
     """Each split's text: files (line by line, in turn) or an in-memory document (the valid_fraction split)."""
@@ -103,8 +112,10 @@ def text_sources(cfg: DataConfig) -> dict[str, TextSource]:
         d = multi30k.locate_langs(langs, cfg.data_dir)
         return {s: [d / f"{multi30k.split_name(s)}.{lang}.gz" for lang in langs] for s in SPLITS}
     if cfg.corpus != "text":
-        raise DataError(f"corpus {cfg.corpus!r} is parallel text; the lm, mlm and classify tasks read "
-                        f"corpus text (data.text_train ...), multi30k (data.text_langs) or tinyshakespeare")
+        raise DataError(
+            f"corpus {cfg.corpus!r} is parallel text; the lm, mlm and classify tasks read "
+            f"corpus text (data.text_train ...), multi30k (data.text_langs) or tinyshakespeare"
+        )
     if cfg.text_train is None:
         raise DataError("corpus 'text' needs data.text_train (a file or a list of files)")
     files: dict[str, list[Path]] = {}
@@ -116,8 +127,7 @@ def text_sources(cfg: DataConfig) -> dict[str, TextSource]:
                 raise DataError(f"data.text_{s}: file not found: {p}")
     if not files["valid"]:
         if cfg.text_unit != "document" or len(files["train"]) != 1:
-            raise DataError("data.text_valid is missing (only a single-file document is split by "
-                            "data.valid_fraction)")
+            raise DataError("data.text_valid is missing (only a single-file document is split by data.valid_fraction)")
         return {**_fraction_split(files["train"][0], cfg.valid_fraction), "test": files["test"] or None}
     return {s: f or None for s, f in files.items()}
 
@@ -131,10 +141,19 @@ def _fraction_split(path: Path, valid_fraction: float) -> dict[str, TextSource]:
 
 
 def _settings(cfg: DataConfig, labelled: bool, specials: Sequence[str]) -> dict[str, Any]:
-    s: dict[str, Any] = dict(format=_FORMAT, spm=sentencepiece.__version__, corpus=cfg.corpus,
-                             langs=cfg.text_langs, unit=cfg.text_unit, tokenizer=cfg.tokenizer, vocab=cfg.vocab_size,
-                             labelled=labelled, specials=list(specials), max_len=cfg.max_len,
-                             sample=cfg.bpe_sample_pairs)
+    s: dict[str, Any] = dict(
+        format=_FORMAT,
+        spm=sentencepiece.__version__,
+        corpus=cfg.corpus,
+        langs=cfg.text_langs,
+        unit=cfg.text_unit,
+        tokenizer=cfg.tokenizer,
+        vocab=cfg.vocab_size,
+        labelled=labelled,
+        specials=list(specials),
+        max_len=cfg.max_len,
+        sample=cfg.bpe_sample_pairs,
+    )
     if cfg.spm_model is not None:
         del s["vocab"], s["sample"]
         s["spm_model"] = hashlib.sha256(_spm_model_bytes(cfg)).hexdigest()
@@ -159,7 +178,7 @@ def _chunks(source: TextSource, n: int) -> Iterator[tuple[str, int, list[bytes],
     if isinstance(source, str):
         lines = [x.encode() for x in source.split("\n")]
         for i in range(0, len(lines), n):
-            yield "text", i, lines[i:i + n], i + n >= len(lines)
+            yield "text", i, lines[i : i + n], i + n >= len(lines)
         return
     for k, path in enumerate(source):
         with LineStream(path) as stream:
@@ -180,8 +199,10 @@ def _fields(name: str, first: int, lines: list[str], labelled: bool) -> tuple[li
     for i, line in enumerate(lines):
         f = line.split("\t")
         if len(f) not in (2, 3) or not f[0].strip():
-            raise DataError(f"{name}:{first + i + 1}: expected LABEL<TAB>TEXT or LABEL<TAB>TEXT_A<TAB>TEXT_B, "
-                            f"got {len(f)} tab-separated field(s)")
+            raise DataError(
+                f"{name}:{first + i + 1}: expected LABEL<TAB>TEXT or LABEL<TAB>TEXT_A<TAB>TEXT_B, "
+                f"got {len(f)} tab-separated field(s)"
+            )
         labels.append(f[0].strip())
         a.append(f[1])
         b.append(f[2] if len(f) == 3 else "")
@@ -190,8 +211,10 @@ def _fields(name: str, first: int, lines: list[str], labelled: bool) -> tuple[li
 
 # -- build ------------------------------------------------------------------------------------------
 
-def _scan(sources: dict[str, TextSource], settings: dict[str, Any], sample_size: int, labelled: bool,
-          chunk_lines: int) -> tuple[str, dict[str, int], _Reservoir, list[str]]:
+
+def _scan(
+    sources: dict[str, TextSource], settings: dict[str, Any], sample_size: int, labelled: bool, chunk_lines: int
+) -> tuple[str, dict[str, int], _Reservoir, list[str]]:
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     sample, counts, labels = _Reservoir(sample_size), {}, set()
     for split in ("valid", "test", "train"):
@@ -210,23 +233,47 @@ def _scan(sources: dict[str, TextSource], settings: dict[str, Any], sample_size:
     return h.hexdigest()[:16], counts, sample, sorted(labels)
 
 
-def _build(cfg: DataConfig, sources: dict[str, TextSource], settings: dict[str, Any], stamp: str,
-           labelled: bool, specials: Sequence[str], workers: int | None, progress: bool,
-           chunk_lines: int) -> tuple[Path, bool]:
+def _build(
+    cfg: DataConfig,
+    sources: dict[str, TextSource],
+    settings: dict[str, Any],
+    stamp: str,
+    labelled: bool,
+    specials: Sequence[str],
+    workers: int | None,
+    progress: bool,
+    chunk_lines: int,
+) -> tuple[Path, bool]:
     t0 = time.perf_counter()
     key, counts, sample, label_names = _scan(sources, settings, cfg.bpe_sample_pairs, labelled, chunk_lines)
     if counts["train"] == 0:
         raise DataError("the training text is empty")
     if labelled and len(label_names) < 2:
         raise DataError(f"classification needs at least 2 labels in the training text, found {label_names}")
-    return publish(multi30k.aiayn_home() / "prepared", key, stamp,
-                   lambda out: _build_into(cfg, sources, sample, label_names, out, key, labelled, specials,
-                                           workers, progress, chunk_lines, t0))
+    return publish(
+        multi30k.aiayn_home() / "prepared",
+        key,
+        stamp,
+        lambda out: _build_into(
+            cfg, sources, sample, label_names, out, key, labelled, specials, workers, progress, chunk_lines, t0
+        ),
+    )
 
 
-def _build_into(cfg: DataConfig, sources: dict[str, TextSource], sample: _Reservoir, label_names: list[str],
-                out: Path, key: str, labelled: bool, specials: Sequence[str], workers: int | None,
-                progress: bool, chunk_lines: int, t0: float) -> None:
+def _build_into(
+    cfg: DataConfig,
+    sources: dict[str, TextSource],
+    sample: _Reservoir,
+    label_names: list[str],
+    out: Path,
+    key: str,
+    labelled: bool,
+    specials: Sequence[str],
+    workers: int | None,
+    progress: bool,
+    chunk_lines: int,
+    t0: float,
+) -> None:
     document = cfg.text_unit == "document"
     if cfg.spm_model is not None:
         (out / "spm.model").write_bytes(_spm_model_bytes(cfg))
@@ -236,27 +283,48 @@ def _build_into(cfg: DataConfig, sources: dict[str, TextSource], sample: _Reserv
         sample.items = []
         symbols = list(specials) + ([NEWLINE] if document else [])
         try:
-            tok = Tokenizer.train(lines, out / "spm.model", vocab_size=cfg.vocab_size,
-                                  max_sentences=max(2_000_000, len(lines)), model_type=cfg.tokenizer,
-                                  user_symbols=symbols)
+            tok = Tokenizer.train(
+                lines,
+                out / "spm.model",
+                vocab_size=cfg.vocab_size,
+                max_sentences=max(2_000_000, len(lines)),
+                model_type=cfg.tokenizer,
+                user_symbols=symbols,
+            )
         except RuntimeError as e:
-            raise DataError(f"sentencepiece training failed (vocab_size={cfg.vocab_size}): "
-                            f"{str(e).splitlines()[0]}") from None
+            raise DataError(
+                f"sentencepiece training failed (vocab_size={cfg.vocab_size}): {str(e).splitlines()[0]}"
+            ) from None
         del lines
     missing = [p for p in list(specials) + ([NEWLINE] if document else []) if tok.piece_id(p) is None]
     if missing:
         raise DataError(f"the tokenizer {cfg.spm_model} lacks the pieces {missing} this task needs")
     n_workers = max(1, workers if workers is not None else len(os.sched_getaffinity(0)))
     parallel = n_workers > 1 and sum(_approx_lines(s) for s in sources.values()) > 2 * chunk_lines
-    init = ((out / "spm.model").read_bytes(), cfg.tokenizer == "bpe", cfg.max_len,
-            {n: i for i, n in enumerate(label_names)} if labelled else None, document)
-    pool = (ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                initargs=init) if parallel else None)
+    init = (
+        (out / "spm.model").read_bytes(),
+        cfg.tokenizer == "bpe",
+        cfg.max_len,
+        {n: i for i, n in enumerate(label_names)} if labelled else None,
+        document,
+    )
+    pool = (
+        ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=init)
+        if parallel
+        else None
+    )
     if pool is None:
         _init_worker(*init)
-    report: dict[str, Any] = {"corpus": cfg.corpus, "key": key, "vocab_size": tok.vocab_size, "unit": cfg.text_unit,
-                              "tokenizer": cfg.tokenizer, "spm_model": cfg.spm_model, "labels": label_names,
-                              "splits": {}}
+    report: dict[str, Any] = {
+        "corpus": cfg.corpus,
+        "key": key,
+        "vocab_size": tok.vocab_size,
+        "unit": cfg.text_unit,
+        "tokenizer": cfg.tokenizer,
+        "spm_model": cfg.spm_model,
+        "labels": label_names,
+        "splits": {},
+    }
     bar = None
     if progress:
         from tqdm import tqdm
@@ -264,8 +332,9 @@ def _build_into(cfg: DataConfig, sources: dict[str, TextSource], sample: _Reserv
         bar = tqdm(desc="aiayn data: encode", unit=" lines", file=sys.stderr, dynamic_ncols=True)
     try:
         for split in SPLITS:
-            report["splits"][split] = _encode_split(split, sources[split], out, id_dtype(tok.vocab_size), pool,
-                                                    n_workers, chunk_lines, document, bar)
+            report["splits"][split] = _encode_split(
+                split, sources[split], out, id_dtype(tok.vocab_size), pool, n_workers, chunk_lines, document, bar
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -286,16 +355,27 @@ def _approx_lines(source: TextSource) -> int:
     return sum(p.stat().st_size for p in source) // 40  # about a caption's bytes a line
 
 
-def _encode_split(split: str, source: TextSource, out: Path, dtype: type, pool: ProcessPoolExecutor | None,
-                  n_workers: int, chunk_lines: int, document: bool, bar: Any) -> dict[str, int]:
+def _encode_split(
+    split: str,
+    source: TextSource,
+    out: Path,
+    dtype: type,
+    pool: ProcessPoolExecutor | None,
+    n_workers: int,
+    chunk_lines: int,
+    document: bool,
+    bar: Any,
+) -> dict[str, int]:
     names = ("src", "tgt", "index", "src_lengths", "tgt_lengths", "labels")
     dtypes = (dtype, dtype, np.int64, np.int32, np.int32, np.int64)
     w = {k: NpyAppender(out / f"{split}.{k}.npy", dt) for k, dt in zip(names, dtypes)}
     offsets = {side: [np.zeros(1, np.int64)] for side in ("src", "tgt")}
     ends = {"src": 0, "tgt": 0}
     counts = {"lines": 0, "empty": 0, "truncated": 0}
-    tasks = ((name, first, b"\n".join(lines), last, split == "train")
-             for name, first, lines, last in _chunks(source, chunk_lines))
+    tasks = (
+        (name, first, b"\n".join(lines), last, split == "train")
+        for name, first, lines, last in _chunks(source, chunk_lines)
+    )
     lines_before = 0
     for r in _map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
         for side in ("src", "tgt"):
@@ -335,8 +415,15 @@ _worker: dict[str, Any] = {}
 
 def _init_worker(model: bytes, bpe: bool, max_len: int, label_ids: dict[str, int] | None, document: bool) -> None:
     sp = sentencepiece.SentencePieceProcessor(model_proto=model)
-    _worker.update(sp=sp, bpe=bpe, max_len=max_len, label_ids=label_ids, document=document,
-                   newline=sp.piece_to_id(NEWLINE), dtype=id_dtype(sp.get_piece_size()))
+    _worker.update(
+        sp=sp,
+        bpe=bpe,
+        max_len=max_len,
+        label_ids=label_ids,
+        document=document,
+        newline=sp.piece_to_id(NEWLINE),
+        dtype=id_dtype(sp.get_piece_size()),
+    )
 
 
 def _ids(texts: list[str]) -> list[list[int]]:
@@ -353,8 +440,13 @@ def _encode_chunk(task: tuple[str, int, bytes, bool, bool]) -> dict[str, Any]:
         ids = _ids(lines)
         nl = _worker["newline"]
         flat = [t for k, row in enumerate(ids) for t in row + ([nl] if not (last and k == len(ids) - 1) else [])]
-        return {"src": np.asarray(flat, dtype=dtype), "tgt": np.zeros(0, dtype), "lines": len(lines),
-                "empty": 0, "truncated": 0}
+        return {
+            "src": np.asarray(flat, dtype=dtype),
+            "tgt": np.zeros(0, dtype),
+            "lines": len(lines),
+            "empty": 0,
+            "truncated": 0,
+        }
     labels, a, b = _fields(name, first, lines, _worker["label_ids"] is not None)
     ids_a, ids_b = _ids(a), _ids(b) if b else [[] for _ in a]
     keep = [k for k in range(len(a)) if ids_a[k]]  # an empty line is no example
@@ -372,22 +464,37 @@ def _encode_chunk(task: tuple[str, int, bytes, bool, bool]) -> dict[str, Any]:
         out_b.append(rb)
         if labels:
             if labels[k] not in _worker["label_ids"]:
-                raise DataError(f"{name}:{first + k + 1}: label {labels[k]!r} does not occur in the training "
-                                f"text (labels: {', '.join(_worker['label_ids'])})")
+                raise DataError(
+                    f"{name}:{first + k + 1}: label {labels[k]!r} does not occur in the training "
+                    f"text (labels: {', '.join(_worker['label_ids'])})"
+                )
             out_l.append(_worker["label_ids"][labels[k]])
-    return {"src": np.asarray([t for r in out_a for t in r], dtype=dtype),
-            "tgt": np.asarray([t for r in out_b for t in r], dtype=dtype),
-            "src_lengths": np.asarray([len(r) for r in out_a], np.int32),
-            "tgt_lengths": np.asarray([len(r) for r in out_b], np.int32),
-            "index": np.asarray(keep, np.int64), "labels": np.asarray(out_l if labels else [-1] * len(keep), np.int64),
-            "lines": len(lines), "empty": len(a) - len(keep), "truncated": truncated}
+    return {
+        "src": np.asarray([t for r in out_a for t in r], dtype=dtype),
+        "tgt": np.asarray([t for r in out_b for t in r], dtype=dtype),
+        "src_lengths": np.asarray([len(r) for r in out_a], np.int32),
+        "tgt_lengths": np.asarray([len(r) for r in out_b], np.int32),
+        "index": np.asarray(keep, np.int64),
+        "labels": np.asarray(out_l if labels else [-1] * len(keep), np.int64),
+        "lines": len(lines),
+        "empty": len(a) - len(keep),
+        "truncated": truncated,
+    }
 
 
 # -- load -------------------------------------------------------------------------------------------
+
 
 def _load(cfg: DataConfig, d: Path) -> PreparedText:
     report = json.loads((d / "report.json").read_text())
     splits = {s: EncodedSplit.load(d, s) for s in SPLITS}
     labels = {s: np.load(d / f"{s}.labels.npy", mmap_mode="r") for s in SPLITS} if report["labels"] else {}
-    return PreparedText(tokenizer=Tokenizer(d / "spm.model"), splits=splits, labels=labels,
-                        label_names=list(report["labels"]), report=report, cache_dir=d, cfg=cfg)
+    return PreparedText(
+        tokenizer=Tokenizer(d / "spm.model"),
+        splits=splits,
+        labels=labels,
+        label_names=list(report["labels"]),
+        report=report,
+        cache_dir=d,
+        cfg=cfg,
+    )

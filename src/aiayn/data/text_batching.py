@@ -44,8 +44,13 @@ class TextBatch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=non_blocking)
 
-        return TextBatch(self.ids.to(device, non_blocking=non_blocking), move(self.segments), move(self.labels),
-                         self.index, self.tokens)
+        return TextBatch(
+            self.ids.to(device, non_blocking=non_blocking),
+            move(self.segments),
+            move(self.labels),
+            self.index,
+            self.tokens,
+        )
 
     def pin_memory(self) -> TextBatch:
         def pin(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -57,8 +62,13 @@ class TextBatch:
 class TextCollate:
     """`collate_fn` for text examples. With `cls_id`/`sep_id` the encoder layout, else the decoder's."""
 
-    def __init__(self, labels: np.ndarray | None = None, cls_id: int | None = None,
-                 sep_id: int | None = None, per_example: bool = False) -> None:
+    def __init__(
+        self,
+        labels: np.ndarray | None = None,
+        cls_id: int | None = None,
+        sep_id: int | None = None,
+        per_example: bool = False,
+    ) -> None:
         """`per_example`: `tokens` counts examples (classification), not positions."""
         self.labels, self.cls_id, self.sep_id, self.per_example = labels, cls_id, sep_id, per_example
 
@@ -88,8 +98,13 @@ class TextCollate:
             pair = np.flatnonzero(lb > 0)
             out[pair, total[pair] - 1] = self.sep_id
             seg[pair, total[pair] - 1] = 1
-        return TextBatch(torch.from_numpy(out), torch.from_numpy(seg) if lb.any() else None, labels,
-                         torch.from_numpy(ids), b if self.per_example else int(total.sum()))
+        return TextBatch(
+            torch.from_numpy(out),
+            torch.from_numpy(seg) if lb.any() else None,
+            labels,
+            torch.from_numpy(ids),
+            b if self.per_example else int(total.sum()),
+        )
 
 
 @dataclass
@@ -103,8 +118,11 @@ class MaskedBatch(TextBatch):
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> MaskedBatch:
         moved = TextBatch.to(self, device, non_blocking)
-        return MaskedBatch(**vars(moved), where=self.where.to(device, non_blocking=non_blocking),
-                           targets=self.targets.to(device, non_blocking=non_blocking))
+        return MaskedBatch(
+            **vars(moved),
+            where=self.where.to(device, non_blocking=non_blocking),
+            targets=self.targets.to(device, non_blocking=non_blocking),
+        )
 
     def pin_memory(self) -> MaskedBatch:
         pinned = TextBatch.pin_memory(self)
@@ -124,13 +142,24 @@ class MaskingCollate:
     to epoch as the shuffled batches it lands in do (BERT's "dynamic" masking, Liu et al., 2019, for free).
     """
 
-    def __init__(self, vocab_size: int, mask_id: int, cls_id: int, sep_id: int, special_ids: Sequence[int] = (),
-                 seed: int = 0, mask_prob: float = 0.15, mask_token: float = 0.8, random_token: float = 0.1) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        mask_id: int,
+        cls_id: int,
+        sep_id: int,
+        special_ids: Sequence[int] = (),
+        seed: int = 0,
+        mask_prob: float = 0.15,
+        mask_token: float = 0.8,
+        random_token: float = 0.1,
+    ) -> None:
         self.collate = TextCollate(cls_id=cls_id, sep_id=sep_id)
         self.mask_id, self.seed = int(mask_id), int(seed)
         self.mask_prob, self.mask_token, self.random_token = mask_prob, mask_token, random_token
-        self.special = np.unique(np.asarray([PAD_ID, UNK_ID, BOS_ID, EOS_ID, mask_id, cls_id, sep_id,
-                                             *special_ids], dtype=np.int64))
+        self.special = np.unique(
+            np.asarray([PAD_ID, UNK_ID, BOS_ID, EOS_ID, mask_id, cls_id, sep_id, *special_ids], dtype=np.int64)
+        )
         self.ordinary = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), self.special)  # random replacements
         if len(self.ordinary) == 0:
             raise DataError(f"a vocabulary of {vocab_size} pieces has no ordinary token to mask")
@@ -152,11 +181,19 @@ class MaskingCollate:
         targets = ids.flat[where].copy()  # (n,)
         u = rng.random(len(where))  # (n,) which corruption each chosen position gets
         random_ids = rng.choice(self.ordinary, size=len(where))  # (n,)
-        corrupted = np.where(u < self.mask_token, self.mask_id,
-                             np.where(u < self.mask_token + self.random_token, random_ids, targets))
+        corrupted = np.where(
+            u < self.mask_token, self.mask_id, np.where(u < self.mask_token + self.random_token, random_ids, targets)
+        )
         ids.flat[where] = corrupted
-        return MaskedBatch(torch.from_numpy(ids), b.segments, b.labels, b.index, len(where),
-                           where=torch.from_numpy(where.astype(np.int64)), targets=torch.from_numpy(targets))
+        return MaskedBatch(
+            torch.from_numpy(ids),
+            b.segments,
+            b.labels,
+            b.index,
+            len(where),
+            where=torch.from_numpy(where.astype(np.int64)),
+            targets=torch.from_numpy(targets),
+        )
 
 
 class BlockIterator:
@@ -167,11 +204,13 @@ class BlockIterator:
     An epoch is as many batches as make one pass over the stream's tokens over all ranks (windows are
     drawn with replacement, as nanoGPT does, so an epoch sees most tokens, not each exactly once)."""
 
-    def __init__(self, stream: np.ndarray, block_size: int, batch_size: int, seed: int = 0, rank: int = 0,
-                 world_size: int = 1) -> None:
+    def __init__(
+        self, stream: np.ndarray, block_size: int, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1
+    ) -> None:
         if len(stream) < block_size + 2:
-            raise DataError(f"the text has {len(stream)} tokens, fewer than one block of task.block_size="
-                            f"{block_size} + 1")
+            raise DataError(
+                f"the text has {len(stream)} tokens, fewer than one block of task.block_size={block_size} + 1"
+            )
         self.stream, self.block_size, self.batch_size = stream, int(block_size), int(batch_size)
         self.seed, self.rank, self.world_size = int(seed), rank, world_size
         self.epoch, self.position = 0, 0
@@ -184,8 +223,13 @@ class BlockIterator:
         starts = rng.integers(0, len(self.stream) - self.block_size, self.batch_size)  # (B,)
         cols = np.arange(self.block_size + 1)
         ids = np.asarray(self.stream[starts[:, None] + cols[None, :]], dtype=np.int64)  # (B, T + 1)
-        return TextBatch(torch.from_numpy(ids), None, None, torch.from_numpy(starts.astype(np.int64)),
-                         self.batch_size * self.block_size)
+        return TextBatch(
+            torch.from_numpy(ids),
+            None,
+            None,
+            torch.from_numpy(starts.astype(np.int64)),
+            self.batch_size * self.block_size,
+        )
 
     def __iter__(self) -> Iterator[TextBatch]:
         while self.position < len(self):
@@ -195,8 +239,15 @@ class BlockIterator:
         self.epoch, self.position = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "block_size": self.block_size,
-                "batch_size": self.batch_size, "tokens": len(self.stream), "world_size": self.world_size}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "block_size": self.block_size,
+            "batch_size": self.batch_size,
+            "tokens": len(self.stream),
+            "world_size": self.world_size,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("seed", "block_size", "batch_size", "tokens"):

@@ -31,5 +31,9 @@ def locate(data_dir: str | os.PathLike | None = None, download_ok: bool = True, 
         return cached
     if not download_ok:
         raise DataError(f"tinyshakespeare not found in {cached}; set AIAYN_TINYSHAKESPEARE or data.data_dir")
-    return download(url or os.environ.get("AIAYN_TINYSHAKESPEARE_URL") or URL, cached, SHA256,
-                    hint="; offline: set AIAYN_TINYSHAKESPEARE to a copy of input.txt")
+    return download(
+        url or os.environ.get("AIAYN_TINYSHAKESPEARE_URL") or URL,
+        cached,
+        SHA256,
+        hint="; offline: set AIAYN_TINYSHAKESPEARE to a copy of input.txt",
+    )

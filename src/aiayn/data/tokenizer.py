@@ -30,14 +30,23 @@ class Tokenizer:
             raise DataError(f"{self.path} is not a sentencepiece model ({str(e).splitlines()[0]})") from None
         got = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise DataError(f"{self.path}: special ids (pad, unk, bos, eos) are {got}, "
-                             f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+            raise DataError(
+                f"{self.path}: special ids (pad, unk, bos, eos) are {got}, expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+            )
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
     @classmethod
-    def train(cls, texts: Iterable[str], model_file: str | os.PathLike, vocab_size: int = 8000,
-              max_sentences: int = 2_000_000, threads: int | None = None, *, model_type: str = "bpe",
-              user_symbols: Sequence[str] = ()) -> Tokenizer:
+    def train(
+        cls,
+        texts: Iterable[str],
+        model_file: str | os.PathLike,
+        vocab_size: int = 8000,
+        max_sentences: int = 2_000_000,
+        threads: int | None = None,
+        *,
+        model_type: str = "bpe",
+        user_symbols: Sequence[str] = (),
+    ) -> Tokenizer:
         """Train a BPE model on an iterator of lines (source and target text together).
 
         `model_type="char"` makes one piece per character seen, with nothing normalised (spaces, runs of
@@ -50,17 +59,35 @@ class Tokenizer:
         model_file.parent.mkdir(parents=True, exist_ok=True)
         proto = io.BytesIO()
         char = model_type == "char"
-        extra: dict = dict(normalization_rule_name="identity", remove_extra_whitespaces=False,
-                           add_dummy_prefix=False, split_by_whitespace=False) if char else {}
+        extra: dict = (
+            dict(
+                normalization_rule_name="identity",
+                remove_extra_whitespaces=False,
+                add_dummy_prefix=False,
+                split_by_whitespace=False,
+            )
+            if char
+            else {}
+        )
         if user_symbols:
             extra["user_defined_symbols"] = list(user_symbols)
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=proto, model_type=model_type,
-            vocab_size=vocab_size, character_coverage=1.0, byte_fallback=not char,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            input_sentence_size=max_sentences, shuffle_input_sentence=True,
-            num_threads=threads or os.cpu_count() or 1, minloglevel=2,
-            hard_vocab_limit=False, **extra,
+            sentence_iterator=iter(texts),
+            model_writer=proto,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            character_coverage=1.0,
+            byte_fallback=not char,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=threads or os.cpu_count() or 1,
+            minloglevel=2,
+            hard_vocab_limit=False,
+            **extra,
         )
         model_file.write_bytes(proto.getvalue())
         return cls(model_file)

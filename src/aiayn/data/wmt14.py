@@ -62,15 +62,20 @@ class Checksum:
 # is published for it, so its size is not checked.
 CHECKSUMS: dict[str, Checksum] = {
     "training-parallel-europarl-v7.tgz": Checksum(
-        657632379, sha256="0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7"),
+        657632379, sha256="0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7"
+    ),
     "training-parallel-commoncrawl.tgz": Checksum(
-        918311367, sha256="c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5"),
+        918311367, sha256="c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5"
+    ),
     "training-parallel-nc-v9.tgz": Checksum(
-        80418416, sha256="cb8953f292298e6877ae433c98912b927cb0766b303f4540512ddd286c748485"),
+        80418416, sha256="cb8953f292298e6877ae433c98912b927cb0766b303f4540512ddd286c748485"
+    ),
     "training-parallel-un.tgz": Checksum(
-        2365634246, sha256="29141b5c1eba149a94f7a59d3b1a834b2e47fe0f8758d68dcd77a3d3f497ee47"),
+        2365634246, sha256="29141b5c1eba149a94f7a59d3b1a834b2e47fe0f8758d68dcd77a3d3f497ee47"
+    ),
     "training-giga-fren.tar": Checksum(
-        2595102720, sha256="3ff8319f6919393520559bfbc7ad6a747ec81b3abc7be9993b338d4b017b4d9a"),
+        2595102720, sha256="3ff8319f6919393520559bfbc7ad6a747ec81b3abc7be9993b338d4b017b4d9a"
+    ),
     "dev.tgz": Checksum(38654961, sha256="7a7deccf82ebb05ba508dba5eb21356492224e8f630ec4f992132b029b4b25e7"),
     "test-full.tgz": Checksum(None, md5="a8cd784e006feb32ac6f3d9ec7eb389a"),
 }
@@ -99,18 +104,30 @@ class Corpus:
 def _train(x: str) -> list[Corpus]:
     pair = f"{x}-en"  # the archives name the pairs X-en
     corpora = [
-        Corpus("europarl-v7", "training-parallel-europarl-v7.tgz",
-               {lang: f"training/europarl-v7.{pair}.{lang}" for lang in ("en", x)}),
-        Corpus("commoncrawl", "training-parallel-commoncrawl.tgz",
-               {lang: f"commoncrawl.{pair}.{lang}" for lang in ("en", x)}),
-        Corpus("news-commentary-v9", "training-parallel-nc-v9.tgz",
-               {lang: f"training/news-commentary-v9.{pair}.{lang}" for lang in ("en", x)}),
+        Corpus(
+            "europarl-v7",
+            "training-parallel-europarl-v7.tgz",
+            {lang: f"training/europarl-v7.{pair}.{lang}" for lang in ("en", x)},
+        ),
+        Corpus(
+            "commoncrawl",
+            "training-parallel-commoncrawl.tgz",
+            {lang: f"commoncrawl.{pair}.{lang}" for lang in ("en", x)},
+        ),
+        Corpus(
+            "news-commentary-v9",
+            "training-parallel-nc-v9.tgz",
+            {lang: f"training/news-commentary-v9.{pair}.{lang}" for lang in ("en", x)},
+        ),
     ]
     if x == "fr":
         corpora += [
             Corpus("un", "training-parallel-un.tgz", {lang: f"un/undoc.2000.{pair}.{lang}" for lang in ("en", x)}),
-            Corpus("giga-fren", "training-giga-fren.tar",  # gzipped text inside a plain tar
-                   {lang: f"giga-fren.release2.fixed.{lang}.gz" for lang in ("en", x)}),
+            Corpus(
+                "giga-fren",
+                "training-giga-fren.tar",  # gzipped text inside a plain tar
+                {lang: f"giga-fren.release2.fixed.{lang}.gz" for lang in ("en", x)},
+            ),
         ]
     return corpora
 
@@ -121,8 +138,14 @@ def splits(pair: str) -> dict[str, list[Corpus]]:
     return {
         "train": _train(x),
         "valid": [Corpus("newstest2013", "dev.tgz", {lang: f"dev/newstest2013.{lang}" for lang in ("en", x)})],
-        "test": [Corpus("newstest2014", "test-full.tgz", {"en": f"test-full/newstest2014-{x}en-src.en.sgm",
-                                                            x: f"test-full/newstest2014-{x}en-ref.{x}.sgm"}, sgm=True)],
+        "test": [
+            Corpus(
+                "newstest2014",
+                "test-full.tgz",
+                {"en": f"test-full/newstest2014-{x}en-src.en.sgm", x: f"test-full/newstest2014-{x}en-ref.{x}.sgm"},
+                sgm=True,
+            )
+        ],
     }
 
 
@@ -137,7 +160,7 @@ def root() -> Path:
 
 
 def pair_of(src_lang: str, tgt_lang: str) -> str:
-    """"en-de" for en->de and de->en: the files are per language, so one preparation serves both."""
+    """ "en-de" for en->de and de->en: the files are per language, so one preparation serves both."""
     langs = {src_lang, tgt_lang}
     for pair in PAIRS:
         if langs == set(pair.split("-")):
@@ -157,9 +180,14 @@ def locate(src_lang: str, tgt_lang: str, data_dir: str | os.PathLike | None = No
     return {s: (d / f"{s}.{src_lang}", d / f"{s}.{tgt_lang}") for s in ("train", "valid", "test")}
 
 
-def get(pair: str, data_dir: str | os.PathLike | None = None, base_url: str | None = None,
-        checksums: dict[str, Checksum] | None = None, log: Callable[[str], None] | None = None,
-        progress: bool = True) -> Path:
+def get(
+    pair: str,
+    data_dir: str | os.PathLike | None = None,
+    base_url: str | None = None,
+    checksums: dict[str, Checksum] | None = None,
+    log: Callable[[str], None] | None = None,
+    progress: bool = True,
+) -> Path:
     """Download (or take from `data_dir`) the archives of `pair`, verify them and write the train, valid
     and test files into $AIAYN_HOME/wmt14/<pair>/. Returns that directory.
 
@@ -174,8 +202,9 @@ def get(pair: str, data_dir: str | os.PathLike | None = None, base_url: str | No
         return out
 
     archive_dir = root() / "archives"
-    paths = {name: _archive(name, table[name], data_dir, archive_dir, base_url, log, progress)
-             for name in archives(pair)}
+    paths = {
+        name: _archive(name, table[name], data_dir, archive_dir, base_url, log, progress) for name in archives(pair)
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)  # the files below change: no longer intact
     files: dict[str, dict[str, int]] = {}
@@ -199,8 +228,10 @@ def get(pair: str, data_dir: str | os.PathLike | None = None, base_url: str | No
         finally:
             for t in tmps.values():
                 t.unlink(missing_ok=True)
-    _write_json(out / "manifest.json", {"format": _FORMAT, "pair": pair, "archives": _fingerprint(pair, table),
-                                        "corpora": corpora, "files": files})
+    _write_json(
+        out / "manifest.json",
+        {"format": _FORMAT, "pair": pair, "archives": _fingerprint(pair, table), "corpora": corpora, "files": files},
+    )
     return out
 
 
@@ -211,8 +242,11 @@ def summary(pair: str) -> str:
     if m is None:
         raise DataError(f"wmt14 {pair} is not prepared in {d}")
     x = pair.split("-")[1]
-    return f"wmt14 {pair} in {d}: " + ", ".join(f"{s} {m['files'][f'{s}.{x}']['lines']:,}" for s in
-                                                 ("train", "valid", "test")) + " pairs, verified"
+    return (
+        f"wmt14 {pair} in {d}: "
+        + ", ".join(f"{s} {m['files'][f'{s}.{x}']['lines']:,}" for s in ("train", "valid", "test"))
+        + " pairs, verified"
+    )
 
 
 def read_sgm(data: bytes) -> list[str]:
@@ -226,6 +260,7 @@ def read_sgm(data: bytes) -> list[str]:
 
 
 # -- internals --------------------------------------------------------------------------------------
+
 
 def _check_pair(pair: str) -> str:
     if pair not in PAIRS:
@@ -253,8 +288,15 @@ def _intact(d: Path) -> dict | None:
     return m if m.get("files") else None
 
 
-def _archive(name: str, ck: Checksum, data_dir: str | os.PathLike | None, archive_dir: Path,
-             base_url: str | None, log: Callable[[str], None] | None, progress: bool) -> Path:
+def _archive(
+    name: str,
+    ck: Checksum,
+    data_dir: str | os.PathLike | None,
+    archive_dir: Path,
+    base_url: str | None,
+    log: Callable[[str], None] | None,
+    progress: bool,
+) -> Path:
     """A verified local copy of archive `name`: from `data_dir`, the cache, or downloaded into the cache."""
     if data_dir is not None and (Path(data_dir) / name).is_file():
         return _verified(Path(data_dir) / name, ck)
@@ -267,8 +309,17 @@ def _archive(name: str, ck: Checksum, data_dir: str | os.PathLike | None, archiv
     if log:
         log(f"downloading {url}" + (f" ({ck.size / 2**20:,.0f} MiB)" if ck.size else ""))
     where = f"{data_dir} (--data-dir)" if data_dir is not None else str(archive_dir)
-    return download(url, path, ck.sha256, md5=ck.md5, size=ck.size, resume=True, progress=progress,
-                    timeout=120.0, hint=f"; copy the archives into {where} or pass --base-url")
+    return download(
+        url,
+        path,
+        ck.sha256,
+        md5=ck.md5,
+        size=ck.size,
+        resume=True,
+        progress=progress,
+        timeout=120.0,
+        hint=f"; copy the archives into {where} or pass --base-url",
+    )
 
 
 def _verified(path: Path, ck: Checksum) -> Path:

@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {"beam_search": "search", "greedy_search": "search", "max_lengths": "search",
-            "Ensemble": "ensemble", "load_members": "ensemble", "Translator": "translator",
-            "Sampling": "sampling", "generate": "sampling", "log_likelihood": "sampling"}
+_EXPORTS = {
+    "beam_search": "search",
+    "greedy_search": "search",
+    "max_lengths": "search",
+    "Ensemble": "ensemble",
+    "load_members": "ensemble",
+    "Translator": "translator",
+    "Sampling": "sampling",
+    "generate": "sampling",
+    "log_likelihood": "sampling",
+}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 

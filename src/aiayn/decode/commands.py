@@ -43,16 +43,27 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     # (§6.1); `decode_config` resolves them into one DecodeConfig.
     d = DecodeConfig()
     p.add_argument("--beam", type=int, help=f"beam size; 1 = greedy (default: the run's decode.beam, else {d.beam})")
-    p.add_argument("--lenpen", type=float, help=f"GNMT length penalty alpha, 0 disables (default: the run's "
-                                                f"decode.length_penalty, else {d.length_penalty})")
-    p.add_argument("--max-len-a", type=float, help=f"max output length = a * source length + b (default: the run's "
-                                                   f"decode.max_len_a/b, else a={d.max_len_a})")
+    p.add_argument(
+        "--lenpen",
+        type=float,
+        help=f"GNMT length penalty alpha, 0 disables (default: the run's "
+        f"decode.length_penalty, else {d.length_penalty})",
+    )
+    p.add_argument(
+        "--max-len-a",
+        type=float,
+        help=f"max output length = a * source length + b (default: the run's decode.max_len_a/b, else a={d.max_len_a})",
+    )
     p.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
-    p.add_argument("--max-tokens", type=int, help=f"batch budget: source tokens x beam (default: the run's "
-                                                  f"decode.max_tokens, else {d.max_tokens})")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        help=f"batch budget: source tokens x beam (default: the run's decode.max_tokens, else {d.max_tokens})",
+    )
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present; cpu with --int8)")
-    p.add_argument("--int8", action="store_true",
-                   help="int8 weights (one scale per output row) and int8 matrix products; CPU only")
+    p.add_argument(
+        "--int8", action="store_true", help="int8 weights (one scale per output row) and int8 matrix products; CPU only"
+    )
 
 
 def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -73,8 +84,13 @@ def decode_config(a: argparse.Namespace) -> DecodeConfig:
     on the command line replacing its field; checked."""
     from aiayn.errors import AiaynError
 
-    flags = {"beam": a.beam, "length_penalty": a.lenpen, "max_len_a": a.max_len_a, "max_len_b": a.max_len_b,
-             "max_tokens": a.max_tokens}
+    flags = {
+        "beam": a.beam,
+        "length_penalty": a.lenpen,
+        "max_len_a": a.max_len_a,
+        "max_len_b": a.max_len_b,
+        "max_tokens": a.max_tokens,
+    }
     d = dataclasses.replace(_decode_defaults(_members(a)[0]), **{k: v for k, v in flags.items() if v is not None})
     if d.beam < 1 or d.length_penalty < 0 or d.max_len_b < 0 or d.max_len_a < 0 or d.max_tokens < 1:
         raise AiaynError("need --beam >= 1, --lenpen >= 0, --max-len-a/b >= 0 and --max-tokens >= 1")
@@ -107,8 +123,9 @@ def _translate(a: argparse.Namespace) -> int:
             if a.n_best == 1:
                 text = "".join(h[0][0] + "\n" for h in nbest)
             else:  # Moses n-best style: index ||| hypothesis ||| score
-                text = "".join(f"{seen + i} ||| {hyp} ||| {score:.4f}\n"
-                               for i, h in enumerate(nbest) for hyp, score in h)
+                text = "".join(
+                    f"{seen + i} ||| {hyp} ||| {score:.4f}\n" for i, h in enumerate(nbest) for hyp, score in h
+                )
             seen += len(lines)
             out.write(text.encode("utf-8"))
             out.flush()
@@ -132,16 +149,29 @@ def _evaluate(a: argparse.Namespace) -> int:
     decode = decode_config(a)
     first, more = _members(a)
     res = evaluate_run(
-        first, split=a.split, src=a.src, ref=a.ref, hyp=a.hyp, tokenized=a.tokenized_bleu,
-        lang=a.lang, average_last=a.average_last, output=a.output, device=a.device,
-        ensemble=more, int8=a.int8, decode=decode)
+        first,
+        split=a.split,
+        src=a.src,
+        ref=a.ref,
+        hyp=a.hyp,
+        tokenized=a.tokenized_bleu,
+        lang=a.lang,
+        average_last=a.average_last,
+        output=a.output,
+        device=a.device,
+        ensemble=more,
+        int8=a.int8,
+        decode=decode,
+    )
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")
     print(res["chrf_str"])
     print(f"  signature: {res['chrf_signature']}")
     if "tokenized_bleu" in res:
-        print(f"tokenized BLEU (lowercased, punctuation-normalised, Moses-tokenized; multi-bleu.perl) "
-              f"= {res['tokenized_bleu']:.2f}")
+        print(
+            f"tokenized BLEU (lowercased, punctuation-normalised, Moses-tokenized; multi-bleu.perl) "
+            f"= {res['tokenized_bleu']:.2f}"
+        )
     if a.json:
         print(json.dumps({k: v for k, v in res.items() if not k.endswith("_str")}))
     return 0
@@ -149,29 +179,51 @@ def _evaluate(a: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate lines (stdin -> stdout, or files) with beam search")
-    p.add_argument("-c", "--checkpoint", required=True, nargs="+", metavar="RUN",
-                   help="run directory or .safetensors weights file; several: an ensemble (mean of their "
-                        "probabilities; one spm.model)")
+    p.add_argument(
+        "-c",
+        "--checkpoint",
+        required=True,
+        nargs="+",
+        metavar="RUN",
+        help="run directory or .safetensors weights file; several: an ensemble (mean of their "
+        "probabilities; one spm.model)",
+    )
     p.add_argument("--input", help="source text file (default: stdin, streamed line by line)")
     p.add_argument("--output", help="output file (default: stdout)")
-    p.add_argument("--n-best", type=int, default=1,
-                   help="print the N best hypotheses per line as 'i ||| text ||| score' (default 1)")
+    p.add_argument(
+        "--n-best",
+        type=int,
+        default=1,
+        help="print the N best hypotheses per line as 'i ||| text ||| score' (default 1)",
+    )
     _add_search_args(p)
     p.set_defaults(run=_translate)
 
     p = sub.add_parser("evaluate", help="translate a test set and score it: sacreBLEU + chrF (+ tokenized BLEU)")
-    p.add_argument("-c", "--checkpoint", nargs="+", metavar="RUN",
-                   help="run directory or .safetensors weights file; several: an ensemble (the first run's "
-                        "data for --split)")
+    p.add_argument(
+        "-c",
+        "--checkpoint",
+        nargs="+",
+        metavar="RUN",
+        help="run directory or .safetensors weights file; several: an ensemble (the first run's data for --split)",
+    )
     p.add_argument("--split", help="test | valid | test_2016_flickr | val: the run's own data (config.yaml)")
     p.add_argument("--src", help="source file (with --ref)")
     p.add_argument("--ref", help="reference file")
     p.add_argument("--hyp", help="score this hypothesis file against --ref instead of translating")
-    p.add_argument("--tokenized-bleu", action="store_true",
-                   help="also report lowercased Moses-tokenized BLEU (published Multi30k/WMT protocol)")
+    p.add_argument(
+        "--tokenized-bleu",
+        action="store_true",
+        help="also report lowercased Moses-tokenized BLEU (published Multi30k/WMT protocol)",
+    )
     p.add_argument("--lang", help="target language for --tokenized-bleu (default: the run's data.tgt_lang)")
-    p.add_argument("--average-last", type=int, default=0, metavar="K",
-                   help="evaluate the average of the last K step checkpoints of the run (of each run)")
+    p.add_argument(
+        "--average-last",
+        type=int,
+        default=0,
+        metavar="K",
+        help="evaluate the average of the last K step checkpoints of the run (of each run)",
+    )
     p.add_argument("--output", help="also write the hypotheses to this file")
     p.add_argument("--json", action="store_true", help="also print the scores as one JSON line")
     _add_search_args(p)

@@ -53,11 +53,17 @@ class Ensemble(nn.Module):
         first = models[0].config
         for m in models[1:]:
             c = m.config
-            if (c.vocab_size, c.pad_id, c.bos_id, c.eos_id) != (first.vocab_size, first.pad_id, first.bos_id,
-                                                                 first.eos_id):
-                raise AiaynError(f"ensemble members must share one vocabulary: vocab_size/pad/bos/eos "
-                                 f"{first.vocab_size}/{first.pad_id}/{first.bos_id}/{first.eos_id} vs "
-                                 f"{c.vocab_size}/{c.pad_id}/{c.bos_id}/{c.eos_id}")
+            if (c.vocab_size, c.pad_id, c.bos_id, c.eos_id) != (
+                first.vocab_size,
+                first.pad_id,
+                first.bos_id,
+                first.eos_id,
+            ):
+                raise AiaynError(
+                    f"ensemble members must share one vocabulary: vocab_size/pad/bos/eos "
+                    f"{first.vocab_size}/{first.pad_id}/{first.bos_id}/{first.eos_id} vs "
+                    f"{c.vocab_size}/{c.pad_id}/{c.bos_id}/{c.eos_id}"
+                )
         self.models = nn.ModuleList(models)
         # Outputs are bounded by the member with the fewest positions.
         self.config = dataclasses.replace(first, max_positions=min(m.config.max_positions for m in models))
@@ -84,8 +90,9 @@ class Ensemble(nn.Module):
         return mean, EnsembleCache(caches)
 
 
-def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device = "cpu",
-                 average_last: int = 0) -> tuple[nn.Module, Path]:
+def load_members(
+    paths: Sequence[str | os.PathLike], device: str | torch.device = "cpu", average_last: int = 0
+) -> tuple[nn.Module, Path]:
     """Load each run directory or weights file (with `average_last` K: the average of each run's last
     K step checkpoints) -> (the model, or an `Ensemble` of several; the shared spm.model).
 
@@ -107,6 +114,8 @@ def load_members(paths: Sequence[str | os.PathLike], device: str | torch.device 
     spm = [find_tokenizer(p) for p in paths]
     for p, s in zip(paths[1:], spm[1:]):
         if s.read_bytes() != spm[0].read_bytes():
-            raise AiaynError(f"ensemble members need the same spm.model: {s} (for {p}) differs from {spm[0]} "
-                             f"(for {paths[0]}), so their token ids mean different pieces")
+            raise AiaynError(
+                f"ensemble members need the same spm.model: {s} (for {p}) differs from {spm[0]} "
+                f"(for {paths[0]}), so their token ids mean different pieces"
+            )
     return (models[0] if len(models) == 1 else Ensemble(models)), spm[0]

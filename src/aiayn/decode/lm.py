@@ -42,8 +42,13 @@ class Scored:
 
 
 class LanguageModel:
-    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, running_text: bool = False,
-                 device: str | torch.device | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Tokenizer,
+        running_text: bool = False,
+        device: str | torch.device | None = None,
+    ) -> None:
         config = model_config(model)
         if config.kind != "decoder-only":
             raise AiaynError(f"generation needs a decoder-only model (task lm), not {config.kind}")
@@ -59,8 +64,9 @@ class LanguageModel:
         weights = resolve_weights(path)
         kind = weights_config(weights).kind
         if kind != "decoder-only":
-            raise AiaynError(f"{weights} holds a {kind} model; `aiayn generate` and `aiayn score` need a "
-                             f"decoder-only run (task lm)")
+            raise AiaynError(
+                f"{weights} holds a {kind} model; `aiayn generate` and `aiayn score` need a decoder-only run (task lm)"
+            )
         found = find_in_run(weights, "config.yaml")
         running = found is not None and Config.load(str(found)).data.text_unit == "document"
         return cls(load_model(weights, "cpu"), Tokenizer(find_tokenizer(weights)), running, device)
@@ -71,8 +77,9 @@ class LanguageModel:
             return ids or [self.newline if self.newline is not None else self.tokenizer.eos_id]
         return [self.tokenizer.bos_id, *ids]
 
-    def generate(self, prompt: str = "", sampling: Sampling | None = None,
-                 on_text: Callable[[str], None] | None = None) -> str:
+    def generate(
+        self, prompt: str = "", sampling: Sampling | None = None, on_text: Callable[[str], None] | None = None
+    ) -> str:
         """The continuation of `prompt` (without the prompt). `on_text` receives it piece by piece as
         it is generated (each call: the new characters), for streaming."""
         s = sampling or Sampling()
@@ -85,7 +92,7 @@ class LanguageModel:
         def continuation(new: list[int]) -> str:
             # decoded after the prompt's pieces, so that a piece's leading space ("▁dog") is kept
             full = self.tokenizer.decode(prefix + new)
-            return full[len(base):] if full.startswith(base) else self.tokenizer.decode(new)
+            return full[len(base) :] if full.startswith(base) else self.tokenizer.decode(new)
 
         def stream(step: torch.Tensor) -> None:
             nonlocal shown
@@ -94,13 +101,13 @@ class LanguageModel:
             made.append(int(step[0]))
             text = continuation(made)
             if len(text) > len(shown) and text.startswith(shown):  # BPE may reshape the tail: show what is settled
-                on_text(text[len(shown):])
+                on_text(text[len(shown) :])
                 shown = text
 
         out = generate(self.model, ids, s, on_token=stream)[0]
         text = continuation(out)
         if on_text is not None and len(text) > len(shown) and text.startswith(shown):
-            on_text(text[len(shown):])
+            on_text(text[len(shown) :])
         return text
 
     @torch.inference_mode()
@@ -111,7 +118,7 @@ class LanguageModel:
         limit = self.context
         for i in range(0, len(lines), batch_size):
             rows = []
-            for line in lines[i:i + batch_size]:
+            for line in lines[i : i + batch_size]:
                 ids = self.tokenizer.encode(line)
                 rows.append(ids if self.running_text else [self.tokenizer.bos_id, *ids, self.tokenizer.eos_id])
             rows = [r[: limit + 1] for r in rows]

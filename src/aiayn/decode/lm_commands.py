@@ -7,9 +7,12 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="continue a prompt with a decoder-only (task lm) model",
-                       description="Sample a continuation token by token on the model's cache and stream it to "
-                                   "stdout. --temperature 0 is greedy.")
+    p = sub.add_parser(
+        "generate",
+        help="continue a prompt with a decoder-only (task lm) model",
+        description="Sample a continuation token by token on the model's cache and stream it to "
+        "stdout. --temperature 0 is greedy.",
+    )
     p.add_argument("-c", "--checkpoint", required=True, help="run directory or weights file")
     p.add_argument("prompt", nargs="?", default="", help="text to continue (default: none)")
     p.add_argument("--max-tokens", type=int, default=200, help="tokens to generate at most (default 200)")
@@ -33,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         try:
             for k in range(a.num_samples):
                 seed = None if a.seed is None else a.seed + k
-                s = Sampling(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, max_tokens=a.max_tokens,
-                             seed=seed)
+                s = Sampling(
+                    temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, max_tokens=a.max_tokens, seed=seed
+                )
                 if a.num_samples > 1:
                     print(f"--- sample {k + 1}" + ("" if seed is None else f" (seed {seed})"), flush=True)
                 sys.stdout.write(a.prompt)
@@ -68,8 +72,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         for s in scored:
             print(f"{s.logprob:.4f}\t{s.tokens}\t{s.ppl:.3f}")
         total, n = sum(s.logprob for s in scored), sum(s.tokens for s in scored)
-        print(f"{len(scored)} lines, {n} tokens: {-total / max(1, n):.4f} nats/token, perplexity "
-              f"{math.exp(-total / max(1, n)):.3f}", file=sys.stderr)
+        print(
+            f"{len(scored)} lines, {n} tokens: {-total / max(1, n):.4f} nats/token, perplexity "
+            f"{math.exp(-total / max(1, n)):.3f}",
+            file=sys.stderr,
+        )
         return 0
 
     p.set_defaults(run=run_score)

@@ -56,9 +56,14 @@ def next_token(logits: Tensor, sampling: Sampling, generator: torch.Generator | 
 
 
 @torch.inference_mode()
-def generate(model, prompt: Tensor, sampling: Sampling | None = None,
-             on_token: Callable[[Tensor], None] | None = None, context: int | None = None,
-             banned: Sequence[int] = ()) -> list[list[int]]:
+def generate(
+    model,
+    prompt: Tensor,
+    sampling: Sampling | None = None,
+    on_token: Callable[[Tensor], None] | None = None,
+    context: int | None = None,
+    banned: Sequence[int] = (),
+) -> list[list[int]]:
     """Continue each row of a (B, T) prompt (right-padded rows are not supported: give prompts of one
     length or one at a time) until EOS or `max_tokens`; returns the new ids per row (without EOS).
     `on_token((B,) ids)` sees every step as it is made, for streaming.

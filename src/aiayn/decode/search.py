@@ -32,8 +32,9 @@ from aiayn.model.masks import padding_mask
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
 
 
-def max_lengths(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a,
-                max_len_b: float = DecodeConfig.max_len_b) -> Tensor:
+def max_lengths(
+    model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a, max_len_b: float = DecodeConfig.max_len_b
+) -> Tensor:
     """(B, S) source ids -> (B,) maximum number of output tokens before EOS."""
     cfg = model.config
     src_len = (src != cfg.pad_id).sum(1).double()  # (B,)
@@ -51,7 +52,7 @@ def _blocks(x: Tensor) -> tuple[Tensor, Tensor | None]:
     R, V = x.shape
     n = V // CHUNK
     body = x[:, : n * CHUNK].reshape(R, n, CHUNK)
-    return body, (x[:, n * CHUNK:] if V % CHUNK else None)
+    return body, (x[:, n * CHUNK :] if V % CHUNK else None)
 
 
 def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -101,8 +102,9 @@ def _start(model: Decodable, src: Tensor, max_len: Tensor):
 
 
 @torch.inference_mode()
-def greedy_search(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a,
-                  max_len_b: float = DecodeConfig.max_len_b) -> list[list[int]]:
+def greedy_search(
+    model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a, max_len_b: float = DecodeConfig.max_len_b
+) -> list[list[int]]:
     """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
     cfg = model.config
     B, dev = src.size(0), src.device
@@ -132,9 +134,15 @@ def greedy_search(model: Decodable, src: Tensor, max_len_a: float = DecodeConfig
 
 
 @torch.inference_mode()
-def beam_search(model: Decodable, src: Tensor, beam: int = DecodeConfig.beam,
-                length_penalty: float = DecodeConfig.length_penalty, max_len_a: float = DecodeConfig.max_len_a,
-                max_len_b: float = DecodeConfig.max_len_b, n_best: int = 1) -> Hypotheses:
+def beam_search(
+    model: Decodable,
+    src: Tensor,
+    beam: int = DecodeConfig.beam,
+    length_penalty: float = DecodeConfig.length_penalty,
+    max_len_a: float = DecodeConfig.max_len_a,
+    max_len_b: float = DecodeConfig.max_len_b,
+    n_best: int = 1,
+) -> Hypotheses:
     """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
 
     Each step scores every (beam, token) continuation, takes the best 2k candidates per sentence,

@@ -60,17 +60,25 @@ class Translator:
     """A model + its tokenizer + the search settings it decodes with (`decode`; its `max_tokens` bounds
     a batch: padded source tokens x beam). `max_tokens`, when given, overrides `decode.max_tokens`."""
 
-    def __init__(self, model, tokenizer: Tokenizer, device: str | torch.device | None = None,
-                 max_tokens: int | None = None, max_input_len: int | None = None,
-                 decode: DecodeConfig | None = None) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer,
+        device: str | torch.device | None = None,
+        max_tokens: int | None = None,
+        max_input_len: int | None = None,
+        decode: DecodeConfig | None = None,
+    ) -> None:
         on = next(model.parameters()).device
         # device=None: keep a model already on an accelerator; else CUDA when present.
         self.device = on if device is None and on.type != "cpu" else auto_device(device)
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         if tokenizer.vocab_size > model.config.vocab_size:
-            raise AiaynError(f"tokenizer has {tokenizer.vocab_size} pieces but the model only "
-                             f"{model.config.vocab_size}: wrong spm.model for this checkpoint?")
+            raise AiaynError(
+                f"tokenizer has {tokenizer.vocab_size} pieces but the model only "
+                f"{model.config.vocab_size}: wrong spm.model for this checkpoint?"
+            )
         decode = decode or DecodeConfig()
         self.decode = decode if max_tokens is None else dataclasses.replace(decode, max_tokens=max_tokens)
         # Source pieces + EOS must fit the model's positions.
@@ -82,9 +90,17 @@ class Translator:
         return self.decode.max_tokens
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: str | torch.device | None = None, *,
-             ensemble: Sequence[str | os.PathLike] = (), average_last: int = 0, int8: bool = False,
-             decode: DecodeConfig | None = None, **kw) -> Translator:
+    def load(
+        cls,
+        path: str | os.PathLike,
+        device: str | torch.device | None = None,
+        *,
+        ensemble: Sequence[str | os.PathLike] = (),
+        average_last: int = 0,
+        int8: bool = False,
+        decode: DecodeConfig | None = None,
+        **kw,
+    ) -> Translator:
         """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
         `decode`: the search settings; None reads the run's config.yaml `decode` section (DecodeConfig()
         when there is none). `ensemble`: more runs/weights decoded together with `path`
@@ -97,15 +113,26 @@ class Translator:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
         return cls(model, Tokenizer(spm), dev, decode=decode if decode is not None else run_decode_config(path), **kw)
 
-    def search_config(self, beam: int | None = None, length_penalty: float | None = None,
-                      max_len_a: float | None = None, max_len_b: float | None = None) -> DecodeConfig:
+    def search_config(
+        self,
+        beam: int | None = None,
+        length_penalty: float | None = None,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+    ) -> DecodeConfig:
         """`decode` with the given (not None) settings replacing its own."""
-        given: dict[str, Any] = dict(beam=beam, length_penalty=length_penalty, max_len_a=max_len_a,
-                                     max_len_b=max_len_b)
+        given: dict[str, Any] = dict(beam=beam, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
         return dataclasses.replace(self.decode, **{k: v for k, v in given.items() if v is not None})
 
-    def translate(self, lines: Sequence[str], beam: int | None = None, length_penalty: float | None = None,
-                  max_len_a: float | None = None, max_len_b: float | None = None, n_best: int = 1) -> list:
+    def translate(
+        self,
+        lines: Sequence[str],
+        beam: int | None = None,
+        length_penalty: float | None = None,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+        n_best: int = 1,
+    ) -> list:
         """Translate lines, input order kept; empty line -> "". beam=1 is greedy search. A setting left
         None is the Translator's own (`decode`).
 
@@ -116,9 +143,16 @@ class Translator:
             return [h[0][0] if h else "" for h in nbest]
         return [[text for text, _ in h] for h in nbest]
 
-    def translate_scored(self, lines: Sequence[str], beam: int | None = None, length_penalty: float | None = None,
-                         max_len_a: float | None = None, max_len_b: float | None = None,
-                         n_best: int = 1, first_line: int = 1) -> list[list[tuple[str, float]]]:
+    def translate_scored(
+        self,
+        lines: Sequence[str],
+        beam: int | None = None,
+        length_penalty: float | None = None,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+        n_best: int = 1,
+        first_line: int = 1,
+    ) -> list[list[tuple[str, float]]]:
         """Like `translate`, with each hypothesis' score (sum log p / lp; greedy: nan). `first_line`:
         the number of lines[0] in the user's input, for warnings (a stream is translated in chunks)."""
         d = self.search_config(beam, length_penalty, max_len_a, max_len_b)
@@ -127,8 +161,11 @@ class Translator:
         limit = self.max_input_len - 1  # room for EOS
         for i, ids in enumerate(encoded):
             if len(ids) > limit:
-                print(f"aiayn: warning: input line {first_line + i} has {len(ids)} pieces; truncated to {limit}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"aiayn: warning: input line {first_line + i} has {len(ids)} pieces; truncated to {limit}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 encoded[i] = ids[:limit]
         results: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in texts]
         order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
@@ -142,8 +179,14 @@ class Translator:
             self._run(batch, encoded, results, d, n_best)
         return results
 
-    def _run(self, batch: list[int], encoded: list[list[int]], results: list[list[tuple[str, float]]],
-             d: DecodeConfig, n_best: int) -> None:
+    def _run(
+        self,
+        batch: list[int],
+        encoded: list[list[int]],
+        results: list[list[tuple[str, float]]],
+        d: DecodeConfig,
+        n_best: int,
+    ) -> None:
         eos, pad = self.model.config.eos_id, self.model.config.pad_id
         S = max(len(encoded[i]) for i in batch) + 1
         src = torch.full((len(batch), S), pad, dtype=torch.long)  # (B, S) pieces + EOS, right-padded

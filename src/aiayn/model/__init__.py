@@ -14,10 +14,22 @@ from aiayn.model.transformer import Transformer
 def build_model(config: ModelConfig) -> nn.Module:
     """The model a config describes: `config.kind` picks the encoder-decoder, the encoder-only or the
     decoder-only stack (all three from the same layer classes)."""
-    kinds: dict[str, type[nn.Module]] = {"encoder-decoder": Transformer, "encoder-only": EncoderOnly,
-                                          "decoder-only": DecoderOnly}
+    kinds: dict[str, type[nn.Module]] = {
+        "encoder-decoder": Transformer,
+        "encoder-only": EncoderOnly,
+        "decoder-only": DecoderOnly,
+    }
     return kinds[config.kind](config)
 
 
-__all__ = ["build_model", "Transformer", "EncoderOnly", "DecoderOnly", "DecoderCache", "padding_mask", "causal_mask",
-           "decoder_mask", "cross_mask"]
+__all__ = [
+    "build_model",
+    "Transformer",
+    "EncoderOnly",
+    "DecoderOnly",
+    "DecoderCache",
+    "padding_mask",
+    "causal_mask",
+    "decoder_mask",
+    "cross_mask",
+]

@@ -17,8 +17,13 @@ from aiayn.model.masks import band_mask, causal_mask
 
 
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
-    weights: list[Tensor] | None = None, causal: bool = False,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout: float = 0.0,
+    weights: list[Tensor] | None = None,
+    causal: bool = False,
 ) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V (§3.2.1). q (B, h, T, d_k), k (B, h, S, d_k), v (B, h, S, d_v); mask: bool
     (True = attend) or None; `causal` (T == S): query t also sees only keys <= t (§3.2.3), run by SDPA's
@@ -46,8 +51,9 @@ def attention(
     return F.dropout(probs, dropout, training=dropout > 0) @ v
 
 
-def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool,
-                       key_mask: Tensor | None = None, dropout: float = 0.0) -> Tensor:
+def windowed_attention(
+    q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool, key_mask: Tensor | None = None, dropout: float = 0.0
+) -> Tensor:
     """Restricted self-attention (Table 1): query i attends to keys j with |i - j| <= r (i - r <= j <= i
     when `causal`), in O(n * r) time and memory instead of O(n^2).
 
@@ -79,8 +85,9 @@ def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, causal: boo
     return out.reshape(B, h, nb * blk, -1)[:, :, :T]  # (B, h, T, d_v)
 
 
-def restrict(mask: Tensor | None, size_q: int, size_k: int, window: int, device: torch.device,
-             causal: bool = False) -> Tensor:
+def restrict(
+    mask: Tensor | None, size_q: int, size_k: int, window: int, device: torch.device, causal: bool = False
+) -> Tensor:
     """`mask` (bool or None; with `causal` the causal triangle too) AND the band of restricted
     self-attention, as one explicit mask; every query keeps its own position, as in
     `windowed_attention` (a pad query whose window holds only pad keys would otherwise give NaN,
@@ -119,16 +126,28 @@ class SelfAttention(_Heads):
     `window` r restricts each position to keys at most r positions away (Table 1's restricted
     self-attention; a causal mask makes it look back only)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
-                 d_value: int | None = None, window: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float = 0.0,
+        d_value: int | None = None,
+        window: int | None = None,
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, dropout, d_value)
         self.window = window
         self.sizes = [n_heads * d_head, n_heads * d_head, n_heads * self.d_v]
         self.qkv = nn.Linear(d_model, sum(self.sizes))  # [W^Q | W^K | W^V] for all heads
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, cache: DecoderCache | None = None, layer: int = 0,
-        weights: list[Tensor] | None = None, causal: bool = False,
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: DecoderCache | None = None,
+        layer: int = 0,
+        weights: list[Tensor] | None = None,
+        causal: bool = False,
     ) -> Tensor:
         """x (B, T, d_model); mask bool (True = attend) or None; `causal`: AND the causal triangle
         (T == number of keys, so not with a cache holding earlier positions)."""
@@ -138,7 +157,7 @@ class SelfAttention(_Heads):
         if self.window is not None:
             r, T = self.window, q.size(2)
             if cache is not None and T == 1:  # one new position: its window is the last r + 1 keys
-                k, v = k[:, :, -(r + 1):], v[:, :, -(r + 1):]
+                k, v = k[:, :, -(r + 1) :], v[:, :, -(r + 1) :]
             elif cache is None and weights is None and (mask is None or mask.size(2) == 1):
                 return self.merge(windowed_attention(q, k, v, r, causal, mask, self.p))
             else:  # plots and several cached positions: the band spelled out (the triangle in it)
@@ -153,8 +172,9 @@ class CrossAttention(_Heads):
     their source's keys/values, so the per-source K/V are never copied per beam.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
-                 d_value: int | None = None) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, d_value: int | None = None
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, dropout, d_value)
         self.q = nn.Linear(d_model, n_heads * d_head)
         self.sizes = [n_heads * d_head, n_heads * self.d_v]
@@ -165,7 +185,11 @@ class CrossAttention(_Heads):
         return self.split(k), self.split(v)  # (B, h, S, d_k), (B, h, S, d_v)
 
     def forward(
-        self, x: Tensor, kv: KV, mask: Tensor | None, weights: list[Tensor] | None = None,
+        self,
+        x: Tensor,
+        kv: KV,
+        mask: Tensor | None,
+        weights: list[Tensor] | None = None,
     ) -> Tensor:
         k, v = kv
         q = self.split(self.q(x))  # (B*G, h, T, d_k)

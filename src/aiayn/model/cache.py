@@ -47,11 +47,15 @@ class DecoderCache:
             self._spare = [None] * (2 * n)
 
     @classmethod
-    def self_only(cls, batch: int, layers: int, device: torch.device | None = None,
-                  capacity: int = 64) -> DecoderCache:
+    def self_only(cls, batch: int, layers: int, device: torch.device | None = None, capacity: int = 64) -> DecoderCache:
         """The cache of a decoder-only model: self-attention keys/values only, one row per sequence."""
-        return cls([], torch.ones(batch, 1, 1, 0, dtype=torch.bool, device=device), capacity=capacity,
-                   self_k=[None] * layers, self_v=[None] * layers)
+        return cls(
+            [],
+            torch.ones(batch, 1, 1, 0, dtype=torch.bool, device=device),
+            capacity=capacity,
+            self_k=[None] * layers,
+            self_v=[None] * layers,
+        )
 
     @property
     def sources(self) -> int:
@@ -65,8 +69,10 @@ class DecoderCache:
     def check_fresh(self) -> None:
         """Raise unless this value is the newest over its buffers (not yet extended or reordered)."""
         if self._written[0] != self.length:
-            raise RuntimeError("this DecoderCache value was already extended or reordered, so its buffers "
-                               "have moved on; use the cache returned by step/reorder/keep")
+            raise RuntimeError(
+                "this DecoderCache value was already extended or reordered, so its buffers "
+                "have moved on; use the cache returned by step/reorder/keep"
+            )
 
     def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
         """Store new keys/values (rows, h, T, d_k) at positions [length, length+T) of `layer`;

@@ -27,8 +27,17 @@ class DecoderOnly(nn.Module):
         self.config = c = config
         tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         self.embed = Embedding(tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
-        args = (c.d_model, c.n_heads, c.head_dim, c.d_ff, c.dropout, c.attention_dropout, c.norm, c.value_dim,
-                c.attention_window)
+        args = (
+            c.d_model,
+            c.n_heads,
+            c.head_dim,
+            c.d_ff,
+            c.dropout,
+            c.attention_dropout,
+            c.norm,
+            c.value_dim,
+            c.attention_window,
+        )
         self.layers = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_decoder_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -60,8 +69,7 @@ class DecoderOnly(nn.Module):
         x = self._stack(ids, offset, mask, False, cache)
         return self.generator(x), cache.advanced(ids.size(1))
 
-    def _stack(self, ids: Tensor, offset: int, mask: Tensor | None, causal: bool,
-               cache: DecoderCache | None) -> Tensor:
+    def _stack(self, ids: Tensor, offset: int, mask: Tensor | None, causal: bool, cache: DecoderCache | None) -> Tensor:
         x = self.embed(ids, offset)  # (B, T, d_model)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, cache=cache, index=i, causal=causal)

@@ -32,8 +32,17 @@ class EncoderOnly(nn.Module):
         tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         self.embed = Embedding(tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.segment_embed = nn.Embedding(2, c.d_model)  # sentence A / B of a pair (BERT)
-        args = (c.d_model, c.n_heads, c.head_dim, c.d_ff, c.dropout, c.attention_dropout, c.norm, c.value_dim,
-                c.attention_window)
+        args = (
+            c.d_model,
+            c.n_heads,
+            c.head_dim,
+            c.d_ff,
+            c.dropout,
+            c.attention_dropout,
+            c.norm,
+            c.value_dim,
+            c.attention_window,
+        )
         self.layers = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         # masked-token head: transform, then the tied embedding matrix plus a bias (BERT's)
@@ -47,8 +56,9 @@ class EncoderOnly(nn.Module):
         if c.tie_embeddings:
             self.mlm_out.weight = tokens.weight
 
-    def forward(self, ids: Tensor, segments: Tensor | None = None, *, where: Tensor | None = None,
-                classify: bool = False) -> Tensor:
+    def forward(
+        self, ids: Tensor, segments: Tensor | None = None, *, where: Tensor | None = None, classify: bool = False
+    ) -> Tensor:
         """(B, T) ids (right padded), optional (B, T) segment ids -> hidden states (B, T, d_model); with
         `where` the masked-token logits there (`mlm_logits`), with `classify` the class logits
         (`classify`). The heads run inside forward so that a DDP wrapper sees the whole computation."""

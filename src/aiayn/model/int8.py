@@ -30,21 +30,22 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     """A copy of `model` (a Transformer, an Ensemble, any module) with every nn.Linear as a dynamic
     int8 linear with per-output-row weight scales; the original is left untouched."""
     if any(p.device.type != "cpu" for p in model.parameters()):
-        raise AiaynError("int8 decoding runs on the CPU only (torch's int8 kernels): load the model with "
-                         "device='cpu' / --device cpu")
+        raise AiaynError(
+            "int8 decoding runs on the CPU only (torch's int8 kernels): load the model with device='cpu' / --device cpu"
+        )
     try:
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
     except ImportError as e:  # torch moves eager quantization to torchao; say so instead of a bare ImportError
-        raise AiaynError(f"int8 needs torch.ao.quantization.quantize_dynamic, missing in torch "
-                         f"{torch.__version__}: {e}") from None
+        raise AiaynError(
+            f"int8 needs torch.ao.quantization.quantize_dynamic, missing in torch {torch.__version__}: {e}"
+        ) from None
     was_training = model.training
     model.eval()
     try:
         with warnings.catch_warnings():
             # torch >= 2.10 announces the move of eager quantization to torchao on every call
             warnings.simplefilter("ignore")
-            q = quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
-                                 inplace=False)
+            q = quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=False)
     finally:
         model.train(was_training)
     return q

@@ -41,15 +41,32 @@ class EncoderLayer(nn.Module):
     """Self-attention, then FFN (§3.1). Under a causal mask, with a cache, it is also the block of a
     decoder-only model (the decoder layer without encoder-decoder attention)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attention_dropout: float, norm: str, d_value: int | None = None, window: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        norm: str,
+        d_value: int | None = None,
+        window: int | None = None,
+    ) -> None:
         super().__init__()
         self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value, window)
         self.ffn = FeedForward(d_model, d_ff)
         self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
 
-    def forward(self, x: Tensor, mask: Tensor | None, weights: list[Tensor] | None = None,
-                cache: DecoderCache | None = None, index: int = 0, causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        weights: list[Tensor] | None = None,
+        cache: DecoderCache | None = None,
+        index: int = 0,
+        causal: bool = False,
+    ) -> Tensor:
         x = self.r1.out(x, self.self_attn(self.r1.inp(x), mask, cache, index, weights, causal))
         return self.r2.out(x, self.ffn(self.r2.inp(x)))
 
@@ -57,8 +74,18 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, then FFN (§3.1)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attention_dropout: float, norm: str, d_value: int | None = None, window: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        norm: str,
+        d_value: int | None = None,
+        window: int | None = None,
+    ) -> None:
         super().__init__()
         self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value, window)
         self.cross_attn = CrossAttention(d_model, n_heads, d_head, attention_dropout, d_value)
@@ -66,8 +93,14 @@ class DecoderLayer(nn.Module):
         self.r1, self.r2, self.r3 = (Residual(d_model, dropout, norm) for _ in range(3))
 
     def forward(
-        self, x: Tensor, self_mask: Tensor | None, cross_kv: KV, cross_mask: Tensor,
-        cache: DecoderCache | None = None, index: int = 0, weights: dict[str, list[Tensor]] | None = None,
+        self,
+        x: Tensor,
+        self_mask: Tensor | None,
+        cross_kv: KV,
+        cross_mask: Tensor,
+        cache: DecoderCache | None = None,
+        index: int = 0,
+        weights: dict[str, list[Tensor]] | None = None,
         causal: bool = False,
     ) -> Tensor:
         """`causal`: self-attention ANDs the causal triangle into `self_mask` (§3.2.3; the teacher-forced

@@ -1,9 +1,9 @@
 """The encoder-decoder Transformer (paper §3, Figure 1).
 
-    memory = model.encode(src)                                   # (B, S, d_model)
-    logits = model.decode(tgt_in, memory, padding_mask(src))     # (B, T, V), teacher forcing
-    cache = model.init_cache(memory, src_mask)                   # incremental decoding:
-    logits, cache = model.step(step_ids, cache)                  # (B, 1, V) per step
+memory = model.encode(src)                                   # (B, S, d_model)
+logits = model.decode(tgt_in, memory, padding_mask(src))     # (B, T, V), teacher forcing
+cache = model.init_cache(memory, src_mask)                   # incremental decoding:
+logits, cache = model.step(step_ids, cache)                  # (B, 1, V) per step
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ AttentionWeights = dict[str, list[Tensor]]  # "encoder" | "decoder" | "cross" ->
 def init_parameters(module: nn.Module, d_model: int) -> None:
     """Xavier-uniform projections, zero biases, embeddings N(0, d_model^-0.5) (fairseq, tensor2tensor);
     the same for every family built from these layers."""
-    fused = {f"{n}.{'qkv' if isinstance(m, SelfAttention) else 'kv'}.weight": m.sizes  # [W^Q | W^K | W^V], [W^K | W^V]
-             for n, m in module.named_modules() if isinstance(m, (SelfAttention, CrossAttention))}
+    fused = {
+        f"{n}.{'qkv' if isinstance(m, SelfAttention) else 'kv'}.weight": m.sizes  # [W^Q | W^K | W^V], [W^K | W^V]
+        for n, m in module.named_modules()
+        if isinstance(m, (SelfAttention, CrossAttention))
+    }
     for name, p in module.named_parameters():
         if p.dim() == 2 and "embed" not in name:
             if name in fused:
@@ -56,8 +59,17 @@ class Transformer(nn.Module):
         self.src_embed = Embedding(src_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.tgt_embed = Embedding(tgt_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
 
-        args = (c.d_model, c.n_heads, d_head, c.d_ff, c.dropout, c.attention_dropout, c.norm, c.value_dim,
-                c.attention_window)
+        args = (
+            c.d_model,
+            c.n_heads,
+            d_head,
+            c.d_ff,
+            c.dropout,
+            c.attention_dropout,
+            c.norm,
+            c.value_dim,
+            c.attention_window,
+        )
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(c.n_decoder_layers))
         # Pre-LN stacks end with a LayerNorm; post-LN outputs are normalised already.
@@ -96,8 +108,14 @@ class Transformer(nn.Module):
             cross.append((k.contiguous(), v.contiguous()))
         return DecoderCache(cross, src_mask, capacity=capacity)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, attention: AttentionWeights | None = None,
-               keep: Tensor | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        attention: AttentionWeights | None = None,
+        keep: Tensor | None = None,
+    ) -> Tensor:
         """Teacher forcing: target ids (B, T) (BOS + y), memory (B, S, d_model), src_mask (B, 1, 1, S)
         -> logits (B, T, V), position t predicting y_{t+1} from positions <= t (§3.2.3).
 
@@ -136,16 +154,26 @@ class Transformer(nn.Module):
         x = self._decoder(ids, offset, cache.cross_kv, cache.src_mask, self_mask, False, cache, None)
         return self.generator(x), cache.advanced(ids.size(1))  # (B, T, V)
 
-    def _decoder(self, ids: Tensor, offset: int, cross_kv: list[KV], src_mask: Tensor, self_mask: Tensor | None,
-                 causal: bool, cache: DecoderCache | None, attention: AttentionWeights | None) -> Tensor:
+    def _decoder(
+        self,
+        ids: Tensor,
+        offset: int,
+        cross_kv: list[KV],
+        src_mask: Tensor,
+        self_mask: Tensor | None,
+        causal: bool,
+        cache: DecoderCache | None,
+        attention: AttentionWeights | None,
+    ) -> Tensor:
         """The decoder stack (§3.1) on (B, T) ids at positions offset.. -> states (B, T, d_model)."""
         x = self.tgt_embed(ids, offset)  # (B, T, d_model)
         for i, (layer, kv) in enumerate(zip(self.decoder, cross_kv)):
             x = layer(x, self_mask, kv, src_mask, cache, i, attention, causal)
         return self.decoder_norm(x)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None,
-                keep: Tensor | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, attention: AttentionWeights | None = None, keep: Tensor | None = None
+    ) -> Tensor:
         """Teacher forcing: (B, S) source, (B, T) target input (BOS + y) -> logits (B, T, V),
         or (n, V) at the flat positions `keep` (n,) (see `decode`)."""
         memory = self.encode(src, attention)

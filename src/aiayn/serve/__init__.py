@@ -10,8 +10,15 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {"create_app": "app", "ServeSettings": "app", "Batcher": "batcher", "SearchOptions": "batcher",
-            "load_backend": "backends", "TorchBackend": "backends", "CTranslate2Backend": "backends"}
+_EXPORTS = {
+    "create_app": "app",
+    "ServeSettings": "app",
+    "Batcher": "batcher",
+    "SearchOptions": "batcher",
+    "load_backend": "backends",
+    "TorchBackend": "backends",
+    "CTranslate2Backend": "backends",
+}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 

@@ -42,8 +42,19 @@ from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, Search
 log = logging.getLogger("aiayn.serve")
 STATIC = Path(__file__).parent / "static"
 MAX_BEAM = 16
-LANGUAGE_NAMES = {"de": "German", "en": "English", "fr": "French", "cs": "Czech", "es": "Spanish", "it": "Italian",
-                  "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese", "ja": "Japanese"}
+LANGUAGE_NAMES = {
+    "de": "German",
+    "en": "English",
+    "fr": "French",
+    "cs": "Czech",
+    "es": "Spanish",
+    "it": "Italian",
+    "nl": "Dutch",
+    "pt": "Portuguese",
+    "ru": "Russian",
+    "zh": "Chinese",
+    "ja": "Japanese",
+}
 
 
 @dataclass
@@ -92,23 +103,46 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("aiayn_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
-                                registry=r)
-        self.latency = Histogram("aiayn_request_latency_seconds", "HTTP request latency", ["endpoint"], registry=r,
-                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
-        self.batch_sentences = Histogram("aiayn_batch_sentences", "Sentences per decoded batch", registry=r,
-                                         buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
-        self.batch_requests = Histogram("aiayn_batch_requests", "Requests whose sentences share one decoded batch",
-                                        registry=r, buckets=(1, 2, 4, 8, 16, 32, 64))
-        self.batch_wait = Histogram("aiayn_batch_wait_seconds", "Wait of a batch's oldest sentence before decoding",
-                                    registry=r, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5))
-        self.decode = Histogram("aiayn_batch_decode_seconds", "Decode time per batch", registry=r,
-                                buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.requests = Counter(
+            "aiayn_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "aiayn_request_latency_seconds",
+            "HTTP request latency",
+            ["endpoint"],
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.batch_sentences = Histogram(
+            "aiayn_batch_sentences",
+            "Sentences per decoded batch",
+            registry=r,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
+        self.batch_requests = Histogram(
+            "aiayn_batch_requests",
+            "Requests whose sentences share one decoded batch",
+            registry=r,
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+        )
+        self.batch_wait = Histogram(
+            "aiayn_batch_wait_seconds",
+            "Wait of a batch's oldest sentence before decoding",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+        )
+        self.decode = Histogram(
+            "aiayn_batch_decode_seconds",
+            "Decode time per batch",
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
         self.sentences = Counter("aiayn_sentences", "Sentences translated", registry=r)
         self.source_tokens = Counter("aiayn_source_tokens", "Source pieces decoded (EOS included)", registry=r)
         self.target_tokens = Counter("aiayn_target_tokens", "Target pieces generated (EOS included)", registry=r)
-        self.tokens_per_s = Gauge("aiayn_tokens_per_second", "Target pieces per second of decode time, last batch",
-                                  registry=r)
+        self.tokens_per_s = Gauge(
+            "aiayn_tokens_per_second", "Target pieces per second of decode time, last batch", registry=r
+        )
         self.queue = Gauge("aiayn_queue_sentences", "Sentences waiting or being decoded", registry=r)
 
     def observe_batch(self, s: BatchStats) -> None:  # on the worker thread; prometheus_client is thread-safe
@@ -215,8 +249,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == "application/x-www-form-urlencoded" or (ctype != "application/json" and body[:1] not in b"{["):
             try:
-                form = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
-                                max_num_fields=1000)
+                form = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=1000)
             except (UnicodeDecodeError, ValueError) as e:
                 raise ApiError(400, f"Invalid request: body is neither JSON nor form data ({e})") from None
             if not form and body.strip():
@@ -260,10 +293,13 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         beam = req.beam if req.beam is not None else s.beam
         if req.n_best > beam:
             raise ApiError(422, f"Invalid request: n_best ({req.n_best}) must not exceed beam ({beam})")
-        return SearchOptions(beam=beam, n_best=req.n_best,
-                             length_penalty=float(_pick(req.length_penalty, s.length_penalty)),
-                             max_len_a=float(_pick(req.max_len_a, s.max_len_a)),
-                             max_len_b=int(_pick(req.max_len_b, s.max_len_b)))
+        return SearchOptions(
+            beam=beam,
+            n_best=req.n_best,
+            length_penalty=float(_pick(req.length_penalty, s.length_penalty)),
+            max_len_a=float(_pick(req.max_len_a, s.max_len_a)),
+            max_len_b=int(_pick(req.max_len_b, s.max_len_b)),
+        )
 
     def validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
         try:
@@ -332,10 +368,20 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         check_limits(texts)
         opts = options(req)
         nbest = await run(texts, opts)
-        return JSONResponse({
-            "translations": [{"text": h[0][0], "score": _score(h[0][1]),
-                              "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h]} for h in nbest],
-            "beam": opts.beam, "backend": backend.name})
+        return JSONResponse(
+            {
+                "translations": [
+                    {
+                        "text": h[0][0],
+                        "score": _score(h[0][1]),
+                        "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
+                    }
+                    for h in nbest
+                ],
+                "beam": opts.beam,
+                "backend": backend.name,
+            }
+        )
 
     @app.post("/v1/attention")
     async def v1_attention(request: Request) -> JSONResponse:
@@ -354,8 +400,14 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     @app.get("/health")
     async def health() -> JSONResponse:
         alive = batcher._thread.is_alive()
-        return JSONResponse({"status": "ok" if alive else "worker stopped", "backend": backend.name,
-                             "queued_sentences": batcher.queued}, status_code=200 if alive else 503)
+        return JSONResponse(
+            {
+                "status": "ok" if alive else "worker stopped",
+                "backend": backend.name,
+                "queued_sentences": batcher.queued,
+            },
+            status_code=200 if alive else 503,
+        )
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -363,17 +415,30 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
 
     @app.get("/frontend/settings")
     async def frontend_settings() -> JSONResponse:  # what LibreTranslate's clients ask a server first
-        return JSONResponse({"charLimit": s.char_limit, "apiKeys": s.api_key is not None, "keyRequired":
-                             s.api_key is not None, "language": {"source": {"code": s.source_lang},
-                                                                 "target": {"code": s.target_lang}}})
+        return JSONResponse(
+            {
+                "charLimit": s.char_limit,
+                "apiKeys": s.api_key is not None,
+                "keyRequired": s.api_key is not None,
+                "language": {"source": {"code": s.source_lang}, "target": {"code": s.target_lang}},
+            }
+        )
 
     @app.get("/")
     async def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    known = {"/", "/translate", "/languages", "/v1/translate", "/v1/attention", "/health", "/metrics",
-             "/frontend/settings"}
+    known = {
+        "/",
+        "/translate",
+        "/languages",
+        "/v1/translate",
+        "/v1/attention",
+        "/health",
+        "/metrics",
+        "/frontend/settings",
+    }
     app.add_middleware(_Measure, metrics=metrics, known=known)
     return app
 

@@ -29,8 +29,9 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, run: str | os.PathLike, device: str | None = None, max_tokens: int | None = None,
-                 threads: int = 0) -> None:
+    def __init__(
+        self, run: str | os.PathLike, device: str | None = None, max_tokens: int | None = None, threads: int = 0
+    ) -> None:
         """`max_tokens` None: the run's decode.max_tokens (Translator.load reads the run's DecodeConfig)."""
         import torch
 
@@ -47,13 +48,19 @@ class TorchBackend:
         return [min(len(ids) + 1, limit) for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])]
 
     def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
-        nbest = self.translator.translate_scored(texts, beam=opts.beam, length_penalty=opts.length_penalty,
-                                                 max_len_a=opts.max_len_a, max_len_b=opts.max_len_b,
-                                                 n_best=opts.n_best)
+        nbest = self.translator.translate_scored(
+            texts,
+            beam=opts.beam,
+            length_penalty=opts.length_penalty,
+            max_len_a=opts.max_len_a,
+            max_len_b=opts.max_len_b,
+            n_best=opts.n_best,
+        )
         # Target piece counts (for tokens/s) by re-encoding: Translator returns text, and the
         # pieces of decoded text are the generated pieces up to rare normalisation differences.
-        return [[(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h]
-                for h in nbest]
+        return [
+            [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
+        ]
 
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
         """Translate one sentence (opts' search) and read its encoder-decoder attention by teacher
@@ -77,9 +84,13 @@ class TorchBackend:
             target = beam_search(model, src, opts.beam, opts.length_penalty, opts.max_len_a, opts.max_len_b)[0][0][0]
         amap = attention_map(model, tok, text, target_ids=target)
         layers = [w.mean(0).round(4).tolist() for w in amap.weights["cross"]]  # per layer (T_q, T_k)
-        return {"translation": amap.translation, "source_tokens": _labels(amap.src_labels[:-1]) + ["</s>"],
-                "target_tokens": _labels(amap.out_labels[:-1]) + ["</s>"], "layers": layers,
-                "layer_names": [f"layer {i + 1} (mean of heads)" for i in range(len(layers))]}
+        return {
+            "translation": amap.translation,
+            "source_tokens": _labels(amap.src_labels[:-1]) + ["</s>"],
+            "target_tokens": _labels(amap.out_labels[:-1]) + ["</s>"],
+            "layers": layers,
+            "layer_names": [f"layer {i + 1} (mean of heads)" for i in range(len(layers))],
+        }
 
     def close(self) -> None:
         pass
@@ -128,13 +139,17 @@ class CTranslate2Backend:
 
     def _pieces(self, texts: Sequence[str]) -> list[list[str]]:
         sp = self.tokenizer.sp
-        return [[sp.id_to_piece(i) for i in ids[: self.max_input_len - 1]]
-                for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])]
+        return [
+            [sp.id_to_piece(i) for i in ids[: self.max_input_len - 1]]
+            for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])
+        ]
 
     def _limits(self, sources: list[list[str]], opts: SearchOptions) -> list[int]:
         # aiayn.decode.search.max_lengths: floor(a * (pieces + EOS) + b), capped by the positions.
-        return [min(max(int(math.floor(opts.max_len_a * (len(s) + 1) + opts.max_len_b)), 0), self.max_input_len - 1)
-                for s in sources]
+        return [
+            min(max(int(math.floor(opts.max_len_a * (len(s) + 1) + opts.max_len_b)), 0), self.max_input_len - 1)
+            for s in sources
+        ]
 
     def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
         sources = self._pieces(texts)
@@ -144,8 +159,13 @@ class CTranslate2Backend:
             return out
         limits = self._limits([sources[i] for i in idx], opts)
         res = self.translator.translate_batch(
-            [sources[i] for i in idx], beam_size=opts.beam, length_penalty=opts.length_penalty,
-            num_hypotheses=opts.n_best, max_decoding_length=max(limits) + 1, return_scores=opts.beam > 1)
+            [sources[i] for i in idx],
+            beam_size=opts.beam,
+            length_penalty=opts.length_penalty,
+            num_hypotheses=opts.n_best,
+            max_decoding_length=max(limits) + 1,
+            return_scores=opts.beam > 1,
+        )
         for i, lim, r in zip(idx, limits, res):
             hyps = []
             for h, pieces in enumerate(r.hypotheses):
@@ -160,15 +180,24 @@ class CTranslate2Backend:
         """CTranslate2's own attention output (its alignment: averaged heads of the last layer)."""
         src = self._pieces([sentence])[0]
         lim = self._limits([src], opts)[0]
-        r = self.translator.translate_batch([src], beam_size=opts.beam, length_penalty=opts.length_penalty,
-                                            max_decoding_length=lim + 1, return_attention=True)[0]
+        r = self.translator.translate_batch(
+            [src],
+            beam_size=opts.beam,
+            length_penalty=opts.length_penalty,
+            max_decoding_length=lim + 1,
+            return_attention=True,
+        )[0]
         pieces = [p for p in r.hypotheses[0] if p != self.eos][:lim]
         att = [[round(float(x), 4) for x in row] for row in r.attention[0][: len(pieces) + 1]]
         # CTranslate2 reports a row per generated piece, with or without the EOS step by version.
         tgt = (_labels(pieces) + ["</s>"])[: len(att)]
-        return {"translation": self.tokenizer.sp.decode_pieces(pieces), "source_tokens": _labels(src + ["</s>"]),
-                "target_tokens": tgt, "layers": [att],
-                "layer_names": ["CTranslate2 alignment (last layer)"]}
+        return {
+            "translation": self.tokenizer.sp.decode_pieces(pieces),
+            "source_tokens": _labels(src + ["</s>"]),
+            "target_tokens": tgt,
+            "layers": [att],
+            "layer_names": ["CTranslate2 alignment (last layer)"],
+        }
 
     def close(self) -> None:
         if self._tmp:

@@ -103,8 +103,14 @@ class BatchStats:
 class Batcher:
     """The queue and its worker thread. Start with `start()`, stop with `close()`."""
 
-    def __init__(self, backend: Backend, max_batch_tokens: int = 8192, max_wait_ms: float = 10.0,
-                 max_queue: int = 10_000, observer: Callable[[BatchStats], None] | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        max_batch_tokens: int = 8192,
+        max_wait_ms: float = 10.0,
+        max_queue: int = 10_000,
+        observer: Callable[[BatchStats], None] | None = None,
+    ) -> None:
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
         self.backend = backend
@@ -240,7 +246,10 @@ class Batcher:
                     pass
         if self.observer is not None and batch[0].fn is None:
             try:
-                self.observer(BatchStats(len(batch), len(tickets), sum(it.n_tokens for it in batch),
-                                         target_tokens, decode_s, waited))
+                self.observer(
+                    BatchStats(
+                        len(batch), len(tickets), sum(it.n_tokens for it in batch), target_tokens, decode_s, waited
+                    )
+                )
             except Exception:  # noqa: BLE001 - metrics must not stop decoding
                 pass

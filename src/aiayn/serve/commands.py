@@ -16,8 +16,9 @@ def _serve(a: argparse.Namespace) -> int:
         from aiayn.serve.app import ServeSettings, create_app
         from aiayn.serve.backends import load_backend
     except ImportError as e:
-        raise AiaynError(f"aiayn serve needs the serve extra ({e.name} is missing): pip install 'aiayn[serve]'") \
-            from None
+        raise AiaynError(
+            f"aiayn serve needs the serve extra ({e.name} is missing): pip install 'aiayn[serve]'"
+        ) from None
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
 
@@ -30,50 +31,103 @@ def _serve(a: argparse.Namespace) -> int:
     if beam < 1 or max_batch_tokens < 1 or a.max_wait_ms < 0 or not 0 < a.port < 65536:
         raise AiaynError("need --beam >= 1, --max-batch-tokens >= 1, --max-wait-ms >= 0 and a port in 1..65535")
     settings = ServeSettings(
-        source_lang=a.source_lang or data.src_lang, target_lang=a.target_lang or data.tgt_lang, beam=beam,
-        length_penalty=d.length_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-        max_batch_tokens=max_batch_tokens, max_wait_ms=a.max_wait_ms, char_limit=a.char_limit,
-        batch_limit=a.batch_limit, body_limit=a.max_body_bytes, api_key=a.api_key)
+        source_lang=a.source_lang or data.src_lang,
+        target_lang=a.target_lang or data.tgt_lang,
+        beam=beam,
+        length_penalty=d.length_penalty,
+        max_len_a=d.max_len_a,
+        max_len_b=d.max_len_b,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=a.max_wait_ms,
+        char_limit=a.char_limit,
+        batch_limit=a.batch_limit,
+        body_limit=a.max_body_bytes,
+        api_key=a.api_key,
+    )
     backend = load_backend(a.backend, a.checkpoint, device=a.device, threads=a.threads)
     app = create_app(backend, settings)
-    print(f"aiayn serve: {a.checkpoint} ({backend.name}, {settings.source_lang}->{settings.target_lang}, beam {beam}) "
-          f"on http://{a.host}:{a.port}", flush=True)
+    print(
+        f"aiayn serve: {a.checkpoint} ({backend.name}, {settings.source_lang}->{settings.target_lang}, beam {beam}) "
+        f"on http://{a.host}:{a.port}",
+        flush=True,
+    )
     # SIGTERM / Ctrl-C: uvicorn stops accepting, answers the requests in flight, then runs the
     # app's shutdown (which stops the batching worker).
-    uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level, timeout_graceful_shutdown=a.grace_s,
-                limit_concurrency=a.max_connections)
+    uvicorn.run(
+        app,
+        host=a.host,
+        port=a.port,
+        log_level=a.log_level,
+        timeout_graceful_shutdown=a.grace_s,
+        limit_concurrency=a.max_connections,
+    )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="HTTP translation server (LibreTranslate API + /v1) with a web page")
-    p.add_argument("-c", "--checkpoint", required=True, metavar="RUN",
-                   help="run directory or weights file; with --backend ctranslate2 also an exported directory")
-    p.add_argument("--backend", default="torch", choices=["torch", "ctranslate2"],
-                   help="torch (default) or ctranslate2 (an exported directory, or RUN exported on the fly)")
+    p.add_argument(
+        "-c",
+        "--checkpoint",
+        required=True,
+        metavar="RUN",
+        help="run directory or weights file; with --backend ctranslate2 also an exported directory",
+    )
+    p.add_argument(
+        "--backend",
+        default="torch",
+        choices=["torch", "ctranslate2"],
+        help="torch (default) or ctranslate2 (an exported directory, or RUN exported on the fly)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="default 5000 (LibreTranslate's)")
-    p.add_argument("--beam", type=int,
-                   help=f"beam size for /translate and /v1's default (default: the run's, else {DecodeConfig.beam})")
-    p.add_argument("--max-batch-tokens", type=int,
-                   help=f"budget of one decoded batch: sentences x longest source x beam (default: the run's "
-                        f"decode.max_tokens, else {DecodeConfig.max_tokens}, as aiayn translate --max-tokens)")
-    p.add_argument("--max-wait-ms", type=float, default=10.0,
-                   help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)")
-    p.add_argument("--char-limit", type=int, default=5000,
-                   help="characters per request, over all its sentences; -1 = none (default 5000)")
+    p.add_argument(
+        "--beam",
+        type=int,
+        help=f"beam size for /translate and /v1's default (default: the run's, else {DecodeConfig.beam})",
+    )
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        help=f"budget of one decoded batch: sentences x longest source x beam (default: the run's "
+        f"decode.max_tokens, else {DecodeConfig.max_tokens}, as aiayn translate --max-tokens)",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=10.0,
+        help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)",
+    )
+    p.add_argument(
+        "--char-limit",
+        type=int,
+        default=5000,
+        help="characters per request, over all its sentences; -1 = none (default 5000)",
+    )
     p.add_argument("--batch-limit", type=int, default=64, help="sentences per request; -1 = none (default 64)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (default 1 MiB)")
-    p.add_argument("--api-key", default=None,
-                   help="require this key (api_key field, X-API-Key or Authorization: Bearer) on translations")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require this key (api_key field, X-API-Key or Authorization: Bearer) on translations",
+    )
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="intra-op threads of torch / CTranslate2 (default 0: the library's choice)")
-    p.add_argument("--max-connections", type=int, default=1000,
-                   help="open connections beyond this get 503 (default 1000)")
-    p.add_argument("--grace-s", type=float, default=30.0,
-                   help="on SIGTERM, how long in-flight requests may take to finish (default 30)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads of torch / CTranslate2 (default 0: the library's choice)",
+    )
+    p.add_argument(
+        "--max-connections", type=int, default=1000, help="open connections beyond this get 503 (default 1000)"
+    )
+    p.add_argument(
+        "--grace-s",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, how long in-flight requests may take to finish (default 30)",
+    )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     p.set_defaults(run=_serve)

@@ -9,9 +9,16 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {"train": "trainer", "Trainer": "trainer", "TrainingError": "runtime",
-            "label_smoothed_nll": "loss", "noam_lr": "schedule", "noam_scheduler": "schedule",
-            "average_checkpoints": "average", "average_last": "average"}
+_EXPORTS = {
+    "train": "trainer",
+    "Trainer": "trainer",
+    "TrainingError": "runtime",
+    "label_smoothed_nll": "loss",
+    "noam_lr": "schedule",
+    "noam_scheduler": "schedule",
+    "average_checkpoints": "average",
+    "average_last": "average",
+}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 

@@ -66,9 +66,18 @@ class RNGState:
 
 
 class CheckpointManager:
-    def __init__(self, run_dir: Path, model: torch.nn.Module, parts: dict[str, Any], rng: RNGState,
-                 train_state: TrainState, dist: DistInfo, device: torch.device, keep_last: int,
-                 tokens_per_update: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        model: torch.nn.Module,
+        parts: dict[str, Any],
+        rng: RNGState,
+        train_state: TrainState,
+        dist: DistInfo,
+        device: torch.device,
+        keep_last: int,
+        tokens_per_update: int | None = None,
+    ) -> None:
         """`parts`: name -> object with state_dict/load_state_dict (optimizer, scheduler, data; scaler
         may be None), saved under that name."""
         self.run_dir, self.model, self.parts, self.rng, self.state = run_dir, model, parts, rng, train_state
@@ -110,12 +119,17 @@ class CheckpointManager:
         self.state.load_state_dict(state)
         saved_world = int(state["data"].get("world_size", self.dist.world_size))
         if saved_world != self.dist.world_size and self.dist.is_main:
-            same = ("the global batch is kept (optim.tokens_per_update)" if self.tokens_per_update
-                    else f"the global batch changes {self.dist.world_size}/{saved_world}x (optim.tokens_per_update "
-                         f"would keep it)")
-            warn(f"resuming on {self.dist.world_size} rank(s) a run saved on {saved_world}: the rest of epoch "
-                 f"{self.parts['data'].epoch} is re-planned from the same global position (each example still "
-                 f"once per epoch); {same}; the losses are not those of an uninterrupted run")
+            same = (
+                "the global batch is kept (optim.tokens_per_update)"
+                if self.tokens_per_update
+                else f"the global batch changes {self.dist.world_size}/{saved_world}x (optim.tokens_per_update "
+                f"would keep it)"
+            )
+            warn(
+                f"resuming on {self.dist.world_size} rank(s) a run saved on {saved_world}: the rest of epoch "
+                f"{self.parts['data'].epoch} is re-planned from the same global position (each example still "
+                f"once per epoch); {same}; the losses are not those of an uninterrupted run"
+            )
 
     def load_latest(self, metrics: MetricsWriter) -> None:
         """Newest usable checkpoint; damaged ones are named and skipped in favour of older ones.
@@ -156,8 +170,10 @@ class CheckpointManager:
             if 2 in codes:
                 if failure is not None:
                     raise failure
-                raise TrainingError(f"resuming from step {step} failed on rank(s) "
-                                    f"{[r for r, c in enumerate(codes) if c == 2]}; see their error")
+                raise TrainingError(
+                    f"resuming from step {step} failed on rank(s) "
+                    f"{[r for r, c in enumerate(codes) if c == 2]}; see their error"
+                )
             if any(codes):
                 if not damaged:
                     errors.append(f"step {step}: unusable on rank(s) {[r for r, c in enumerate(codes) if c]}")
@@ -167,8 +183,12 @@ class CheckpointManager:
             self.last_saved, self.last_saved_step = weights, step
             metrics.truncate(step)
             return
-        raise TrainingError("no usable checkpoint to resume from" + (" on every rank" if self.dist.enabled else "")
-                            + ":\n  " + "\n  ".join(errors))
+        raise TrainingError(
+            "no usable checkpoint to resume from"
+            + (" on every rank" if self.dist.enabled else "")
+            + ":\n  "
+            + "\n  ".join(errors)
+        )
 
 
 # -- fine-tuning ------------------------------------------------------------------------------------
@@ -193,11 +213,15 @@ def load_initial_weights(model: torch.nn.Module, weights: Path, device: torch.de
     theirs, ours = weights_config(weights).to_dict(), model_config(model).to_dict()
     new_head = theirs.get("n_classes") is None and ours.get("n_classes") is not None
     skip = _REGULARISATION + (("n_classes",) if new_head else ())
-    diff = [f"{k} {theirs.get(k)} vs {ours.get(k)}" for k in sorted(set(theirs) | set(ours))
-            if k not in skip and theirs.get(k) != ours.get(k)]
+    diff = [
+        f"{k} {theirs.get(k)} vs {ours.get(k)}"
+        for k in sorted(set(theirs) | set(ours))
+        if k not in skip and theirs.get(k) != ours.get(k)
+    ]
     if diff:
-        vocab = (" (another vocabulary: keep data.spm_model at the run's spm.model)"
-                 if "vocab_size" in "".join(diff) else "")
+        vocab = (
+            " (another vocabulary: keep data.spm_model at the run's spm.model)" if "vocab_size" in "".join(diff) else ""
+        )
         raise TrainingError(f"--init-from {weights}: its model differs from this config's: {', '.join(diff)}{vocab}")
     try:
         load_weights(model, weights, device, new_heads=_HEADS if new_head else ())

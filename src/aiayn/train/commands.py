@@ -9,23 +9,34 @@ from aiayn._cli_args import collect_overrides
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "train", help="train a model (paper §5); resumable",
+        "train",
+        help="train a model (paper §5); resumable",
         description="Train from a YAML/TOML config; any field can be overridden as --section.field VALUE "
-                    "(e.g. --optim.lr_scale 2 --model.d_model 256 --train.max_steps 1000). Under torchrun "
-                    "(`torchrun --nproc_per_node=N -m aiayn train ...`) it trains with DDP.",
+        "(e.g. --optim.lr_scale 2 --model.d_model 256 --train.max_steps 1000). Under torchrun "
+        "(`torchrun --nproc_per_node=N -m aiayn train ...`) it trains with DDP.",
         epilog="resume after a crash or Ctrl-C: aiayn train --resume RUN_DIR [overrides]; fine-tune: "
-               "aiayn train --init-from RUN_DIR --run-dir NEW_RUN [--config ...] [overrides]")
+        "aiayn train --init-from RUN_DIR --run-dir NEW_RUN [--config ...] [overrides]",
+    )
     p.add_argument("--config", help="YAML or TOML config (see configs/)")
-    p.add_argument("--task", choices=["translate", "lm", "mlm", "classify"],
-                   help="what to train (sets task.name): translate (encoder-decoder, the default), lm "
-                        "(decoder-only), mlm (encoder-only, masked tokens) or classify (encoder-only + head)")
+    p.add_argument(
+        "--task",
+        choices=["translate", "lm", "mlm", "classify"],
+        help="what to train (sets task.name): translate (encoder-decoder, the default), lm "
+        "(decoder-only), mlm (encoder-only, masked tokens) or classify (encoder-only + head)",
+    )
     p.add_argument("--run-dir", "-o", help="run directory (config, tokenizer, checkpoints, metrics)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest usable checkpoint, "
-                   "with its config.yaml (plus any overrides)")
-    p.add_argument("--init-from", metavar="RUN_OR_WEIGHTS",
-                   help="fine-tune: start from these weights (a run directory's best, else newest, or a .safetensors "
-                        "file) and their spm.model, with a fresh optimizer and schedule at step 0; without --config "
-                        "the run directory's config.yaml is the base")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue RUN_DIR from its newest usable checkpoint, with its config.yaml (plus any overrides)",
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="RUN_OR_WEIGHTS",
+        help="fine-tune: start from these weights (a run directory's best, else newest, or a .safetensors "
+        "file) and their spm.model, with a fresh optimizer and schedule at step 0; without --config "
+        "the run directory's config.yaml is the base",
+    )
 
     def run(a: argparse.Namespace) -> int:
         from pathlib import Path

@@ -55,8 +55,9 @@ class _SmoothedNLL(torch.autograd.Function):
         return g, None, None, None
 
 
-def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float = 0.1,
-                       pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+def label_smoothed_nll(
+    logits: Tensor, target: Tensor, epsilon: float = 0.1, pad_id: int = 0
+) -> tuple[Tensor, Tensor, Tensor]:
     """logits (B, T, V) or (N, V), target (B, T) or (N,) ->
     (smoothed loss summed over non-pad tokens, true NLL summed likewise, number of non-pad tokens).
 
@@ -67,5 +68,4 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float = 0.1,
     loss, nll = _SmoothedNLL.apply(logits.float().reshape(-1, vocab), target, epsilon, pad_id)  # float32 under AMP
     keep = target != pad_id  # (N,)
     zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
-    return (torch.where(keep, loss, zero).sum(), torch.where(keep, nll, zero).sum(),
-            keep.sum())
+    return (torch.where(keep, loss, zero).sum(), torch.where(keep, nll, zero).sum(), keep.sum())

@@ -34,10 +34,19 @@ class Progress:
         # A time budget (train.max_minutes) makes max_steps a mere cap: then the bar counts steps and the
         # description says the budget, instead of an ETA towards a step count that will not be reached.
         timed = c.max_minutes is not None
-        self.bar = (tqdm(total=None if timed else c.max_steps, initial=self.state.step, unit="step", file=sys.stderr,
-                         dynamic_ncols=True, mininterval=1.0,
-                         desc=f"train ({c.max_minutes:g} min)" if timed else "train")
-                    if self.main and c.progress else None)
+        self.bar = (
+            tqdm(
+                total=None if timed else c.max_steps,
+                initial=self.state.step,
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=1.0,
+                desc=f"train ({c.max_minutes:g} min)" if timed else "train",
+            )
+            if self.main and c.progress
+            else None
+        )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -63,14 +72,25 @@ class Progress:
     def log(self, lr: float, epoch: int) -> None:
         w, now = self.state.window, time.perf_counter()
         loss, nll = w["loss"] / max(w["tokens"], 1), w["nll"] / max(w["tokens"], 1)
-        rec = self.metrics.write("train", self.state.step, loss=loss, nll=nll, ppl=math.exp(min(nll, 50.0)), lr=lr,
-                                 tokens_per_s=w["tokens"] / max(now - self.t_window, 1e-9),
-                                 elapsed=self.elapsed(), epoch=epoch)
+        rec = self.metrics.write(
+            "train",
+            self.state.step,
+            loss=loss,
+            nll=nll,
+            ppl=math.exp(min(nll, 50.0)),
+            lr=lr,
+            tokens_per_s=w["tokens"] / max(now - self.t_window, 1e-9),
+            elapsed=self.elapsed(),
+            epoch=epoch,
+        )
         self.last_train = rec
         self.state.reset_window()
         self.t_window = now
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
         elif self.main:
-            print(f"step {self.state.step} | loss {loss:.3f} | nll {nll:.3f} | lr {lr:.2e} | "
-                  f"{rec['tokens_per_s']:.0f} tok/s", flush=True)
+            print(
+                f"step {self.state.step} | loss {loss:.3f} | nll {nll:.3f} | lr {lr:.2e} | "
+                f"{rec['tokens_per_s']:.0f} tok/s",
+                flush=True,
+            )

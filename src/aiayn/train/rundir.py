@@ -18,8 +18,19 @@ from aiayn.train.runtime import TrainingError
 from aiayn.train.state import list_checkpoints
 
 # data settings that name files: written absolute into the run's config.yaml
-_DATA_PATHS = ("data_dir", "spm_model", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt",
-               "text_train", "text_valid", "text_test")
+_DATA_PATHS = (
+    "data_dir",
+    "spm_model",
+    "train_src",
+    "train_tgt",
+    "valid_src",
+    "valid_tgt",
+    "test_src",
+    "test_tgt",
+    "text_train",
+    "text_valid",
+    "text_test",
+)
 
 
 def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
@@ -32,20 +43,25 @@ def check_run_dir(run_dir: Path, need_bytes: int = 0) -> None:
         raise TrainingError(f"run directory {run_dir} is not writable: {e.strerror or e}") from None
     free = shutil.disk_usage(run_dir).free
     if free < need_bytes:
-        raise TrainingError(f"run directory {run_dir} has {free / 2**20:.0f} MiB free; checkpoints need about "
-                            f"{need_bytes / 2**20:.0f} MiB")
+        raise TrainingError(
+            f"run directory {run_dir} has {free / 2**20:.0f} MiB free; checkpoints need about "
+            f"{need_bytes / 2**20:.0f} MiB"
+        )
 
 
 def check_new_or_resumed(run_dir: Path, resume: bool) -> None:
     """A new run must not write over another run's checkpoints."""
     check_run_dir(run_dir)
     if not resume and list_checkpoints(run_dir):
-        raise TrainingError(f"{run_dir} already holds checkpoints; continue it with "
-                            f"`aiayn train --resume {run_dir}` or choose a new run directory")
+        raise TrainingError(
+            f"{run_dir} already holds checkpoints; continue it with "
+            f"`aiayn train --resume {run_dir}` or choose a new run directory"
+        )
 
 
-def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool,
-                              prepare_fn: Callable[[Any, Path | None], Any] | None = None) -> Any:
+def prepare_keeping_tokenizer(
+    data: Any, run_dir: Path, main: bool, resume: bool, prepare_fn: Callable[[Any, Path | None], Any] | None = None
+) -> Any:
     """Prepare the data (every rank, outside any collective: one process per cache builds it under a
     file lock while the others wait on it, and a cold WMT cache takes longer than a collective's
     timeout). Rank 0 copies spm.model into the run; a resumed run must keep its own."""
@@ -54,8 +70,10 @@ def prepare_keeping_tokenizer(data: Any, run_dir: Path, main: bool, resume: bool
     prepared = (prepare_fn or prepare)(data, run_dir if main else None)
     if before is not None and spm.read_bytes() != before:
         atomic_write(spm, lambda tmp: Path(tmp).write_bytes(before))  # keep the run's own tokenizer
-        raise TrainingError(f"the prepared data's tokenizer differs from {spm} (data settings changed or "
-                            f"the data cache was rebuilt); resume with the original data settings")
+        raise TrainingError(
+            f"the prepared data's tokenizer differs from {spm} (data settings changed or "
+            f"the data cache was rebuilt); resume with the original data settings"
+        )
     return prepared
 
 
@@ -65,8 +83,10 @@ def check_ranks_agree_on_data(prepared: Any) -> None:
     seen = cast(list[tuple[str, str]], distributed.all_gather_object(mine))
     if any(other != seen[0] for other in seen):
         detail = "; ".join(f"rank {r}: cache {k}, spm.model sha256 {h[:12]}" for r, (k, h) in enumerate(seen))
-        raise TrainingError(f"ranks prepared different data ({detail}); give every node the same corpus and "
-                            f"data settings, or one shared AIAYN_HOME")
+        raise TrainingError(
+            f"ranks prepared different data ({detail}); give every node the same corpus and "
+            f"data settings, or one shared AIAYN_HOME"
+        )
 
 
 def save_resolved_config(cfg: Config, model_config: ModelConfig, run_dir: Path) -> None:

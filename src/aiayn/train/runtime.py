@@ -76,10 +76,12 @@ def global_batch_warning(tokens_per_update: int, max_tokens: int, update_freq: i
     ranks for the target, or a max_tokens that does not divide it), else None."""
     eff = max_tokens * update_freq * world_size
     if eff > 1.5 * tokens_per_update or 1.5 * eff < tokens_per_update:
-        return (f"the global batch is {max_tokens:,} x {update_freq} x {world_size} = {eff:,} tokens, "
-                f"{eff / tokens_per_update:.2g}x optim.tokens_per_update={tokens_per_update:,}; "
-                f"{'lower data.max_tokens or use fewer ranks' if eff > tokens_per_update else 'raise data.max_tokens'}"
-                f" to come nearer")
+        return (
+            f"the global batch is {max_tokens:,} x {update_freq} x {world_size} = {eff:,} tokens, "
+            f"{eff / tokens_per_update:.2g}x optim.tokens_per_update={tokens_per_update:,}; "
+            f"{'lower data.max_tokens or use fewer ranks' if eff > tokens_per_update else 'raise data.max_tokens'}"
+            f" to come nearer"
+        )
     return None
 
 

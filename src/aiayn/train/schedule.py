@@ -61,8 +61,13 @@ class NoamScheduler(LambdaLR):
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
-def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int = 4000,
-                   scale: float = 1.0, cosine_to: tuple[int, float] | None = None) -> NoamScheduler:
+def noam_scheduler(
+    optimizer: torch.optim.Optimizer,
+    d_model: int,
+    warmup: int = 4000,
+    scale: float = 1.0,
+    cosine_to: tuple[int, float] | None = None,
+) -> NoamScheduler:
     """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update.
     `cosine_to=(total_steps, min_ratio)`: the cosine schedule instead of the inverse square root."""
     for group in optimizer.param_groups:

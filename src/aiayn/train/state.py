@@ -32,6 +32,7 @@ def prune(run_dir: str | Path, keep_last: int) -> None:
 
 # -- RNG --------------------------------------------------------------------------------------------
 
+
 def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
     """Host RNGs, plus the CUDA generator of `device` (this rank's GPU) when training on one. Only
     that one: saving every visible GPU's state made a resume with fewer visible GPUs fail."""
@@ -39,8 +40,12 @@ def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
     assert isinstance(np_state, tuple)  # the legacy form (the default)
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "numpy": {
+            "key": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
         "python": _plain(random.getstate()),
     }
     if device is not None and device.type == "cuda":
@@ -53,8 +58,7 @@ def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> No
     rule hold a list with one state per visible GPU, of which this rank's own (by index) is used."""
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
-    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     cuda = state.get("cuda")
@@ -63,8 +67,10 @@ def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> No
     if isinstance(cuda, (list, tuple)):  # old form: every visible GPU's state
         index = device.index if device.index is not None else torch.cuda.current_device()
         if index >= len(cuda):
-            warn(f"the checkpoint holds CUDA RNG states for {len(cuda)} GPU(s), none for {device}; "
-                 f"its dropout stream starts afresh")
+            warn(
+                f"the checkpoint holds CUDA RNG states for {len(cuda)} GPU(s), none for {device}; "
+                f"its dropout stream starts afresh"
+            )
             return
         cuda = cuda[index]
     torch.cuda.set_rng_state(cuda, device)
@@ -79,6 +85,7 @@ def _plain(obj: Any) -> Any:
 
 # -- state files ------------------------------------------------------------------------------------
 
+
 def save_state(path: str | Path, state: dict[str, Any]) -> Path:
     return atomic_write(path, lambda tmp: torch.save(state, tmp))
 
@@ -90,8 +97,10 @@ def load_state(path: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, bad pickle, disallowed global: all mean "unusable file"
-        raise CheckpointError(f"corrupted or truncated training state {path}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        raise CheckpointError(
+            f"corrupted or truncated training state {path}: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
     if not isinstance(state, dict) or "step" not in state:
         raise CheckpointError(f"{path} is not an aiayn training state")
     return state

@@ -44,9 +44,18 @@ class Flags:
 
 
 class TrainStep:
-    def __init__(self, task: Task, model: torch.nn.Module, train_model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, scheduler: Any, scaler: torch.amp.GradScaler | None,
-                 dist: DistInfo, device: torch.device, clip_norm: float) -> None:
+    def __init__(
+        self,
+        task: Task,
+        model: torch.nn.Module,
+        train_model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        scaler: torch.amp.GradScaler | None,
+        dist: DistInfo,
+        device: torch.device,
+        clip_norm: float,
+    ) -> None:
         self.task, self.model, self.train_model = task, model, train_model
         self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
         self.dist, self.device, self.clip_norm = dist, device, clip_norm
@@ -89,13 +98,15 @@ class TrainStep:
         lr = self.optimizer.param_groups[0]["lr"]
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                               self.clip_norm if self.clip_norm > 0 else math.inf)
+        gnorm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.clip_norm if self.clip_norm > 0 else math.inf
+        )
         # The update's one host sync: loss sums, the stop requests and time budget (decided by all ranks
         # together, at the same update), the gradient norm, which DDP made equal on every rank, so its sum
         # over ranks is finite exactly when it is, and the global token count.
         loss_total, nll_total, stop, late, gnorm_sum, global_tokens = sum_stats(
-            [loss_sum, nll_sum, float(flags.stop), float(over_budget()), gnorm, local_tokens], self.device)
+            [loss_sum, nll_sum, float(flags.stop), float(over_budget()), gnorm, local_tokens], self.device
+        )
         flags.stop, flags.late = flags.stop or bool(stop), flags.late or bool(late)
 
         finite_loss = math.isfinite(loss_total)
@@ -109,12 +120,20 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         if ok:
             self.scheduler.step()
-        return StepResult(ok, loss_total, nll_total, global_tokens, lr, gnorm_sum / self.dist.world_size,
-                          overflow=not ok and self.scaler is not None and finite_loss)
+        return StepResult(
+            ok,
+            loss_total,
+            nll_total,
+            global_tokens,
+            lr,
+            gnorm_sum / self.dist.world_size,
+            overflow=not ok and self.scaler is not None and finite_loss,
+        )
 
 
-def skipped_update(result: StepResult, state: TrainState, scaler: torch.amp.GradScaler | None, nan_limit: int,
-                   last_saved: Path | None) -> tuple[dict[str, Any], str, TrainingError | None]:
+def skipped_update(
+    result: StepResult, state: TrainState, scaler: torch.amp.GradScaler | None, nan_limit: int, last_saved: Path | None
+) -> tuple[dict[str, Any], str, TrainingError | None]:
     """The policy for a skipped update: count it, and stop training after `nan_limit` in a row.
 
     An fp16 overflow (finite loss, the scaler skipped the step and halved its scale) counts like any
@@ -131,17 +150,28 @@ def skipped_update(result: StepResult, state: TrainState, scaler: torch.amp.Grad
         scale = scaler.get_scale()  # already halved by scaler.update()
         what = f"fp16 gradient overflow (loss scale now {scale:g})"
         fields.update(reason="fp16 gradient overflow", scale=scale)
-    msg = (f"step {state.step + 1}: {what}, update skipped ({state.nan_consecutive} in a row, "
-           f"{state.nan_total} in total)")
+    msg = (
+        f"step {state.step + 1}: {what}, update skipped ({state.nan_consecutive} in a row, {state.nan_total} in total)"
+    )
     if state.nan_consecutive < nan_limit:
         return fields, msg, None
     last = last_saved or "none (no checkpoint was written yet)"
     if result.overflow:
-        return fields, msg, TrainingError(
-            f"fp16 gradients overflowed in {nan_limit} consecutive updates (after step {state.step}; loss scale "
-            f"down to {scale:g}); training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
-            f"optim.clip_norm, a higher train.nan_limit, or train.amp=bf16 / none instead of fp16")
-    return fields, msg, TrainingError(
-        f"{what.removeprefix('non-finite ')} was NaN/inf for {nan_limit} consecutive updates (after step "
-        f"{state.step}); training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
-        f"optim.clip_norm, or train.amp=bf16 instead of fp16")
+        return (
+            fields,
+            msg,
+            TrainingError(
+                f"fp16 gradients overflowed in {nan_limit} consecutive updates (after step {state.step}; loss scale "
+                f"down to {scale:g}); training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
+                f"optim.clip_norm, a higher train.nan_limit, or train.amp=bf16 / none instead of fp16"
+            ),
+        )
+    return (
+        fields,
+        msg,
+        TrainingError(
+            f"{what.removeprefix('non-finite ')} was NaN/inf for {nan_limit} consecutive updates (after step "
+            f"{state.step}); training stopped. Last good checkpoint: {last}. Try a lower optim.lr_scale, "
+            f"optim.clip_norm, or train.amp=bf16 instead of fp16"
+        ),
+    )

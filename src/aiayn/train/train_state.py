@@ -48,13 +48,18 @@ class TrainState:
 
     def state_dict(self) -> dict[str, Any]:
         # the keys of the version-1 state file (step, counters, window, best) plus early_stop
-        return {"step": self.step,
-                "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive,
-                             "elapsed": self.elapsed},
-                "window": dict(self.window),
-                "best": self.best,
-                "early_stop": {"metric": self.metric, "best_step": self.best_step, "bad_evals": self.bad_evals,
-                               "last_eval_step": self.last_eval_step}}
+        return {
+            "step": self.step,
+            "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive, "elapsed": self.elapsed},
+            "window": dict(self.window),
+            "best": self.best,
+            "early_stop": {
+                "metric": self.metric,
+                "best_step": self.best_step,
+                "bad_evals": self.bad_evals,
+                "last_eval_step": self.last_eval_step,
+            },
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])

@@ -52,8 +52,9 @@ check_run_dir = rundir.check_run_dir
 
 
 class Trainer:
-    def __init__(self, config: Config, run_dir: str | Path, resume: bool = False,
-                 init_from: str | Path | None = None) -> None:
+    def __init__(
+        self, config: Config, run_dir: str | Path, resume: bool = False, init_from: str | Path | None = None
+    ) -> None:
         self.cfg, self.run_dir, self.resume, self.init_from = config, Path(run_dir), resume, init_from
         c = config.train
         if c.deterministic:
@@ -84,13 +85,16 @@ class Trainer:
             rundir.check_new_or_resumed(run_dir, self.resume)
         distributed.barrier()
         data = with_run_tokenizer(cfg.data, run_dir) if self.resume else cfg.data  # config.yaml keeps the original
-        self.prepared = rundir.prepare_keeping_tokenizer(data, run_dir, self.main, self.resume,
-                                                         lambda d, r: tasks.prepare_data(cfg, d, r))
+        self.prepared = rundir.prepare_keeping_tokenizer(
+            data, run_dir, self.main, self.resume, lambda d, r: tasks.prepare_data(cfg, d, r)
+        )
         rundir.check_ranks_agree_on_data(self.prepared)
         vocab = self.prepared.tokenizer.vocab_size
         if "vocab_size" in cfg.model and int(cfg.model["vocab_size"]) != vocab:
-            raise TrainingError(f"config model.vocab_size={cfg.model['vocab_size']} but the tokenizer has {vocab} "
-                                f"pieces; the data settings changed since this run started")
+            raise TrainingError(
+                f"config model.vocab_size={cfg.model['vocab_size']} but the tokenizer has {vocab} "
+                f"pieces; the data settings changed since this run started"
+            )
 
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
@@ -108,23 +112,48 @@ class Trainer:
         o = cfg.optim
         self.update_freq = o.update_freq
         if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
-            self.update_freq = derive_update_freq(o.tokens_per_update, tasks.micro_batch_tokens(cfg),
-                                                  self.dist.world_size)
-        self.optimizer, scheduler, self.scaler = build_optimizer(self.model, o, self.model_config.d_model,
-                                                                 self.device, self.amp, c.max_steps)
+            self.update_freq = derive_update_freq(
+                o.tokens_per_update, tasks.micro_batch_tokens(cfg), self.dist.world_size
+            )
+        self.optimizer, scheduler, self.scaler = build_optimizer(
+            self.model, o, self.model_config.d_model, self.device, self.amp, c.max_steps
+        )
         self.iterator = tasks.train_iterator(cfg, self.prepared, self.dist, self.device)
         self.batches = Batches(self.iterator, c.max_epochs)
-        self.task = tasks.build_task(cfg, self.model_config, self.prepared, self.device,
-                                     autocast_factory(self.amp, self.device))
-        parts = {"optimizer": ConfiguredAdam(self.optimizer), "scheduler": scheduler, "scaler": self.scaler,
-                 "data": self.iterator}
-        self.ckpt = CheckpointManager(run_dir, self.model, parts, RNGState(self.device, self.dist, c.seed),
-                                      self.state, self.dist, self.device, c.keep_last, o.tokens_per_update)
+        self.task = tasks.build_task(
+            cfg, self.model_config, self.prepared, self.device, autocast_factory(self.amp, self.device)
+        )
+        parts = {
+            "optimizer": ConfiguredAdam(self.optimizer),
+            "scheduler": scheduler,
+            "scaler": self.scaler,
+            "data": self.iterator,
+        }
+        self.ckpt = CheckpointManager(
+            run_dir,
+            self.model,
+            parts,
+            RNGState(self.device, self.dist, c.seed),
+            self.state,
+            self.dist,
+            self.device,
+            c.keep_last,
+            o.tokens_per_update,
+        )
         train_model: torch.nn.Module = self.model
         if c.compile:
             train_model = cast(torch.nn.Module, torch.compile(self.model))  # checkpoints save self.model: no _orig_mod.
-        self.train_step = TrainStep(self.task, self.model, train_model, self.optimizer, scheduler, self.scaler,
-                              self.dist, self.device, o.clip_norm)  # its stop vote: collective, before the resume's
+        self.train_step = TrainStep(
+            self.task,
+            self.model,
+            train_model,
+            self.optimizer,
+            scheduler,
+            self.scaler,
+            self.dist,
+            self.device,
+            o.clip_norm,
+        )  # its stop vote: collective, before the resume's
         if self.resume:
             self.ckpt.load_latest(self.metrics)
         else:
@@ -134,10 +163,20 @@ class Trainer:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             # a classifier leaves its encoder's masked-token head unused: DDP must not wait for its gradients
-            self.train_step.train_model = DDP(train_model, device_ids=ids,
-                                              find_unused_parameters=cfg.task.name == "classify")
-        self.validator = Validator(self.task, self.model, self.state, self.metrics, run_dir, self.dist, self.device,
-                                   c.patience, self.progress.say)
+            self.train_step.train_model = DDP(
+                train_model, device_ids=ids, find_unused_parameters=cfg.task.name == "classify"
+            )
+        self.validator = Validator(
+            self.task,
+            self.model,
+            self.state,
+            self.metrics,
+            run_dir,
+            self.dist,
+            self.device,
+            c.patience,
+            self.progress.say,
+        )
         if self.main:
             self._banner(n_params, weights)
 
@@ -145,17 +184,26 @@ class Trainer:
         cfg, o, world = self.cfg, self.cfg.optim, self.dist.world_size
         micro = tasks.micro_batch_tokens(cfg)
         eff = micro * self.update_freq * world
-        derived = (f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"
-                   if o.tokens_per_update is not None else "")
-        start = (f" | resumed at step {self.state.step}" if self.state.step else "") + \
-                (f" | fine-tuning {weights}" if weights else "")
-        print(f"aiayn train: {self.run_dir} | {cfg.task.name} | {n_params:,} parameters | "
-              f"{len(self.prepared.splits['train']):,} training examples, {len(self.iterator)} batches/epoch/rank | "
-              f"update = {self.update_freq} x {world} x {micro} tokens (<= {eff:,}{derived}) | "
-              f"device {self.device}, amp {self.amp}{start}",
-              flush=True)
-        off = (global_batch_warning(o.tokens_per_update, micro, self.update_freq, world)
-               if o.tokens_per_update is not None else None)
+        derived = (
+            f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"
+            if o.tokens_per_update is not None
+            else ""
+        )
+        start = (f" | resumed at step {self.state.step}" if self.state.step else "") + (
+            f" | fine-tuning {weights}" if weights else ""
+        )
+        print(
+            f"aiayn train: {self.run_dir} | {cfg.task.name} | {n_params:,} parameters | "
+            f"{len(self.prepared.splits['train']):,} training examples, {len(self.iterator)} batches/epoch/rank | "
+            f"update = {self.update_freq} x {world} x {micro} tokens (<= {eff:,}{derived}) | "
+            f"device {self.device}, amp {self.amp}{start}",
+            flush=True,
+        )
+        off = (
+            global_batch_warning(o.tokens_per_update, micro, self.update_freq, world)
+            if o.tokens_per_update is not None
+            else None
+        )
         if off:
             warn(off)
 
@@ -203,16 +251,19 @@ class Trainer:
                 signal.signal(sig, h)
             self.progress.close()
         if interrupted and self.main:
-            print(f"interrupted at step {s.step}; checkpoint saved to {self.ckpt.last_saved}\n"
-                  f"resume with: aiayn train --resume {self.run_dir}", file=sys.stderr, flush=True)
+            print(
+                f"interrupted at step {s.step}; checkpoint saved to {self.ckpt.last_saved}\n"
+                f"resume with: aiayn train --resume {self.run_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
         return self._summary(interrupted, stopped_early)
 
     def _count(self, result: StepResult) -> bool:
         """Account for one update; False when it was skipped (raises after train.nan_limit in a row)."""
         s = self.state
         if not result.ok:
-            fields, msg, error = skipped_update(result, s, self.scaler, self.cfg.train.nan_limit,
-                                                self.ckpt.last_saved)
+            fields, msg, error = skipped_update(result, s, self.scaler, self.cfg.train.nan_limit, self.ckpt.last_saved)
             self.metrics.write("skip", s.step + 1, **fields)
             self.progress.say(msg, err=True)
             if error is not None:
@@ -221,8 +272,12 @@ class Trainer:
         s.step += 1
         s.nan_consecutive = 0
         w = s.window
-        w["loss"], w["nll"], w["tokens"], w["steps"] = (w["loss"] + result.loss, w["nll"] + result.nll,
-                                                        w["tokens"] + result.tokens, w["steps"] + 1)
+        w["loss"], w["nll"], w["tokens"], w["steps"] = (
+            w["loss"] + result.loss,
+            w["nll"] + result.nll,
+            w["tokens"] + result.tokens,
+            w["steps"] + 1,
+        )
         self.progress.updated()
         return True
 
@@ -231,14 +286,20 @@ class Trainer:
         c, s = self.cfg.train, self.state
         done = None
         if s.step >= c.max_steps:
-            done = f"already finished at step {s.step} (train.max_steps={c.max_steps}); " \
-                   f"raise it with --train.max_steps to train on"
+            done = (
+                f"already finished at step {s.step} (train.max_steps={c.max_steps}); "
+                f"raise it with --train.max_steps to train on"
+            )
         elif c.max_minutes is not None and s.elapsed >= 60 * c.max_minutes:
-            done = f"already used its time budget at step {s.step} ({s.elapsed / 60:.1f} min, " \
-                   f"train.max_minutes={c.max_minutes:g}); raise it with --train.max_minutes to train on"
+            done = (
+                f"already used its time budget at step {s.step} ({s.elapsed / 60:.1f} min, "
+                f"train.max_minutes={c.max_minutes:g}); raise it with --train.max_minutes to train on"
+            )
         elif self.validator.exhausted():
-            done = f"already stopped early at step {s.step} (no better valid {s.metric} in {c.patience} " \
-                   f"validations); raise --train.patience to train on"
+            done = (
+                f"already stopped early at step {s.step} (no better valid {s.metric} in {c.patience} "
+                f"validations); raise --train.patience to train on"
+            )
         if done and self.main:
             print(f"{self.run_dir} {done}", file=sys.stderr, flush=True)
         return done is not None
@@ -252,8 +313,11 @@ class Trainer:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.flags.stop = True
         signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
-        self.progress.say("stopping after this micro-batch, saving the last completed update (press Ctrl-C again to "
-                  "abort without saving)", err=True)
+        self.progress.say(
+            "stopping after this micro-batch, saving the last completed update (press Ctrl-C again to "
+            "abort without saving)",
+            err=True,
+        )
 
     def _validate(self) -> bool:
         stop = self.validator()
@@ -266,14 +330,22 @@ class Trainer:
 
     def _summary(self, interrupted: bool, stopped_early: bool = False, ran: bool = True) -> dict[str, Any]:
         last = self.ckpt.last_saved if ran else None
-        return {"run_dir": str(self.run_dir), "step": self.state.step, "interrupted": interrupted,
-                "stopped_early": stopped_early, "train": self.progress.last_train, "valid": self.validator.last,
-                "best": self.state.best, "checkpoint": str(last) if last else None,
-                "nan_skipped": self.state.nan_total}
+        return {
+            "run_dir": str(self.run_dir),
+            "step": self.state.step,
+            "interrupted": interrupted,
+            "stopped_early": stopped_early,
+            "train": self.progress.last_train,
+            "valid": self.validator.last,
+            "best": self.state.best,
+            "checkpoint": str(last) if last else None,
+            "nan_skipped": self.state.nan_total,
+        }
 
 
-def train(config: Config, run_dir: str | Path, resume: bool = False,
-          init_from: str | Path | None = None) -> dict[str, Any]:
+def train(
+    config: Config, run_dir: str | Path, resume: bool = False, init_from: str | Path | None = None
+) -> dict[str, Any]:
     """Train (or with `resume=True` continue) a run; returns a summary of the last metrics. `init_from`
     (a run directory or weights file) fine-tunes: its weights and tokenizer, a fresh optimizer, step 0."""
     trainer = Trainer(config, run_dir, resume, init_from)

@@ -31,9 +31,18 @@ def validate(task: Task, model: torch.nn.Module) -> dict[str, Any]:
 
 
 class Validator:
-    def __init__(self, task: Task, model: torch.nn.Module, state: TrainState, metrics: MetricsWriter,
-                 run_dir: Path, dist: DistInfo, device: torch.device, patience: int,
-                 say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        task: Task,
+        model: torch.nn.Module,
+        state: TrainState,
+        metrics: MetricsWriter,
+        run_dir: Path,
+        dist: DistInfo,
+        device: torch.device,
+        patience: int,
+        say: Callable[[str], None],
+    ) -> None:
         self.task, self.model, self.state, self.metrics = task, model, state, metrics
         self.run_dir, self.dist, self.device, self.patience, self.say = run_dir, dist, device, patience, say
         self.last: dict[str, Any] | None = None  # rank 0 only
@@ -56,14 +65,21 @@ class Validator:
             self.say(f"valid step {s.step} | {shown} ({time.perf_counter() - t:.1f}s)")
             value = rec.get(s.metric)
             if value is not None and s.record_validation(value):
-                save_weights(self.model, self.run_dir / "best.safetensors", step=s.step,
-                             extra={"valid": json.dumps(rec), "metric": s.metric})
+                save_weights(
+                    self.model,
+                    self.run_dir / "best.safetensors",
+                    step=s.step,
+                    extra={"valid": json.dumps(rec), "metric": s.metric},
+                )
             stop = self.exhausted()
             if stop:
-                self.metrics.write("stop", s.step, reason="patience", metric=s.metric, best=s.best,
-                                   best_step=s.best_step)
-                self.say(f"early stop at step {s.step}: no better valid {s.metric} in {self.patience} validations "
-                         f"(best {s.best:.4g} at step {s.best_step})")
+                self.metrics.write(
+                    "stop", s.step, reason="patience", metric=s.metric, best=s.best, best_step=s.best_step
+                )
+                self.say(
+                    f"early stop at step {s.step}: no better valid {s.metric} in {self.patience} validations "
+                    f"(best {s.best:.4g} at step {s.best_step})"
+                )
         if self.dist.enabled:  # rank 0's decision, for every rank (also the barrier that the others wait at)
             stop = bool(distributed.all_reduce_sum(torch.tensor([float(stop)], device=self.device)).item())
         return stop

@@ -54,8 +54,10 @@ def prepare_data(cfg: Config, data: DataConfig, run_dir: Path | None) -> Any:
 
     if cfg.task.name == "lm":
         if cfg.task.block_size is not None and data.text_unit != "document":
-            raise ConfigError("task.block_size draws blocks from running text: set data.text_unit: document "
-                              "(or task.block_size: null for one sentence per example)")
+            raise ConfigError(
+                "task.block_size draws blocks from running text: set data.text_unit: document "
+                "(or task.block_size: null for one sentence per example)"
+            )
         return prepare_text(data, run_dir)
     if cfg.task.name in ("mlm", "classify"):
         from aiayn.data.text import ENCODER_SPECIALS
@@ -96,33 +98,95 @@ def train_iterator(cfg: Config, prepared: Any, dist: DistInfo, device: torch.dev
 
         if cfg.task.block_size is not None:
             return BlockIterator(document_stream(split), cfg.task.block_size, cfg.task.batch_size, seed, rank, world)
-        return BatchIterator(split, cfg.data.max_tokens, seed=seed, shuffle=True, collate_fn=TextCollate(),
-                             prefetch=2, rank=rank, world_size=world)
+        return BatchIterator(
+            split,
+            cfg.data.max_tokens,
+            seed=seed,
+            shuffle=True,
+            collate_fn=TextCollate(),
+            prefetch=2,
+            rank=rank,
+            world_size=world,
+        )
     if cfg.task.name in ("mlm", "classify"):
-        collate = (masking_collate(prepared, cfg.task, seed) if cfg.task.name == "mlm"
-                   else encoder_collate(prepared.tokenizer, prepared.labels["train"]))
-        return BatchIterator(split, cfg.data.max_tokens, seed=seed, shuffle=True, collate_fn=collate, prefetch=2,
-                             rank=rank, world_size=world, pin_memory=device.type == "cuda")
-    return BatchIterator(split, cfg.data.max_tokens, seed=seed, shuffle=True, prefetch=2, rank=rank,
-                         world_size=world, pin_memory=device.type == "cuda")  # collated during the update
+        collate = (
+            masking_collate(prepared, cfg.task, seed)
+            if cfg.task.name == "mlm"
+            else encoder_collate(prepared.tokenizer, prepared.labels["train"])
+        )
+        return BatchIterator(
+            split,
+            cfg.data.max_tokens,
+            seed=seed,
+            shuffle=True,
+            collate_fn=collate,
+            prefetch=2,
+            rank=rank,
+            world_size=world,
+            pin_memory=device.type == "cuda",
+        )
+    return BatchIterator(
+        split,
+        cfg.data.max_tokens,
+        seed=seed,
+        shuffle=True,
+        prefetch=2,
+        rank=rank,
+        world_size=world,
+        pin_memory=device.type == "cuda",
+    )  # collated during the update
 
 
-def build_task(cfg: Config, model_config: ModelConfig, prepared: Any, device: torch.device,
-               autocast: Callable[[], contextlib.AbstractContextManager]) -> Task:
+def build_task(
+    cfg: Config,
+    model_config: ModelConfig,
+    prepared: Any,
+    device: torch.device,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+) -> Task:
     o, c = cfg.optim, cfg.train
     if cfg.task.name == "lm":
-        return LMTask(model_config, prepared, device, label_smoothing=o.label_smoothing,
-                      block_size=cfg.task.block_size, batch_size=cfg.task.batch_size,
-                      max_tokens=cfg.data.max_tokens, autocast=autocast)
+        return LMTask(
+            model_config,
+            prepared,
+            device,
+            label_smoothing=o.label_smoothing,
+            block_size=cfg.task.block_size,
+            batch_size=cfg.task.batch_size,
+            max_tokens=cfg.data.max_tokens,
+            autocast=autocast,
+        )
     if cfg.task.name == "mlm":
-        return MLMTask(model_config, prepared, device, task=cfg.task, label_smoothing=o.label_smoothing,
-                       max_tokens=cfg.data.max_tokens, seed=c.seed, autocast=autocast)
+        return MLMTask(
+            model_config,
+            prepared,
+            device,
+            task=cfg.task,
+            label_smoothing=o.label_smoothing,
+            max_tokens=cfg.data.max_tokens,
+            seed=c.seed,
+            autocast=autocast,
+        )
     if cfg.task.name == "classify":
-        return ClassifyTask(model_config, prepared, device, label_smoothing=o.label_smoothing,
-                            max_tokens=cfg.data.max_tokens, autocast=autocast)
-    return TranslationTask(model_config, prepared, device, label_smoothing=o.label_smoothing,
-                           max_tokens=cfg.data.max_tokens, autocast=autocast, compiled=c.compile,
-                           eval_bleu=c.eval_bleu, eval_max_sentences=c.eval_max_sentences)
+        return ClassifyTask(
+            model_config,
+            prepared,
+            device,
+            label_smoothing=o.label_smoothing,
+            max_tokens=cfg.data.max_tokens,
+            autocast=autocast,
+        )
+    return TranslationTask(
+        model_config,
+        prepared,
+        device,
+        label_smoothing=o.label_smoothing,
+        max_tokens=cfg.data.max_tokens,
+        autocast=autocast,
+        compiled=c.compile,
+        eval_bleu=c.eval_bleu,
+        eval_max_sentences=c.eval_max_sentences,
+    )
 
 
 def micro_batch_tokens(cfg: Config) -> int:
@@ -145,5 +209,17 @@ def default_metric(cfg: Config) -> str:
     return "loss"
 
 
-__all__ = ["Task", "TranslationTask", "LMTask", "MLMTask", "ClassifyTask", "prepare_data", "train_iterator",
-           "build_task", "n_classes", "default_metric", "micro_batch_tokens", "save_label_names"]
+__all__ = [
+    "Task",
+    "TranslationTask",
+    "LMTask",
+    "MLMTask",
+    "ClassifyTask",
+    "prepare_data",
+    "train_iterator",
+    "build_task",
+    "n_classes",
+    "default_metric",
+    "micro_batch_tokens",
+    "save_label_names",
+]

@@ -23,8 +23,9 @@ def encoder_collate(tokenizer: Any, labels: np.ndarray | None = None) -> TextCol
     """BERT's [CLS] a [SEP] (b [SEP]) layout with `tokens` counting examples."""
     cls_id, sep_id = tokenizer.piece_id(ENCODER_SPECIALS[1]), tokenizer.piece_id(ENCODER_SPECIALS[2])
     if cls_id is None or sep_id is None:
-        raise DataError(f"the tokenizer {tokenizer.path} lacks the pieces {list(ENCODER_SPECIALS)} the "
-                        f"encoder-only tasks need")
+        raise DataError(
+            f"the tokenizer {tokenizer.path} lacks the pieces {list(ENCODER_SPECIALS)} the encoder-only tasks need"
+        )
     return TextCollate(labels, cls_id=cls_id, sep_id=sep_id, per_example=True)
 
 
@@ -42,12 +43,16 @@ def class_scores(m: np.ndarray) -> dict[str, Any]:
     predicted, support = m.sum(0).astype(np.float64), m.sum(1).astype(np.float64)
     precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
     recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
-    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(tp),
-                   where=precision + recall > 0)
+    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(tp), where=precision + recall > 0)
     total = m.sum()
-    return {"accuracy": float(tp.sum() / total) if total else 0.0, "precision": precision.tolist(),
-            "recall": recall.tolist(), "f1": f1.tolist(), "support": support.astype(int).tolist(),
-            "macro_f1": float(f1.mean()) if len(f1) else 0.0}
+    return {
+        "accuracy": float(tp.sum() / total) if total else 0.0,
+        "precision": precision.tolist(),
+        "recall": recall.tolist(),
+        "f1": f1.tolist(),
+        "support": support.astype(int).tolist(),
+        "macro_f1": float(f1.mean()) if len(f1) else 0.0,
+    }
 
 
 def classify_logits(model: torch.nn.Module, b: TextBatch) -> Tensor:
@@ -61,9 +66,16 @@ class ClassifyTask:
     Validation: loss, nll, accuracy and macro F1 over the validation split, plus each class's F1 as
     `f1_<label>`."""
 
-    def __init__(self, model_config: ModelConfig, prepared: Any, device: torch.device, *, label_smoothing: float,
-                 max_tokens: int,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        prepared: Any,
+        device: torch.device,
+        *,
+        label_smoothing: float,
+        max_tokens: int,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
         self.model_config, self.prepared, self.device = model_config, prepared, device
         self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
         self.names = list(prepared.label_names)
@@ -98,7 +110,11 @@ class ClassifyTask:
             pred.append(logits.argmax(-1).cpu().numpy())
         n = sum(len(g) for g in gold)
         s = class_scores(confusion_matrix(np.concatenate(gold), np.concatenate(pred), len(self.names)))
-        out: dict[str, float | None] = {"loss": loss / n, "nll": nll / n, "accuracy": s["accuracy"],
-                                        "macro_f1": s["macro_f1"]}
+        out: dict[str, float | None] = {
+            "loss": loss / n,
+            "nll": nll / n,
+            "accuracy": s["accuracy"],
+            "macro_f1": s["macro_f1"],
+        }
         out.update({f"f1_{name}": f for name, f in zip(self.names, s["f1"])})
         return out

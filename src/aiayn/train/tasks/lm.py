@@ -28,9 +28,18 @@ class LMTask:
     BOS + text, targets text + EOS, pad positions ignored). Validation: loss, nll and perplexity per
     token over the whole validation text (consecutive blocks, or every sentence)."""
 
-    def __init__(self, model_config: ModelConfig, prepared: Any, device: torch.device, *, label_smoothing: float,
-                 block_size: int | None, batch_size: int, max_tokens: int,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        prepared: Any,
+        device: torch.device,
+        *,
+        label_smoothing: float,
+        block_size: int | None,
+        batch_size: int,
+        max_tokens: int,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
         self.model_config, self.prepared, self.device = model_config, prepared, device
         self.label_smoothing, self.block_size, self.batch_size = label_smoothing, block_size, batch_size
         self.max_tokens, self.autocast = max_tokens, autocast

@@ -23,10 +23,19 @@ def masking_collate(prepared: Any, task: TaskConfig, seed: int) -> MaskingCollat
     tok = prepared.tokenizer
     mask_id, cls_id, sep_id = (tok.piece_id(p) for p in ENCODER_SPECIALS)
     if mask_id is None or cls_id is None or sep_id is None:
-        raise DataError(f"the tokenizer {tok.path} lacks the pieces {list(ENCODER_SPECIALS)} the encoder-only "
-                        f"tasks need")
-    return MaskingCollate(tok.vocab_size, mask_id, cls_id, sep_id, seed=seed, mask_prob=task.mask_prob,
-                          mask_token=task.mask_token, random_token=task.random_token)
+        raise DataError(
+            f"the tokenizer {tok.path} lacks the pieces {list(ENCODER_SPECIALS)} the encoder-only tasks need"
+        )
+    return MaskingCollate(
+        tok.vocab_size,
+        mask_id,
+        cls_id,
+        sep_id,
+        seed=seed,
+        mask_prob=task.mask_prob,
+        mask_token=task.mask_token,
+        random_token=task.random_token,
+    )
 
 
 class MLMTask:
@@ -34,9 +43,18 @@ class MLMTask:
     by their count. Validation: loss, nll, perplexity and accuracy of the masked tokens over the whole
     validation text, with masks drawn from `seed` (the same at every validation)."""
 
-    def __init__(self, model_config: ModelConfig, prepared: Any, device: torch.device, *, task: TaskConfig,
-                 label_smoothing: float, max_tokens: int, seed: int,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        prepared: Any,
+        device: torch.device,
+        *,
+        task: TaskConfig,
+        label_smoothing: float,
+        max_tokens: int,
+        seed: int,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
         self.model_config, self.prepared, self.device = model_config, prepared, device
         self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
         self.valid_collate = masking_collate(prepared, task, seed)
@@ -59,11 +77,16 @@ class MLMTask:
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
         loss = nll = tokens = correct = 0.0
-        for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False,
-                               collate_fn=self.valid_collate):
+        for b in BatchIterator(
+            self.prepared.splits["valid"], self.max_tokens, shuffle=False, collate_fn=self.valid_collate
+        ):
             logits, target = self._forward(model, b)
             ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
             correct += (logits.argmax(-1) == target).sum().item()
-        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0)),
-                "accuracy": correct / tokens}
+        return {
+            "loss": loss / tokens,
+            "nll": nll / tokens,
+            "ppl": math.exp(min(nll / tokens, 50.0)),
+            "accuracy": correct / tokens,
+        }

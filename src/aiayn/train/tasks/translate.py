@@ -19,9 +19,19 @@ class TranslationTask:
     """Paper §5: label-smoothed cross-entropy over the target's non-pad tokens; validation loss, nll,
     perplexity and (train.eval_bleu) greedy BLEU on the first `eval_max_sentences` sentences."""
 
-    def __init__(self, model_config: ModelConfig, prepared: Any, device: torch.device, *, label_smoothing: float,
-                 max_tokens: int, autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 compiled: bool = False, eval_bleu: bool = True, eval_max_sentences: int = 0) -> None:
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        prepared: Any,
+        device: torch.device,
+        *,
+        label_smoothing: float,
+        max_tokens: int,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        compiled: bool = False,
+        eval_bleu: bool = True,
+        eval_max_sentences: int = 0,
+    ) -> None:
         self.model_config, self.prepared, self.device = model_config, prepared, device
         self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
         self.compiled, self.eval_bleu, self.eval_max_sentences = compiled, eval_bleu, eval_max_sentences
@@ -57,8 +67,12 @@ class TranslationTask:
             logits, target = self._forward(model, b)
             ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
-        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0)),
-                "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
+        return {
+            "loss": loss / tokens,
+            "nll": nll / tokens,
+            "ppl": math.exp(min(nll / tokens, 50.0)),
+            "bleu": self._greedy_bleu(model) if self.eval_bleu else None,
+        }
 
     def _greedy_bleu(self, model: torch.nn.Module) -> float | None:
         try:
