@@ -133,8 +133,8 @@ def test_search_defaults_come_from_the_runs_decode_section(run_dir, tmp_path):
     """A run whose config.yaml says beam 3 decodes with beam 3 when --beam is not given."""
     import argparse
 
+    from aiayn.cli.translate import decode_config, register
     from aiayn.config import Config, DecodeConfig
-    from aiayn.decode.commands import decode_config, register
 
     cfg = Config(model={"preset": "tiny"})
     cfg.decode.beam, cfg.decode.length_penalty = 3, 0.0
@@ -279,7 +279,7 @@ def test_translate_command_hands_the_resolved_config_to_the_translator(greedy_ru
     """`aiayn translate` without flags decodes greedily as the run's config.yaml says; flags override."""
     import argparse
 
-    from aiayn.decode.commands import register
+    from aiayn.cli.translate import register
 
     run, _, calls = greedy_run
     src = tmp_path / "src.txt"

@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Bottom to top; a module may import from its own layer or any layer below. Longest prefix wins.
 LAYERS: list[tuple[str, ...]] = [
     # 0 foundation: torch-free, imported by everything
-    ("aiayn", "aiayn._lazy", "aiayn._cli_args", "aiayn.errors", "aiayn.fileio", "aiayn.config"),
+    ("aiayn", "aiayn._lazy", "aiayn.errors", "aiayn.fileio", "aiayn.config"),
     # 1 the network (and the process-group plumbing, which knows only errors and torch)
     ("aiayn.model", "aiayn.distributed"),
     # 2 weights on disk: files, run-directory layout, averaging
@@ -35,16 +35,9 @@ LAYERS: list[tuple[str, ...]] = [
         "aiayn.evaluate",
         "aiayn.classification",
     ),
-    # 7 the command line: cli.py and each package's `commands` module (its subcommands, which only
-    #   cli.py imports and which reach across packages, e.g. `decode evaluate` -> aiayn.evaluate)
-    (
-        "aiayn.cli",
-        "aiayn.__main__",
-        "aiayn.data.commands",
-        "aiayn.decode.commands",
-        "aiayn.train.commands",
-        "aiayn.serve.commands",
-    ),
+    # 7 the command line: every parser (aiayn.cli.*), which reaches across packages, e.g.
+    #   `aiayn evaluate` -> aiayn.evaluate
+    ("aiayn.cli", "aiayn.__main__"),
 ]
 
 # Known upward imports in files another branch is editing right now; fix after both merge.
@@ -136,3 +129,22 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
         "def g():\n    from aiayn.train import train\n    from . import x\n"
     )
     assert aiayn_imports(f, "aiayn.model.m") == [(5, "aiayn.train"), (6, "aiayn.model")]
+
+
+def test_argument_parsing_lives_in_the_cli_package_only():
+    """One CLI convention (issue #23): library modules never import argparse; every parser is in aiayn.cli."""
+    bad = []
+    for path in sorted((SRC / "aiayn").rglob("*.py")):
+        module = module_name(path)
+        if module == "aiayn.cli" or module.startswith("aiayn.cli."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            bad += [f"{path.relative_to(SRC)}:{node.lineno}" for n in names if n.split(".")[0] == "argparse"]
+    assert not bad, "argparse outside aiayn.cli: " + ", ".join(bad)

@@ -12,7 +12,6 @@ the classes in id order and says whether the run reads pairs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass
@@ -210,43 +209,3 @@ def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) ->
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
     fig.subplots_adjust(left=0.25, bottom=0.25, right=0.88, top=0.9)
     return _save(fig, out)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "classify",
-        help="label texts (or sentence pairs) with a classifier run; score against gold labels when the input has them",
-    )
-    p.add_argument("-c", "--checkpoint", required=True, help="a task: classify run directory or weights file")
-    p.add_argument("--input", required=True, help="TSV: LABEL<TAB>TEXT[<TAB>TEXT_B] or TEXT[<TAB>TEXT_B] lines")
-    p.add_argument(
-        "--output",
-        help="write PREDICTED_LABEL<TAB>TEXT[<TAB>TEXT_B] lines here (default: stdout when the input has no labels)",
-    )
-    p.add_argument("--confusion", help="confusion-matrix PNG (input with gold labels only)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--max-tokens", type=int, default=8192, help="tokens per batch")
-
-    def run(a: argparse.Namespace) -> int:
-        from aiayn.fileio import atomic_write
-
-        clf = Classifier.load(a.checkpoint, a.device)
-        ex = clf.read(a.input)
-        predicted = [clf.labels[i] for i in clf.predict(ex.a, ex.b, a.max_tokens)]
-        texts = ex.a if ex.b is None else [f"{x}\t{y}" for x, y in zip(ex.a, ex.b)]
-        lines = "".join(f"{label}\t{t}\n" for label, t in zip(predicted, texts))
-        if a.output:
-            atomic_write(a.output, lambda tmp: Path(tmp).write_text(lines))
-        elif ex.gold is None:
-            print(lines, end="")
-        if ex.gold is None:
-            if a.confusion:
-                raise ClassifyError("--confusion needs gold labels in the input (LABEL<TAB>... lines)")
-            return 0
-        s = scores(ex.gold, predicted, clf.labels)
-        print(format_scores(s))
-        if a.confusion:
-            print(f"wrote {plot_confusion(s, a.confusion)}")
-        return 0
-
-    p.set_defaults(run=run)

@@ -1,7 +1,7 @@
 """Decoding: greedy and beam search on the incremental cache, ensembles, the text-in/text-out Translator,
 and sampling from decoder-only models.
 
-Names load lazily (PEP 562) so `aiayn.decode.commands` registers its subcommands without torch.
+Names load lazily (PEP 562) so `aiayn.cli.translate` registers its subcommands without torch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`aiayn serve`: an HTTP translation server with cross-request batching and a web page.
 
 Needs the serve extra (`pip install 'aiayn[serve]'`: FastAPI, uvicorn, prometheus_client). Names
-load lazily (PEP 562) so `aiayn.serve.commands` registers its subcommand without those installed.
+load lazily (PEP 562) so `aiayn.cli.serve` registers its subcommand without those installed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Training (paper §5): label-smoothed loss, the warm-up schedule, the loop, checkpoints, averaging.
 
-Names are imported lazily (PEP 562) so `aiayn.train.commands` loads without torch (fast `aiayn --help`).
+Names are imported lazily (PEP 562) so `aiayn.cli.train` loads without torch (fast `aiayn --help`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aiayn._cli_args import collect_overrides
+from aiayn.cli._args import collect_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,10 +1,10 @@
-"""`aiayn train` and `aiayn average` (registered in aiayn.cli)."""
+"""`aiayn train` and `aiayn average` (parsing only; the loop lives in aiayn.train)."""
 
 from __future__ import annotations
 
 import argparse
 
-from aiayn._cli_args import collect_overrides
+from aiayn.cli._args import collect_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:

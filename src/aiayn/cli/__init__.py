@@ -1,0 +1,66 @@
+"""`aiayn` command line: all argument parsing lives in this package; subcommands only parse
+arguments and call the library.
+
+Each module here has a `register(sub)` function (listed in `_COMMANDS`) that adds its parser and
+the function it runs. Imports of torch-heavy library code stay inside the runners so `aiayn --help`
+starts fast; the library never imports argparse (tests/test_layers.py checks both directions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from aiayn import __version__
+from aiayn.cli import ablate, classify, data, export, lm, model, quickstart, serve, train, translate, viz
+from aiayn.cli._args import parse
+from aiayn.errors import AiaynError
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
+    quickstart.register,
+    data.register,
+    train.register,
+    translate.register,
+    lm.register,
+    classify.register,
+    viz.register,
+    ablate.register,
+    export.register,
+    serve.register,
+    model.register,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate."
+    )
+    parser.add_argument("--version", action="version", version=f"aiayn {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.run(args) or 0)
+    except AiaynError as e:  # something the user can fix: one line, no traceback
+        if os.environ.get("AIAYN_DEBUG"):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
