@@ -441,6 +441,20 @@ def test_patience_settings_are_checked():
         Config.from_dict({"train": {"patience": 2, "eval_every": 0}})
 
 
+def test_patience_metric_auto_is_the_number_each_task_is_judged_by():
+    from aiayn.train.tasks import default_metric
+
+    def metric(task: str, **train: object) -> str:
+        return default_metric(Config.from_dict({"task": {"name": task}, "train": train}))
+
+    assert metric("translate") == "bleu"
+    assert metric("translate", eval_bleu=False) == "loss"
+    assert (metric("lm"), metric("mlm"), metric("classify")) == ("loss", "loss", "accuracy")
+    assert metric("classify", patience_metric="loss") == "loss"
+    with pytest.raises(ConfigError, match="needs task mlm or classify"):
+        metric("lm", patience_metric="accuracy")
+
+
 # -- the update under DDP ---------------------------------------------------------------------------
 
 

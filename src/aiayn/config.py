@@ -282,7 +282,7 @@ class TrainConfig:
     # Early stopping: stop after this many validations without a better patience_metric (0 = never).
     # The best weights by that metric are RUN/best.safetensors whether or not patience is set.
     patience: int = 0
-    # auto = translate: bleu with eval_bleu, else validation loss; other tasks: validation loss
+    # auto = translate: bleu with eval_bleu, else validation loss; classify: accuracy; lm, mlm: validation loss
     patience_metric: Literal["auto", "bleu", "loss", "accuracy"] = "auto"
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)

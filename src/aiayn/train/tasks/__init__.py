@@ -206,7 +206,7 @@ def default_metric(cfg: Config) -> str:
         return cfg.train.patience_metric
     if cfg.task.name == "translate":
         return "bleu" if cfg.train.eval_bleu else "loss"
-    return "loss"
+    return "accuracy" if cfg.task.name == "classify" else "loss"
 
 
 __all__ = [
