@@ -77,6 +77,22 @@ def test_masking_follows_berts_proportions_never_picks_specials_and_is_seeded(se
     assert not torch.equal(shuffled.where, where)
 
 
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31), pairs=st.booleans(), budget=st.integers(60, 600), masked=st.booleans())
+def test_encoder_batches_stay_within_the_token_budget(seed, pairs, budget, masked):
+    """data.max_tokens bounds the padded encoder rows, [CLS] a [SEP] b [SEP], not a's and b's lengths
+    apart (a pair's row is up to twice as long as either)."""
+    from aiayn.data.batching import BatchIterator
+
+    split = random_split(300, 500, seed % 1000, pairs)
+    collate = MaskingCollate(500, MASK, CLS, SEP, seed=seed) if masked else TextCollate(cls_id=CLS, sep_id=SEP)
+    batches = list(BatchIterator(split, budget, seed=seed, collate_fn=collate))
+    assert all(b.ids.numel() <= budget for b in batches)
+    assert sorted(int(i) for b in batches for i in b.index) == list(range(len(split)))  # each example once
+    full = sum(b.ids.numel() for b in batches) / (len(batches) * budget)
+    assert full > 0.5  # the budget is used, not just respected: rows are sorted by their full length
+
+
 def test_every_batch_has_a_chosen_position():
     split = random_split(3, 50, 0)
     for seed in range(20):

@@ -205,7 +205,9 @@ class BatchIterator:
     Closing the generator (or exhausting it) stops the thread.
 
     `collate_fn(split, ids)` makes the batch (None: the translation pairs' `collate`, looked up when
-    used; the text tasks bring their own layout, `text_batching.TextCollate`).
+    used; the text tasks bring their own layout, `text_batching.TextCollate`). A collate whose layout
+    is not (source, target + 1) says so with `padded_lengths(split) -> (side_a, side_b)`, each example's
+    length on the two padded sides the budget bounds (e.g. `[CLS] a [SEP] b [SEP]` on one side).
     """
 
     def __init__(
@@ -224,7 +226,12 @@ class BatchIterator:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if len(split) == 0:
             raise ValueError("cannot batch an empty split")
-        longest = max(int(split.src_lengths.max()), int(split.tgt_lengths.max()) + 1)
+        padded_lengths = getattr(collate_fn, "padded_lengths", None)
+        self._padded: tuple[np.ndarray, np.ndarray] | None = padded_lengths(split) if padded_lengths else None
+        if self._padded is None:
+            longest = max(int(split.src_lengths.max()), int(split.tgt_lengths.max()) + 1)
+        else:
+            longest = max(int(self._padded[0].max()), int(self._padded[1].max()))
         if longest > max_tokens:
             raise DataError(
                 f"max_tokens={max_tokens} is smaller than the longest example ({longest} tokens); "
@@ -260,8 +267,11 @@ class BatchIterator:
             order = subset.copy()
         if self.shuffle:
             rng.shuffle(order)  # the same permutation as rng.permutation(n)
-        sl = np.asarray(self.split.src_lengths)[order]
-        tl = np.asarray(self.split.tgt_lengths)[order] + 1  # padded target = pieces + 1
+        if self._padded is None:
+            sl = np.asarray(self.split.src_lengths)[order]
+            tl = np.asarray(self.split.tgt_lengths)[order] + 1  # padded target = pieces + 1
+        else:
+            sl, tl = self._padded[0][order], self._padded[1][order]
         key = np.argsort(sl.astype(np.int64) * (int(tl.max()) + 1) + tl, kind="stable")  # by (src, tgt) length;
         order, sl, tl = order[key], sl[key], tl[key]  # ties keep the shuffled order
         del key

@@ -59,6 +59,12 @@ class TextBatch:
         return TextBatch(self.ids.pin_memory(), pin(self.segments), pin(self.labels), self.index, self.tokens)
 
 
+def _encoder_lengths(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
+    """Row lengths of `[CLS] a [SEP] (b [SEP])` from a's length with EOS (which becomes the first [SEP])
+    and b's (0 when there is no second text)."""
+    return 1 + la + np.where(lb > 0, lb + 1, 0)
+
+
 class TextCollate:
     """`collate_fn` for text examples. With `cls_id`/`sep_id` the encoder layout, else the decoder's."""
 
@@ -71,6 +77,15 @@ class TextCollate:
     ) -> None:
         """`per_example`: `tokens` counts examples (classification), not positions."""
         self.labels, self.cls_id, self.sep_id, self.per_example = labels, cls_id, sep_id, per_example
+
+    def padded_lengths(self, split: EncodedSplit) -> tuple[np.ndarray, np.ndarray]:
+        """Each example's row length in the batch (what BatchIterator's token budget bounds), and 0 for
+        the unused second side."""
+        la = np.asarray(split.src_lengths, dtype=np.int64)  # (N,) text + EOS
+        if self.cls_id is None:
+            return la, np.zeros_like(la)
+        lb = np.asarray(split.tgt_lengths, dtype=np.int64)
+        return _encoder_lengths(la, lb), np.zeros_like(la)
 
     def __call__(self, split: EncodedSplit, ids: np.ndarray) -> TextBatch:
         ids = np.asarray(ids, dtype=np.int64)
@@ -85,7 +100,7 @@ class TextCollate:
             return TextBatch(torch.from_numpy(out), None, labels, torch.from_numpy(ids), int(la.sum()))
         assert self.sep_id is not None
         # encoder: [CLS] a [SEP] (b [SEP]); a's EOS becomes the first [SEP]
-        total = 1 + la + np.where(lb > 0, lb + 1, 0)  # (B,)
+        total = _encoder_lengths(la, lb)  # (B,)
         out = np.zeros((b, int(total.max())), dtype=np.int64)  # (B, T)
         seg = np.zeros_like(out)
         out[:, 0] = self.cls_id
@@ -163,6 +178,9 @@ class MaskingCollate:
         self.ordinary = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), self.special)  # random replacements
         if len(self.ordinary) == 0:
             raise DataError(f"a vocabulary of {vocab_size} pieces has no ordinary token to mask")
+
+    def padded_lengths(self, split: EncodedSplit) -> tuple[np.ndarray, np.ndarray]:
+        return self.collate.padded_lengths(split)
 
     def __call__(self, split: EncodedSplit, ids: np.ndarray) -> MaskedBatch:
         return self.mask(self.collate(split, ids))
