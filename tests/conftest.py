@@ -67,3 +67,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if in_ci():
             pytest.fail(f"{why}; under CI the browser test must run, not skip", pytrace=False)
         pytest.skip(why)
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty AIAYN_HOME (data cache, downloads) for one test, so no test sees another's caches."""
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"

@@ -58,11 +58,11 @@ def server():
 
 
 @pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+def home(home, monkeypatch):
+    """conftest's empty AIAYN_HOME, and no mirror or download URL from the environment."""
     monkeypatch.delenv("AIAYN_DATA_DIR", raising=False)
     monkeypatch.delenv("AIAYN_MULTI30K_URL", raising=False)
-    return tmp_path / "home"
+    return home
 
 
 PAYLOAD = b"Ein Mann.\n" * 5000

@@ -17,10 +17,7 @@ MIRROR = os.environ.get("AIAYN_DATA_DIR")
 needs_mirror = pytest.mark.needs_mirror  # skip without the mirror, fail under CI (tests/conftest.py)
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+pytestmark = pytest.mark.usefixtures("home")  # every test: an empty AIAYN_HOME (conftest)
 
 
 def write(path: Path, lines: list[str] | bytes, gz: bool = False) -> str:

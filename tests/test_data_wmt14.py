@@ -77,10 +77,7 @@ def server():
     s.close()
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+pytestmark = pytest.mark.usefixtures("home")  # every test: an empty AIAYN_HOME (conftest)
 
 
 # -- fixture archives in the real layout ------------------------------------------------------------

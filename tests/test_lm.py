@@ -34,12 +34,6 @@ def sentences(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture()
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
-    return tmp_path
-
-
-@pytest.fixture()
 def document(tmp_path) -> Path:
     path = tmp_path / "play.txt"
     lines = []
