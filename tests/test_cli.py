@@ -8,13 +8,14 @@ import sys
 from aiayn import __version__
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=120)
+def run(*args: str, module: str = "aiayn") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_version_and_help():
-    r = run("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"aiayn {__version__}"
+    for module in ("aiayn", "aiayn.cli"):  # python -m aiayn.cli is what torchrun and the bench scripts run
+        r = run("--version", module=module)
+        assert r.returncode == 0 and r.stdout.strip() == f"aiayn {__version__}", module
     r = run("--help")
     assert r.returncode == 0
     for command in (
@@ -28,6 +29,10 @@ def test_version_and_help():
         "plot",
         "ablate",
         "export",
+        "serve",
+        "generate",
+        "score",
+        "classify",
         "model",
     ):
         assert f"    {command}" in r.stdout
