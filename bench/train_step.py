@@ -5,7 +5,7 @@
 
 Builds the `aiayn quickstart` recipe's Trainer (d_model 128, 4+4 layers, joint 8k BPE) in a
 temporary run directory, runs --warmup updates, then times --updates more through
-`Trainer.update` (forward, loss, backward, Adam). Prints seconds per update, target tokens per
+the trainer's `TrainStep` (forward, loss, backward, Adam). Prints seconds per update, target tokens per
 second and the share of padding among the timed batches' target positions. To compare two
 versions, run it at each commit one after the other on a quiet machine.
 """
@@ -29,25 +29,27 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="train.compile: torch.compile the training forward")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg = quickstart_config(15, "multi30k", os.environ.get("AIAYN_DATA_DIR"))
     cfg.data.max_tokens = a.max_tokens
+    cfg.train.compile = a.compile
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, run_dir, False)
         trainer.setup()
-        trainer._t0 = time.perf_counter()  # the time-budget check inside update() reads it
         for _ in range(a.warmup):
-            trainer.update([trainer.batches.next()])
+            trainer.train_step([trainer.batches.next()], trainer.flags, lambda: False)
         tokens = positions = 0
         t = time.perf_counter()
         for _ in range(a.updates):
             batch = trainer.batches.next()
             tokens, positions = tokens + batch.tgt_tokens, positions + batch.tgt_out.numel()
-            trainer.update([batch])
+            trainer.train_step([batch], trainer.flags, lambda: False)
         dt = time.perf_counter() - t
     print(
-        f"max_tokens {a.max_tokens}, {a.threads} threads: {dt / a.updates:.3f} s/update, "
+        f"max_tokens {a.max_tokens}, {a.threads} threads{', compiled' if a.compile else ''}: "
+        f"{dt / a.updates:.3f} s/update, "
         f"{tokens / dt:,.0f} target tokens/s, target padding {1 - tokens / positions:.1%}"
     )
 
