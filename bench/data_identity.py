@@ -16,6 +16,9 @@ import sentencepiece as spm
 
 
 def main() -> int:
+    if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2
     old, new = Path(sys.argv[1]), Path(sys.argv[2])
     arrays = ("src", "src_offsets", "tgt", "tgt_offsets", "index")
     differ = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder
 
 
 def main() -> None:
+    if "AIAYN_DATA_DIR" not in os.environ or sys.argv[1:]:
+        raise SystemExit(__doc__)
     d = Path(os.environ["AIAYN_DATA_DIR"])
     lines = [
         x for lang in ("de", "en") for x in gzip.decompress((d / f"train.{lang}.gz").read_bytes()).decode().splitlines()
