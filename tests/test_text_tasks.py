@@ -368,8 +368,16 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, h
     import subprocess
     import sys
 
-    # budgets that cut an even count of batches, so one process and two ranks get the same global batches
-    budget = {"mlm": 256, "classify": 240}[task]
+    from aiayn.distributed import DistInfo
+    from aiayn.train.tasks import prepare_data, train_iterator
+
+    def batches_per_epoch(budget: int) -> int:
+        cfg = config(task, corpus, **{"data.max_tokens": budget})
+        return len(train_iterator(cfg, prepare_data(cfg, cfg.data, None), DistInfo(), torch.device("cpu")))
+
+    # a budget that cuts an even count of batches, so one process and two ranks get the same global
+    # batches (an odd count makes the iterator split one batch for the two ranks)
+    budget = next(b for b in range(240, 400, 8) if batches_per_epoch(b) % 2 == 0)
     over = {
         "model.dropout": 0.0,
         "data.max_tokens": budget,
