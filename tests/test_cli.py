@@ -56,3 +56,14 @@ def test_user_errors_are_one_line_with_exit_2(tmp_path):
     r = run("evaluate", "--hyp", str(ref), "--ref", str(ref), "--tokenized-bleu")
     assert r.returncode == 2 and "give --lang" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_the_parser_loads_without_torch():
+    """`aiayn --help` (and every command's parsing) stays fast: building the parser imports neither torch
+    nor numpy; the library loads inside the command that runs."""
+    code = (
+        "import sys; from aiayn.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'numpy', 'sentencepiece') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

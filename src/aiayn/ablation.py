@@ -35,8 +35,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
+
+from aiayn.checkpoint import read_metadata, resolve_weights
 from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError
+from aiayn.model import Transformer
+from aiayn.train import train
 from aiayn.viz import plot_runs, read_metrics
 
 PAPER = dict(N=6, d_model=512, d_ff=2048, h=8, d_k=64)  # Table 3, row "base"
@@ -179,9 +184,6 @@ def apply(base: ModelConfig, variant: Variant) -> ModelConfig:
 
 def count_parameters(config: ModelConfig) -> int:
     """Parameters of the model `config` describes, built on the meta device (no memory, no init cost)."""
-    import torch
-
-    from aiayn.model import Transformer
 
     with torch.device("meta"):
         return Transformer(config).num_parameters()
@@ -308,8 +310,6 @@ def ablate(
     already finished (a validation record at the last step) is read, not retrained.
     """
     if train_fn is None:
-        from aiayn.train import train
-
         train_fn = train
 
     out = Path(out_dir)
@@ -346,8 +346,6 @@ def ablate(
 def _trained_config(run_dir: Path) -> ModelConfig | None:
     """The model config a run really trained (its vocabulary size included), from its weights."""
     try:
-        from aiayn.checkpoint import read_metadata, resolve_weights
-
         return ModelConfig.from_dict(json.loads(read_metadata(resolve_weights(run_dir))["model_config"]))
     except Exception:  # no weights (e.g. a fake run in tests): fall back to the preset arithmetic
         return None

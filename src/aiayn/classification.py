@@ -16,16 +16,19 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+import torch
+
+from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights
+from aiayn.data.batching import BatchIterator
+from aiayn.data.encoded import EncodedSplit
+from aiayn.data.io import read_lines
+from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import AiaynError
-
-if TYPE_CHECKING:  # torch and the data layer load when a classifier does, not for `aiayn --help`
-    import numpy as np
-    import torch
-
-    from aiayn.data.encoded import EncodedSplit
-    from aiayn.data.tokenizer import Tokenizer
+from aiayn.train.tasks.classify import class_scores, classify_logits, confusion_matrix, encoder_collate
+from aiayn.viz import _figure, _save, _text
 
 
 class ClassifyError(AiaynError, ValueError):
@@ -53,16 +56,12 @@ class Classifier:
         max_len: int,
         device: str | torch.device = "cpu",
     ) -> None:
-        import torch
-
         self.model, self.tokenizer, self.labels, self.pairs = model, tokenizer, labels, pairs
         self.max_len, self.device = max_len, torch.device(device)
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> Classifier:
         """A run directory (best, else newest weights) or a weights file inside one."""
-        from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights
-        from aiayn.data.tokenizer import Tokenizer
 
         try:
             weights = resolve_weights(path)
@@ -93,8 +92,6 @@ class Classifier:
         return self.tokenizer.encode_batch([" ".join(t.split()) for t in texts])  # as the training text was
 
     def encode(self, a: list[str], b: list[str] | None = None) -> EncodedSplit:
-        from aiayn.data.encoded import EncodedSplit
-
         ids_a, ids_b = self._ids(a), self._ids(b) if b is not None else [[] for _ in a]
         for k, (ra, rb) in enumerate(zip(ids_a, ids_b)):
             while len(ra) + len(rb) + 1 > self.max_len:  # the longer text first, as training did (BERT's)
@@ -104,11 +101,6 @@ class Classifier:
 
     def probabilities(self, a: list[str], b: list[str] | None = None, max_tokens: int = 8192) -> np.ndarray:
         """(N, n_classes) class probabilities of N texts (or pairs)."""
-        import numpy as np
-        import torch
-
-        from aiayn.data.batching import BatchIterator
-        from aiayn.train.tasks.classify import classify_logits, encoder_collate
 
         if (b is not None) != self.pairs:
             raise ClassifyError(
@@ -134,7 +126,6 @@ class Classifier:
 
     def read(self, path: str | os.PathLike) -> Examples:
         """A TSV of examples, all with gold labels or all without (decided by the number of fields)."""
-        from aiayn.data.io import read_lines
 
         lines = [x for x in read_lines(path) if x.strip()]
         bare = 2 if self.pairs else 1
@@ -156,7 +147,6 @@ class Classifier:
 
 def scores(gold: list[str], predicted: list[str], labels: list[str]) -> dict[str, Any]:
     """Accuracy, per-class precision / recall / F1 / support, macro F1 and the confusion matrix."""
-    from aiayn.train.tasks.classify import class_scores, confusion_matrix
 
     index = {name: i for i, name in enumerate(labels)}
     m = confusion_matrix([index[g] for g in gold], [index[p] for p in predicted], len(labels))
@@ -178,9 +168,6 @@ def format_scores(s: dict[str, Any]) -> str:
 
 def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) -> Path:
     """A confusion-matrix heat map (rows gold, columns predicted; each cell's count written in it)."""
-    import numpy as np
-
-    from aiayn.viz import _figure, _save, _text
 
     m = np.asarray(s["confusion"])
     names = [_text(x) for x in s["labels"]]

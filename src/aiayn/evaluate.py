@@ -14,6 +14,7 @@ from aiayn.config import Config, DecodeConfig
 from aiayn.data.io import read_lines
 from aiayn.data.multi30k import tokenized_reference_path
 from aiayn.data.prepare import prepare, with_run_tokenizer
+from aiayn.decode.translator import Translator
 from aiayn.errors import AiaynError
 from aiayn.scoring import moses_tokenize, score, tokenized_bleu, unescape_moses  # noqa: F401 (re-exported)
 
@@ -91,7 +92,6 @@ def evaluate_run(
     else:
         if checkpoint is None:
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
-        from aiayn.decode.translator import Translator
 
         translator = Translator.load(
             checkpoint,

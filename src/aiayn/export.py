@@ -29,7 +29,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from aiayn.checkpoint import find_tokenizer, load_translation_model
 from aiayn.config import ConfigError
+from aiayn.data.tokenizer import Tokenizer
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, used by every norm in aiayn.model
 
@@ -119,7 +123,6 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
 
 def spm_vocabulary(spm_file: str | Path) -> list[str]:
     """The sentencepiece pieces in id order (the ids the model was trained on)."""
-    from aiayn.data.tokenizer import Tokenizer
 
     sp = Tokenizer(spm_file).sp  # checks the special ids
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
@@ -138,7 +141,6 @@ def export_ctranslate2(
     `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
     """
-    from aiayn.checkpoint import find_tokenizer, load_translation_model
 
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
@@ -161,7 +163,6 @@ def save_ctranslate2(
     model: Any, vocabulary: list[str], out_dir: str | Path, quantization: str | None = None, force: bool = False
 ) -> Path:
     """Convert an in-memory model with an explicit vocabulary (no sentencepiece file needed)."""
-    import torch
     from ctranslate2.converters.converter import Converter
 
     if any(p.dtype != torch.float32 for p in model.parameters()):

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # imported when run: `aiayn --help` stays light
-    from aiayn.config import Config
+from aiayn import viz
+from aiayn.config import Config, DataConfig, DecodeConfig, OptimConfig, TrainConfig
+from aiayn.data import multi30k, prepare
+from aiayn.data.io import read_lines
+from aiayn.data.multi30k import tokenized_reference_path
+from aiayn.decode import Translator
+from aiayn.errors import AiaynError
+from aiayn.evaluate import score, tokenized_bleu
+from aiayn.train import train
+from aiayn.train.average import average_run
+from aiayn.train.state import list_checkpoints
 
 SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
     "de": [
@@ -31,7 +40,6 @@ def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Conf
     """The §5 recipe sized for a CPU and a short budget: fairseq's `transformer_tiny` shape (the
     published Multi30k anchor), joint 8k BPE, label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with the
     paper's schedule, 1,024-token batches; the average of the last two checkpoints decodes."""
-    from aiayn.config import Config, DataConfig, DecodeConfig, OptimConfig, TrainConfig
 
     if corpus == "multi30k":
         data = DataConfig(
@@ -77,8 +85,6 @@ def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Conf
 
 def _pick_corpus(data_dir: str | None) -> str:
     """multi30k when a mirror, the cache or the download has it; otherwise the embedded corpus."""
-    from aiayn.data import multi30k
-    from aiayn.errors import AiaynError
 
     mirror = multi30k.mirror_dir(data_dir)
     if mirror is not None:
@@ -105,10 +111,6 @@ def run(
     corpus: str | None = None,
     test_limit: int | None = None,
 ) -> dict[str, Any]:
-    from aiayn.decode import Translator
-    from aiayn.evaluate import score, tokenized_bleu
-    from aiayn.train import train
-
     run_dir = Path(run_dir)
     corpus = corpus or _pick_corpus(data_dir)
     cfg = quickstart_config(minutes, corpus, data_dir)
@@ -124,15 +126,12 @@ def run(
 
     # §6.1: average the last checkpoints. Two, saved 1,000 updates apart, help (docs/results.md); older
     # ones are too far back in a run this short.
-    from aiayn.train.average import average_run
-    from aiayn.train.state import list_checkpoints
 
     weights: Path = run_dir
     if len(list_checkpoints(run_dir)) >= 2:
         weights = average_run(run_dir, 2, run_dir / "average.safetensors")
         print(f"decoding with the average of the last 2 checkpoints: {weights}")
     translator = Translator.load(weights)  # decodes with the run's config.yaml `decode` section
-    from aiayn.data import prepare
 
     src, ref = prepare(cfg.data).raw("test")  # the cached preparation training used
     src, ref = src[:test_limit], ref[:test_limit]
@@ -142,9 +141,6 @@ def run(
     result = {"test": score(hyps, ref), "steps": summary["step"]}
     line = f"test BLEU {result['test']['bleu']:.2f} (sacreBLEU, detokenized, cased), chrF {result['test']['chrf']:.2f}"
     if corpus == "multi30k":
-        from aiayn.data.io import read_lines
-        from aiayn.data.multi30k import tokenized_reference_path
-
         tok_ref = read_lines(tokenized_reference_path("test", cfg.data.tgt_lang, data_dir))[:test_limit]
         result["test_tokenized_bleu"] = tokenized_bleu(hyps, tok_ref, cfg.data.tgt_lang)
         line += f"; tokenized lowercased BLEU {result['test_tokenized_bleu']:.2f} (published protocol)"
@@ -159,9 +155,6 @@ def run(
 
 
 def _pictures(run_dir: Path, translator, sentence: str, translation: str) -> list[str]:
-    from aiayn import viz
-    from aiayn.errors import AiaynError
-
     try:
         curves = viz.plot_runs([run_dir], run_dir / "plots" / "training.png")
         # The heat map of the translation printed above (beam search), not a greedy one of its own.

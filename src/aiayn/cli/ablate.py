@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.ablation import ablate, apply, count_parameters, variants
 from aiayn.config import Config, parse_overrides
 
 
@@ -33,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
 
     def run(a: argparse.Namespace) -> int:
+        from aiayn.ablation import ablate, apply, count_parameters, variants
+
         overrides = parse_overrides([f"--{kv}" for kv in a.set])
         if a.preset:
             overrides["model.preset"] = a.preset

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.classification import Classifier, ClassifyError, format_scores, plot_confusion, scores
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -24,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=8192, help="tokens per batch")
 
     def run(a: argparse.Namespace) -> int:
+        from aiayn.classification import Classifier, ClassifyError, format_scores, plot_confusion, scores
         from aiayn.fileio import atomic_write
 
         clf = Classifier.load(a.checkpoint, a.device)

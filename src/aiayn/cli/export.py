@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from aiayn.errors import AiaynError
-from aiayn.export import export_ctranslate2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
 
     def run(a: argparse.Namespace) -> int:
+        from aiayn.export import export_ctranslate2
+
         try:
             import ctranslate2  # noqa: F401
         except ImportError:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.quickstart import run
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -29,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--test-limit", type=int, default=None, help="score only the first N test sentences")
 
     def _run(a: argparse.Namespace) -> int:
+        from aiayn.quickstart import run
+
         out = run(a.minutes, a.run_dir, a.data_dir, a.beam, a.corpus, a.test_limit)
         return 130 if out.get("interrupted") else 0
 

@@ -22,9 +22,11 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from aiayn import distributed
 from aiayn.config import Config
+from aiayn.data.prepare import with_run_tokenizer
 from aiayn.model import build_model
 from aiayn.train import rundir, tasks
 from aiayn.train.batches import Batches
@@ -73,8 +75,6 @@ class Trainer:
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self) -> None:
-        from aiayn.data.prepare import with_run_tokenizer
-
         run_dir, c = self.run_dir, self.cfg.train
         weights = None
         if self.init_from is not None and not self.resume:  # fine-tuning: the vocabulary stays the weights'
@@ -159,8 +159,6 @@ class Trainer:
         else:
             self.metrics.truncate(0)
         if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
             ids = [self.device.index] if self.device.type == "cuda" else None
             # a classifier leaves its encoder's masked-token head unused: DDP must not wait for its gradients
             self.train_step.train_model = DDP(

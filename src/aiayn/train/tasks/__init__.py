@@ -26,7 +26,12 @@ import torch
 from torch import Tensor
 
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig
+from aiayn.data.batching import BatchIterator
+from aiayn.data.prepare import prepare
+from aiayn.data.text import ENCODER_SPECIALS, prepare_text
+from aiayn.data.text_batching import BlockIterator, TextCollate
 from aiayn.distributed import DistInfo
+from aiayn.fileio import atomic_write
 from aiayn.train.tasks.classify import ClassifyTask, encoder_collate
 from aiayn.train.tasks.lm import LMTask, document_stream
 from aiayn.train.tasks.mlm import MLMTask, masking_collate
@@ -47,10 +52,7 @@ class Task(Protocol):
 def prepare_data(cfg: Config, data: DataConfig, run_dir: Path | None) -> Any:
     """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`."""
     if cfg.task.name == "translate":
-        from aiayn.data.prepare import prepare
-
         return prepare(data, run_dir)
-    from aiayn.data.text import prepare_text
 
     if cfg.task.name == "lm":
         if cfg.task.block_size is not None and data.text_unit != "document":
@@ -60,8 +62,6 @@ def prepare_data(cfg: Config, data: DataConfig, run_dir: Path | None) -> Any:
             )
         return prepare_text(data, run_dir)
     if cfg.task.name in ("mlm", "classify"):
-        from aiayn.data.text import ENCODER_SPECIALS
-
         if data.text_unit != "line":
             raise ConfigError(f"task {cfg.task.name} reads one example a line: set data.text_unit: line")
         classify = cfg.task.name == "classify"
@@ -76,8 +76,6 @@ def save_label_names(run_dir: Path, prepared: Any) -> None:
     """RUN/labels.json: the class names in id order, and whether examples are sentence pairs."""
     import json
 
-    from aiayn.fileio import atomic_write
-
     pairs = bool(len(prepared.splits["train"]) and np.asarray(prepared.splits["train"].tgt_lengths).max() > 0)
     text = json.dumps({"labels": list(prepared.label_names), "pairs": pairs}, indent=1) + "\n"
     atomic_write(Path(run_dir) / "labels.json", lambda tmp: Path(tmp).write_text(text))
@@ -90,12 +88,9 @@ def n_classes(prepared: Any) -> int | None:
 
 def train_iterator(cfg: Config, prepared: Any, dist: DistInfo, device: torch.device) -> Any:
     """The training batches (stateful: state_dict / load_state_dict), sharded over the ranks."""
-    from aiayn.data.batching import BatchIterator
 
     split, seed, rank, world = prepared.splits["train"], cfg.train.seed, dist.rank, dist.world_size
     if cfg.task.name == "lm":
-        from aiayn.data.text_batching import BlockIterator, TextCollate
-
         if cfg.task.block_size is not None:
             return BlockIterator(document_stream(split), cfg.task.block_size, cfg.task.batch_size, seed, rank, world)
         return BatchIterator(

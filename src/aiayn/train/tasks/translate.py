@@ -12,6 +12,8 @@ from torch import Tensor
 
 from aiayn.config import ModelConfig
 from aiayn.data.batching import BatchIterator
+from aiayn.decode import Translator
+from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
 
 
@@ -74,15 +76,7 @@ class TranslationTask:
             "bleu": self._greedy_bleu(model) if self.eval_bleu else None,
         }
 
-    def _greedy_bleu(self, model: torch.nn.Module) -> float | None:
-        try:
-            from aiayn.decode import Translator
-            from aiayn.scoring import score
-        except ImportError as e:  # decoding layer not installed: loss-only validation
-            from aiayn.train.state import warn
-
-            warn(f"validation BLEU skipped ({e})")
-            return None
+    def _greedy_bleu(self, model: torch.nn.Module) -> float:
         src, ref = self.prepared.raw("valid")
         n = self.eval_max_sentences or len(src)
         with self.autocast():
