@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from aiayn.config import Config, ModelConfig
+from aiayn.data.errors import DataError
 from aiayn.data.text import prepare_text
 from aiayn.data.text_batching import BlockIterator, TextCollate, stream_blocks
 from aiayn.decode.lm import LanguageModel
@@ -45,7 +46,7 @@ def document(tmp_path) -> Path:
     return path
 
 
-def doc_config(document: Path, **train: object) -> Config:
+def doc_config(document: Path, data: dict[str, object] | None = None, **train: object) -> Config:
     return Config.load(
         None,
         {
@@ -75,6 +76,7 @@ def doc_config(document: Path, **train: object) -> Config:
             "train.amp": "none",
             "train.seed": 5,
             **{f"train.{k}": v for k, v in train.items()},
+            **{f"data.{k}": v for k, v in (data or {}).items()},
         },
     )
 
@@ -108,9 +110,28 @@ def test_block_batches_are_seeded_resumable_and_differ_across_ranks():
     assert not torch.equal(next(iter(rank1)).ids, first[0])
     with pytest.raises(Exception, match="block_size was 8, now 16"):
         BlockIterator(stream, 16, 3, seed=1).load_state_dict(state)
-    # validation blocks cover the stream once: each window's last token is the next one's first
-    blocks = torch.cat([b.ids for b in stream_blocks(stream, 8, 5)])
-    assert torch.equal(blocks[:, :-1].reshape(-1), torch.arange(len(blocks) * 8))
+    # validation predicts every token after the first exactly once: full windows (each window's last
+    # token is the next one's first), then the tail that no full window reaches
+    for length in (len(stream), 8 * 7 + 1, 8 * 7 + 4, 3):
+        part = stream[:length]
+        batches = list(stream_blocks(part, 8, 5))
+        assert sum(b.tokens for b in batches) == length - 1
+        predicted = torch.cat([b.ids[:, 1:].reshape(-1) for b in batches])
+        assert torch.equal(predicted, torch.as_tensor(part[1:].astype(np.int64)))
+
+
+def test_a_validation_text_shorter_than_a_block_is_scored_and_one_without_a_next_token_is_an_error(
+    home, document, tmp_path
+):
+    short = tmp_path / "short.txt"
+    short.write_text("A dog.\n")  # 7 characters: 6 predictions, fewer than one block of 16
+    result = train(doc_config(document, {"text_valid": str(short)}, max_steps=2, eval_every=2), tmp_path / "short")
+    valid = [json.loads(x) for x in (tmp_path / "short/metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in valid if r["kind"] == "valid"]
+    assert result["step"] == 2 and len(valid) == 1 and np.isfinite(valid[0]["loss"])
+    short.write_text("A")
+    with pytest.raises(DataError, match="fewer than 2 tokens"):
+        train(doc_config(document, {"text_valid": str(short)}), tmp_path / "one")
 
 
 def test_lm_training_resumes_exactly_and_learns(home, document):

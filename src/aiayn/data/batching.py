@@ -225,7 +225,7 @@ class BatchIterator:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         if len(split) == 0:
-            raise ValueError("cannot batch an empty split")
+            raise DataError("cannot batch an empty split (no examples)")
         padded_lengths = getattr(collate_fn, "padded_lengths", None)
         self._padded: tuple[np.ndarray, np.ndarray] | None = padded_lengths(split) if padded_lengths else None
         if self._padded is None:

@@ -278,9 +278,15 @@ class BlockIterator:
 
 def stream_blocks(stream: np.ndarray, block_size: int, batch_size: int) -> Iterator[TextBatch]:
     """Validation: the stream cut into consecutive, non-overlapping windows of block_size + 1 tokens
-    (each window's last token is the next one's first), `batch_size` at a time; deterministic."""
+    (each window's last token is the next one's first), `batch_size` at a time, then the remaining
+    tail as one shorter window, so every token after the first is predicted exactly once;
+    deterministic."""
     n = (len(stream) - 1) // block_size
     for k in range(0, n, batch_size):
         starts = np.arange(k, min(n, k + batch_size), dtype=np.int64) * block_size
         ids = np.asarray(stream[starts[:, None] + np.arange(block_size + 1)[None, :]], dtype=np.int64)
         yield TextBatch(torch.from_numpy(ids), None, None, torch.from_numpy(starts), len(starts) * block_size)
+    tail = len(stream) - 1 - n * block_size  # tokens no full window reached
+    if tail > 0:
+        ids = np.asarray(stream[n * block_size :], dtype=np.int64)[None, :]  # (1, tail + 1)
+        yield TextBatch(torch.from_numpy(ids), None, None, torch.tensor([n * block_size]), tail)

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig
 from aiayn.data.batching import BatchIterator
+from aiayn.data.errors import DataError
 from aiayn.data.prepare import prepare
 from aiayn.data.text import ENCODER_SPECIALS, prepare_text
 from aiayn.data.text_batching import BlockIterator, TextCollate
@@ -50,7 +51,25 @@ class Task(Protocol):
 
 
 def prepare_data(cfg: Config, data: DataConfig, run_dir: Path | None) -> Any:
-    """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`."""
+    """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`.
+    A validation split with nothing to measure is a DataError here, before any training."""
+    prepared = _prepare_data(cfg, data, run_dir)
+    valid = prepared.splits["valid"]
+    if cfg.task.name == "lm" and cfg.task.block_size is not None:
+        if len(valid) == 0 or len(document_stream(valid)) < 2:
+            raise DataError(
+                "the validation text has fewer than 2 tokens, so there is no next token to predict: "
+                "give data.text_valid more text (or raise data.valid_fraction)"
+            )
+    elif len(valid) == 0:
+        raise DataError(
+            "the validation split has no examples (its lines are all empty, or it is missing): "
+            "validation needs at least one non-empty line"
+        )
+    return prepared
+
+
+def _prepare_data(cfg: Config, data: DataConfig, run_dir: Path | None) -> Any:
     if cfg.task.name == "translate":
         return prepare(data, run_dir)
 
