@@ -17,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
+from aiayn.classification import Classifier
 from aiayn.cli import main as cli
-from aiayn.config import Config, ModelConfig
+from aiayn.config import Config, ConfigError, ModelConfig
 from aiayn.data.encoded import EncodedSplit
+from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines
 from aiayn.data.text_batching import MaskingCollate, TextCollate
 from aiayn.data.tokenizer import Tokenizer
@@ -308,6 +310,26 @@ def test_classifier_fine_tunes_from_an_mlm_run_and_a_foreign_vocabulary_is_one_e
 
 
 @pytest.mark.needs_mirror
+@pytest.mark.parametrize("task", ["mlm", "classify"])
+def test_an_empty_validation_split_is_one_data_error_before_training(task, home, corpus, tmp_path):
+    empty = tmp_path / ("valid.tsv" if task == "classify" else "valid.txt")
+    empty.write_text("\n   \n\n")
+    with pytest.raises(DataError, match="validation split has no examples"):
+        train(config(task, corpus, **{"data.text_valid": str(empty)}), tmp_path / "run")
+    assert not list(tmp_path.glob("run/checkpoints/*"))
+
+
+@pytest.mark.parametrize("task", ["mlm", "classify"])
+def test_learned_positions_must_hold_an_encoder_row(task):
+    over = {"task.name": task, "model.preset": "tiny", "model.max_positions": 100}
+    # [CLS] a [SEP] b [SEP]: a, its EOS and b fill data.max_len, the row two more
+    with pytest.raises(ConfigError, match=r"can hold 102 tokens .* model.max_positions=100"):
+        Config.load(None, {**over, "model.positional": "learned", "data.max_len": 100})
+    Config.load(None, {**over, "model.positional": "learned", "data.max_len": 98})
+    Config.load(None, {**over, "model.positional": "sinusoidal", "data.max_len": 100})  # a table extends
+
+
+@pytest.mark.needs_mirror
 def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home, corpus, tmp_path, capsys):
     run = tmp_path / "run"
     train(config("classify", corpus, **{"train.max_steps": 30, "train.eval_every": 30, "train.save_every": 30}), run)
@@ -356,6 +378,15 @@ def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home
     bare.write_text("A dog.\tEin Hund.\nonly one text\n")
     assert cli(["classify", "-c", str(run), "--input", str(bare)]) == 2
     assert f"{bare}:2: expected every line" in capsys.readouterr().err
+    # the line named is the file's own line number (blank lines count), and the odd one out is blamed
+    # even when it has more fields than the rest
+    bare.write_text("\nA dog.\tEin Hund.\n\nA cat.\tEine Katze.\nyes\tA man.\tEin Mann.\nA b.\tC d.\n")
+    assert cli(["classify", "-c", str(run), "--input", str(bare)]) == 2
+    assert f"{bare}:5: expected every line" in capsys.readouterr().err
+    # the Python API batches a pair's whole row ([CLS] a [SEP] b [SEP]) within its token budget
+    clf = Classifier.load(run)
+    a, b = [g[1] for g in gold[:6]], [g[2] for g in gold[:6]]
+    assert np.allclose(clf.probabilities(a, b, max_tokens=1), clf.probabilities(a, b), atol=1e-6)
 
 
 @pytest.mark.needs_mirror

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ class Classifier:
             return out
         split = self.encode(a, b)
         collate = encoder_collate(self.tokenizer)
-        longest = int(max(split.src_lengths.max(), split.tgt_lengths.max() + 1))
+        longest = int(collate.padded_lengths(split)[0].max())  # [CLS] a [SEP] (b [SEP]): a row holds both
         with torch.no_grad():
             for batch in BatchIterator(split, max(max_tokens, longest), shuffle=False, collate_fn=collate):
                 logits = classify_logits(self.model, batch.to(self.device))  # (B, n_classes)
@@ -127,15 +128,19 @@ class Classifier:
     def read(self, path: str | os.PathLike) -> Examples:
         """A TSV of examples, all with gold labels or all without (decided by the number of fields)."""
 
-        lines = [x for x in read_lines(path) if x.strip()]
+        numbered = [(i + 1, x) for i, x in enumerate(read_lines(path)) if x.strip()]  # file line numbers
         bare = 2 if self.pairs else 1
-        counts = {len(x.split("\t")) for x in lines}
-        if not lines or not counts <= {bare, bare + 1} or len(counts) > 1:
-            shape = "A<TAB>B" if self.pairs else "TEXT"
-            bad = next((i + 1 for i, x in enumerate(lines) if len(x.split("\t")) != max(counts)), 1)
+        shape = "A<TAB>B" if self.pairs else "TEXT"
+        if not numbered:
+            raise ClassifyError(f"{path}: no examples (every line is empty)")
+        counts = Counter(len(x.split("\t")) for _, x in numbered)
+        usual = counts.most_common(1)[0][0]  # the odd line out is the one to blame, not the longest
+        if len(counts) > 1 or usual not in (bare, bare + 1):
+            bad = next(n for n, x in numbered if len(x.split("\t")) != usual) if len(counts) > 1 else numbered[0][0]
             raise ClassifyError(f"{path}:{bad}: expected every line as LABEL<TAB>{shape} or every line as {shape}")
+        lines = [x for _, x in numbered]
         fields = [x.split("\t") for x in lines]
-        labelled = counts == {bare + 1}
+        labelled = usual == bare + 1
         gold = [f[0].strip() for f in fields] if labelled else None
         if gold is not None:
             unknown = sorted(set(gold) - set(self.labels))

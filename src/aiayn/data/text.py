@@ -192,11 +192,17 @@ def _chunks(source: TextSource, n: int) -> Iterator[tuple[str, int, list[bytes],
 
 
 def _fields(name: str, first: int, lines: list[str], labelled: bool) -> tuple[list[str], list[str], list[str]]:
-    """(labels, text a, text b) of decoded lines; a line without a label is one DataError naming it."""
+    """(labels, text a, text b) of decoded lines; a line without a label is one DataError naming it. A
+    blank line is kept as an empty text (no example, as in unlabelled text) so line numbers stay the file's."""
     if not labelled:
         return [], lines, []
     labels, a, b = [], [], []
     for i, line in enumerate(lines):
+        if not line.strip():
+            labels.append("")
+            a.append("")
+            b.append("")
+            continue
         f = line.split("\t")
         if len(f) not in (2, 3) or not f[0].strip():
             raise DataError(
@@ -216,7 +222,7 @@ def _scan(
     sources: dict[str, TextSource], settings: dict[str, Any], sample_size: int, labelled: bool, chunk_lines: int
 ) -> tuple[str, dict[str, int], _Reservoir, list[str]]:
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    sample, counts, labels = _Reservoir(sample_size), {}, set()
+    sample, counts, labels = _Reservoir(sample_size), {}, set[str]()
     for split in ("valid", "test", "train"):
         hs, n = hashlib.sha256(), 0
         for name, first, lines, _ in _chunks(sources[split], chunk_lines):
@@ -224,7 +230,7 @@ def _scan(
             if split == "train":
                 text = decode_blob(name, b"\n".join(lines), first + 1).split("\n")
                 lab, a, b = _fields(name, first, text, labelled)
-                labels.update(lab)
+                labels.update(x for x in lab if x)  # a blank line has none
                 enc = [x.encode() for x in a + [y for y in b if y]]
                 sample.add(enc, enc)
             n += len(lines)
