@@ -13,6 +13,7 @@ import argparse
 import json
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -39,6 +40,8 @@ def main() -> None:
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=True)
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         times = []
         for i in range(args.repeat):

@@ -1,0 +1,103 @@
+"""The benchmark scripts still run against today's code: each at its smallest setting, as a real process.
+
+A benchmark is run by hand, weeks apart, so an API change (a trainer method gone, a renamed helper)
+otherwise surfaces only when someone needs the numbers. These runs take seconds and check that each
+script finishes and reports what it measures, not the numbers themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args: str, home: Path) -> str:
+    env = {**os.environ, "AIAYN_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert p.returncode == 0, f"{script} failed:\n{p.stderr[-3000:]}"
+    return p.stdout
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+
+
+def test_checkpoint_save_writes_into_a_new_directory(home, tmp_path):
+    new = str(tmp_path / "new")
+    out = run("checkpoint_save.py", "--preset", "tiny", "--vocab", "500", "--repeat", "1", "--dir", new, home=home)
+    (row,) = json_lines(out)
+    assert row["preset"] == "tiny" and row["weights_bytes"] > 0 and row["state_bytes"] > row["weights_bytes"]
+
+
+def test_loss_and_restricted_attention_compare_with_torch(home):
+    out = run("loss.py", "--n", "64", "--vocab", "100", "--repeats", "1", "--threads", "1", home=home)
+    assert "F.cross_entropy / aiayn:" in out
+    out = run("restricted_attention.py", "--n", "64", "--window", "8", "--threads", "1", home=home)
+    assert {"windowed", "full"} <= {r["method"] for r in json_lines(out)}
+
+
+def test_throughput_and_the_profile_run_every_task(home, tmp_path):
+    result = tmp_path / "t.json"
+    run(
+        "throughput.py",
+        *("--size", "tiny", "--peers", "torch", "--tasks", "train,greedy,beam", "--repeats", "1", "--threads", "1"),
+        *("--train-batches", "1", "--decode-batches", "1", "--decode-len", "3", "--no-memory", "--out", str(result)),
+        home=home,
+    )
+    d = json.loads(result.read_text())
+    assert {"train", "greedy", "beam"} <= set(d) and d["meta"]["size"] == "tiny"
+    for task in ("greedy", "beam"):
+        out = run(
+            "profile_ops.py",
+            *("--size", "tiny", "--task", task, "--threads", "1", "--decode-len", "3", "--rows", "2"),
+            home=home,
+        )
+        assert "Self CPU" in out
+
+
+def test_data_scale_prepares_a_synthetic_corpus(home, tmp_path):
+    result = tmp_path / "scale.json"
+    run("data_scale.py", "--pairs", "2000", "--workers", "1", "--vocab-size", "500", "--json", str(result), home=home)
+    assert json.loads(result.read_text())
+
+
+def test_data_throughput_on_the_embedded_corpus(home):
+    assert run("data_throughput.py", "--corpus", "embedded", "--epochs", "1", home=home).strip()
+
+
+@pytest.mark.needs_mirror
+def test_train_step_times_the_trainers_step(home):
+    out = run("train_step.py", "--max-tokens", "512", "--updates", "1", "--warmup", "1", "--threads", "1", home=home)
+    assert "update" in out
+
+
+def test_lm_char_trains_the_decoder_only_model(home, tmp_path):
+    rng = random.Random(0)
+    words = "to be or not that is the question whether tis nobler in mind suffer".split()
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)) + "\n"
+    (tmp_path / "input.txt").write_text(text)
+    result = tmp_path / "lm.json"
+    run(
+        "lm_char.py",
+        *("--aiayn-only", "--repeats", "1", "--threads", "1", "--input", str(tmp_path / "input.txt")),
+        *("--set", "train.max_steps=2", "--out", str(result)),
+        home=home,
+    )
+    (entry,) = json.loads(result.read_text())
+    (row,) = entry["rows"]
+    assert row["aiayn"]["steps"] == 2 and row["aiayn"]["val_loss_full"] > 0
