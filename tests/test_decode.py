@@ -251,6 +251,28 @@ def test_batched_equals_one_by_one(seed, n, beam, alpha):
         assert [s for _, s in batched[i]] == pytest.approx([s for _, s in single], abs=1e-4)
 
 
+@pytest.mark.parametrize("kw", [{}, {"positional": "learned"}, {"attention_window": 2}])
+def test_continuous_greedy_equals_greedy_alone(kw):
+    """GreedyStream (continuous batching): sources of different lengths join a running batch at
+    different steps, rows leave as they end; each result is greedy_search of that source alone."""
+    from aiayn.decode.continuous import GreedyStream
+
+    model, src = tiny_model(5, **kw), random_src(6, 12, max_len=9)
+    rows = [src[i : i + 1, : int((src[i] != PAD).sum())] for i in range(len(src))]
+    limits = [(1.0, 4), (0.5, 2), (1.0, 8)]
+    want = [greedy_search(model, r, *limits[i % 3])[0] for i, r in enumerate(rows)]
+    stream, got, i, joined_running = GreedyStream(model), {}, 0, 0
+    for schedule in [2, 0, 1, 0, 0, 3, 1, 0, 2, 1, 1, 1] + [0] * 40:
+        for j in range(i, min(i + schedule, len(rows))):
+            joined_running += stream.rows > 0
+            stream.add([rows[j][0].tolist()], [j], *limits[j % 3])
+        i += schedule
+        got.update(stream.step())
+        assert stream.cache is None or stream.cache.length == int(stream.done.max())  # trimmed
+    assert got == dict(enumerate(want)) and stream.rows == 0
+    assert joined_running >= 5 and len({len(w) for w in want}) > 3
+
+
 # -- ensembles: the mean of the members' probabilities, through the same searches ------------------------
 
 
