@@ -555,8 +555,11 @@ def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_backend,
             assert key not in got
             got[key] = hyps
         steps += 1
+        if steps % 2:  # else the next add or step drops the finished rows (in one copy with those joining)
+            continue
+        stream.engine.compact()
         cache = stream.engine.cache
-        if cache is not None:  # trimmed: no buffer columns before the oldest running row's first
+        if cache is not None:  # no buffer columns before the oldest running row's first
             assert cache.length == int(stream.engine.done.max())
             assert cache.start is None or int(cache.start.min()) == 0
             assert cache.src_mask.size(-1) == max(

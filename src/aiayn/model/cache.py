@@ -16,8 +16,9 @@ hold zeros. `Transformer.step` then gives row r the position `length - start[r]`
 keys before `start[r]` (zeros, not garbage: a masked key has probability 0, but 0 x NaN is NaN in
 P V). Left padding of the self-attention cache, so to speak; the cross-attention keys/values of
 sources of different lengths are right-padded with zeros to the longest and masked by `src_mask`,
-as in any padded batch. `joined` appends the rows of a fresh cache, `trimmed` drops the columns
-no row reads any more (before the earliest start) and source columns past the longest source.
+as in any padded batch. `rebatched` drops the rows that have finished, the columns no row reads
+any more (before the earliest start) and the source columns past the longest source, and appends
+the rows of a fresh cache, all in one copy.
 `start` None means every row started at column 0 (the searches of aiayn.decode.search).
 
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
@@ -143,90 +144,64 @@ class DecoderCache:
         cross = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
         return dataclasses.replace(cache, cross_kv=cross, src_mask=self.src_mask.index_select(0, sources))
 
-    def joined(self, fresh: DecoderCache) -> DecoderCache:
-        """This cache's rows, then those of `fresh` (from `init_cache`, nothing decoded yet): sentences
-        joining a running batch at its current `length` (continuous batching, see above). One row
-        per source (greedy). This value is spent afterwards."""
-        if fresh.length or (self.rows or self.sources) != self.sources:
-            raise ValueError("joined: a fresh cache, into a cache with one row per source")
+    def rebatched(self, rows: Tensor, fresh: DecoderCache | None = None) -> DecoderCache:
+        """Continuous batching (see above), in one copy of the buffers: keep `rows` (a LongTensor; one
+        row per source), drop the buffer columns before the earliest start among them and the source
+        columns past their longest source, then append the rows of `fresh` (from `init_cache`,
+        nothing decoded yet), which join at the new `length`. This value is spent afterwards."""
+        if (self.rows or self.sources) != self.sources or (fresh is not None and fresh.length):
+            raise ValueError("rebatched: one row per source, and a fresh cache to join")
         self.check_fresh()
-        n, m, dev = self.sources, fresh.sources, self.src_mask.device
-        S = max(self.src_mask.size(-1), fresh.src_mask.size(-1))
+        dev, n, m = self.src_mask.device, rows.numel(), 0 if fresh is None else fresh.sources
+        start = self.start.index_select(0, rows) if self.start is not None else torch.zeros_like(rows)
+        cut = int(start.min()) if n else self.length
+        length = self.length - cut
+        kept_mask = self.src_mask.index_select(0, rows)  # (n, 1, 1, S)
+        real = kept_mask.flatten(1).any(0).nonzero()
+        S_old = int(real.max()) + 1 if real.numel() else 0
+        S = max(S_old, 0 if fresh is None else fresh.src_mask.size(-1))
 
-        def pad_s(x: Tensor, value: float | bool) -> Tensor:  # right-pad dim 2 (sources' positions) to S
-            if x.size(2) == S:
-                return x
-            shape = list(x.shape)
-            shape[2] = S - x.size(2)
-            return torch.cat([x, x.new_full(shape, value)], dim=2)
+        src_mask = torch.zeros(n + m, 1, 1, S, dtype=torch.bool, device=dev)
+        src_mask[:n, ..., :S_old] = kept_mask[..., :S_old]
+        cross: list[KV] = []
+        for i, (k, v) in enumerate(self.cross_kv):
+            pair = []
+            for j, x in enumerate((k, v)):
+                out = x.new_zeros(n + m, x.size(1), S, x.size(3))  # zeros at padding: finite in P V
+                out[:n, :, :S_old] = x[:, :, :S_old].index_select(0, rows)
+                if fresh is not None:
+                    f = fresh.cross_kv[i][j]
+                    out[n:, :, : f.size(2)] = f
+                pair.append(out)
+            cross.append((pair[0], pair[1]))
+        if fresh is not None:
+            src_mask[n:, ..., : fresh.src_mask.size(-1)] = fresh.src_mask
 
-        def pad_mask(x: Tensor) -> Tensor:  # (B, 1, 1, S')
-            return x if x.size(-1) == S else torch.cat([x, x.new_zeros(*x.shape[:-1], S - x.size(-1))], dim=-1)
-
-        cross = [
-            (torch.cat([pad_s(k, 0.0), pad_s(fk, 0.0)]), torch.cat([pad_s(v, 0.0), pad_s(fv, 0.0)]))
-            for (k, v), (fk, fv) in zip(self.cross_kv, fresh.cross_kv)
-        ]
         self_k: list[Tensor | None] = []
         self_v: list[Tensor | None] = []
         for buf_k, buf_v in zip(self.self_k, self.self_v):
-            if buf_k is None or buf_v is None or self.length == 0:
-                self_k.append(None)
-                self_v.append(None)
-                continue
-            for buf, out in ((buf_k, self_k), (buf_v, self_v)):
-                grown = buf.new_zeros(n + m, *buf.shape[1:])  # new rows: zeros before their start
-                grown[:n, :, : self.length] = buf[:, :, : self.length]
-                out.append(grown)
-        start = self.start if self.start is not None else torch.zeros(n, dtype=torch.long, device=dev)
-        start = torch.cat([start, torch.full((m,), self.length, dtype=torch.long, device=dev)])
+            for buf, out_list in ((buf_k, self_k), (buf_v, self_v)):
+                if buf is None or length == 0:
+                    out_list.append(None)
+                    continue
+                # Columns from `length` on are written before they are read: only the joining rows'
+                # columns before their start need zeros (zeroing the whole buffer would cost more).
+                cap = max(buf.size(2) - cut, length + (1 if fresh is None else fresh.capacity))
+                out = buf.new_empty(n + m, buf.size(1), cap, buf.size(3))
+                out[:n, :, :length] = buf[:, :, cut : self.length].index_select(0, rows)
+                out[n:, :, :length] = 0
+                out_list.append(out)
+        start = torch.cat([start - cut, torch.full((m,), length, dtype=torch.long, device=dev)])
         self._written[0] = -1
         return dataclasses.replace(
             self,
             cross_kv=cross,
-            src_mask=torch.cat([pad_mask(self.src_mask), pad_mask(fresh.src_mask)]),
-            capacity=max(self.capacity, self.length + fresh.capacity),
-            self_k=self_k,
-            self_v=self_v,
-            _spare=[None] * len(self._spare),
-            _written=[self.length],
-            start=start,
-        )
-
-    def trimmed(self) -> DecoderCache:
-        """The same rows without the buffer columns before the earliest `start` and the source columns
-        after the longest source (what rows that left the batch needed). Returns self when there are
-        none; otherwise this value is spent."""
-        cut = int(self.start.min()) if self.start is not None and self.start.numel() else 0
-        real = self.src_mask.reshape(self.sources, -1).any(0).nonzero()
-        S = int(real.max()) + 1 if real.numel() else self.src_mask.size(-1)
-        if cut == 0 and S == self.src_mask.size(-1):
-            return self
-        self.check_fresh()
-        cross = self.cross_kv
-        if S < self.src_mask.size(-1):
-            cross = [(k[:, :, :S].contiguous(), v[:, :, :S].contiguous()) for k, v in self.cross_kv]
-        self_k, self_v = self.self_k, self.self_v
-        length = self.length - cut
-        if cut:
-            self_k, self_v = [], []
-            for buf_k, buf_v in zip(self.self_k, self.self_v):
-                for buf, out in ((buf_k, self_k), (buf_v, self_v)):
-                    if buf is None:
-                        out.append(None)
-                        continue
-                    moved = buf.new_zeros(buf.size(0), buf.size(1), max(buf.size(2) - cut, length + 1), buf.size(3))
-                    moved[:, :, :length] = buf[:, :, cut : self.length]
-                    out.append(moved)
-        self._written[0] = -1
-        return dataclasses.replace(
-            self,
-            cross_kv=cross,
-            src_mask=self.src_mask[..., :S],
+            src_mask=src_mask,
             length=length,
+            capacity=max(self.capacity, length + (0 if fresh is None else fresh.capacity)),
             self_k=self_k,
             self_v=self_v,
             _spare=[None] * len(self._spare),
             _written=[length],
-            start=None if self.start is None else self.start - cut,
+            start=start,
         )
