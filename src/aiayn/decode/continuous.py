@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 import torch
-from torch import Tensor
 
 from aiayn.config import DecodeConfig
 from aiayn.decode.search import argmax, max_lengths
@@ -30,7 +29,14 @@ from aiayn.model.transformer import Transformer
 
 
 class GreedyStream:
-    """A running greedy decoder batch over `model`; `add` sentences, `step` until `rows` is 0."""
+    """A running greedy decoder batch over `model`; `add` sentences, `step` until `rows` is 0.
+
+    The decoder batch has slots: a finished sentence frees its slot, which a joining sentence takes
+    over in place (`DecoderCache.refill`), so the running rows are not copied at every step where
+    sentences end and begin. Free slots are still computed (their outputs ignored, their position
+    kept at 0); `compact` drops them, and the buffer columns no running row reads any more, in one
+    copy (`DecoderCache.rebatched`) when they make up a quarter of the slots or half the columns.
+    """
 
     def __init__(self, model: Transformer) -> None:
         self.model = model.eval()
@@ -38,32 +44,41 @@ class GreedyStream:
 
     def _reset(self) -> None:
         self.cache: DecoderCache | None = None
-        self.keys: list[Hashable] = []  # per row: the caller's key
-        self.tokens: list[list[int]] = []  # per row: the ids generated so far
-        self.src_lens: list[int] = []  # per row: source length
-        self.max_len = torch.empty(0, dtype=torch.long)  # (rows,) tokens before the forced EOS
-        self.done = torch.empty(0, dtype=torch.long)  # (rows,) tokens generated so far
-        self.ids = torch.empty(0, 1, dtype=torch.long)  # (rows, 1) the next decoder input
-        # Rows of `cache` still running (None: all): the cache drops the others at the next `add` or
-        # `step`, in the same copy as the rows joining then (DecoderCache.rebatched).
-        self.kept: Tensor | None = None
+        self.keys: list[Hashable | None] = []  # per slot: the caller's key; None: free
+        self.tokens: list[list[int]] = []  # per slot: the ids generated so far
+        self.src_lens: list[int] = []  # per slot: source length (0: free)
+        self.max_len = torch.empty(0, dtype=torch.long)  # (slots,) tokens before the forced EOS
+        self.done = torch.empty(0, dtype=torch.long)  # (slots,) tokens generated so far
+        self.ids = torch.empty(0, 1, dtype=torch.long)  # (slots, 1) the next decoder input
+        self.live = 0
 
     @property
     def rows(self) -> int:
-        return len(self.keys)
+        """Sentences decoding now."""
+        return self.live
 
     @property
     def source_len(self) -> int:
-        """The longest source (EOS included) of the running rows: their padded source length."""
+        """The longest source (EOS included) of the running rows."""
         return max(self.src_lens, default=0)
 
+    def _take(self, idx: list[int]) -> None:  # per-slot state of slots `idx`, in that order
+        keep = torch.tensor(idx, dtype=torch.long, device=self.ids.device)
+        self.keys = [self.keys[r] for r in idx]
+        self.tokens = [self.tokens[r] for r in idx]
+        self.src_lens = [self.src_lens[r] for r in idx]
+        self.max_len, self.done, self.ids = self.max_len[keep], self.done[keep], self.ids[keep]
+
+    @torch.inference_mode()
     def compact(self, fresh: DecoderCache | None = None) -> None:
-        """Drop the finished rows from the cache (and append `fresh`'s)."""
-        if self.cache is None or (self.kept is None and fresh is None):
-            self.cache = self.cache or fresh
+        """Drop the free slots and the buffer columns no running row reads (and append `fresh`'s
+        sources), in one copy of the cache."""
+        if self.cache is None:
+            self.cache = fresh
             return
-        rows = self.kept if self.kept is not None else torch.arange(self.cache.sources, device=self.ids.device)
-        self.cache, self.kept = self.cache.rebatched(rows, fresh), None
+        live = [r for r, k in enumerate(self.keys) if k is not None]
+        self.cache = self.cache.rebatched(torch.tensor(live, dtype=torch.long, device=self.ids.device), fresh)
+        self._take(live)
 
     @torch.inference_mode()
     def add(
@@ -79,62 +94,78 @@ class GreedyStream:
         cfg, dev = self.model.config, next(self.model.parameters()).device
         if self.model.training:  # Translator restores the mode it found; `attention` sets eval
             self.model.eval()
-        src = torch.full((len(sources), max(map(len, sources))), cfg.pad_id, dtype=torch.long)
+        n = len(sources)
+        src = torch.full((n, max(map(len, sources))), cfg.pad_id, dtype=torch.long)
         for r, ids in enumerate(sources):
             src[r, : len(ids)] = torch.tensor(list(ids))
         src = src.to(dev)
         max_len = max_lengths(self.model, src, max_len_a, max_len_b)  # (n,)
         memory = self.model.encode(src)
         fresh = self.model.init_cache(memory, padding_mask(src, cfg.pad_id), capacity=int(max_len.max()) + 1)
-        self.compact(fresh)
-        self.keys += list(keys)
-        self.tokens += [[] for _ in sources]
-        self.src_lens += [len(ids) for ids in sources]
-        self.max_len = torch.cat([self.max_len.to(dev), max_len])
-        self.done = torch.cat([self.done.to(dev), torch.zeros(len(sources), dtype=torch.long, device=dev)])
-        bos = torch.full((len(sources), 1), cfg.bos_id, dtype=torch.long, device=dev)
-        self.ids = torch.cat([self.ids.to(dev), bos])
+        free = [r for r, k in enumerate(self.keys) if k is None]
+        if self.cache is not None and len(free) >= n:  # into free slots, in place
+            slots = free[:n]
+            self.cache = self.cache.refill(torch.tensor(slots, dtype=torch.long, device=dev), fresh)
+        else:  # the running rows and the new ones, in one copy
+            self.compact(fresh)
+            slots = list(range(len(self.keys), len(self.keys) + n))
+            grow = torch.zeros(n, dtype=torch.long, device=dev)
+            self.keys += [None] * n
+            self.tokens += [[] for _ in range(n)]
+            self.src_lens += [0] * n
+            self.max_len, self.done = torch.cat([self.max_len.to(dev), grow]), torch.cat([self.done.to(dev), grow])
+            self.ids = torch.cat([self.ids.to(dev), grow[:, None]])
+        idx = torch.tensor(slots, dtype=torch.long, device=dev)
+        for r, key, ids in zip(slots, keys, sources):
+            self.keys[r], self.tokens[r], self.src_lens[r] = key, [], len(ids)
+        self.max_len[idx], self.done[idx], self.ids[idx] = max_len, 0, cfg.bos_id
+        self.live += n
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, list[int]]]:
         """One decoder step for every row -> (key, ids without BOS/EOS) of the rows that finished,
         which leave the batch."""
-        if not self.keys:
+        if not self.live:
             return []
-        self.compact()
-        assert self.cache is not None
         if self.model.training:
             self.model.eval()
+        cache = self.cache
+        assert cache is not None  # live rows
+        cut = 0 if cache.start is None else int(cache.start.min())  # free slots start at `length`
+        if 4 * (len(self.keys) - self.live) > len(self.keys) or (cut and 2 * cut >= cache.length):
+            self.compact()
         cfg = self.model.config
-        logits, self.cache = self.model.step(self.ids, self.cache)  # (n, 1, V)
+        assert self.cache is not None
+        logits, self.cache = self.model.step(self.ids, self.cache)  # (slots, 1, V)
         logits = logits[:, -1].float()
         logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
-        nxt = argmax(logits)  # (n,)
+        nxt = argmax(logits)  # (slots,)
         nxt = torch.where(self.max_len <= self.done, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
-        self.done = self.done + 1
+        self.done += 1
         finished: list[tuple[Hashable, list[int]]] = []
-        running: list[int] = []
         for r, tok in enumerate(nxt.tolist()):
+            key = self.keys[r]
+            if key is None:
+                continue
             if tok == cfg.eos_id:
-                finished.append((self.keys[r], self.tokens[r]))
+                finished.append((key, self.tokens[r]))
+                self.keys[r], self.src_lens[r] = None, 0
             else:
                 self.tokens[r].append(tok)
-                running.append(r)
-        if not running:
+        self.live -= len(finished)
+        if not self.live:
             self._reset()
-        elif finished:
-            keep = torch.tensor(running, device=nxt.device)
-            self.kept = keep
-            self.keys = [self.keys[r] for r in running]
-            self.tokens = [self.tokens[r] for r in running]
-            self.src_lens = [self.src_lens[r] for r in running]
-            self.max_len, self.done, nxt = self.max_len[keep], self.done[keep], nxt[keep]
-        if running:
-            self.ids = nxt[:, None]
+            return finished
+        self.ids = nxt[:, None]
+        if self.live < len(self.keys):  # free slots: position 0 again at the next step, input EOS
+            free = torch.tensor([k is None for k in self.keys], device=nxt.device)
+            start = self.cache.start if self.cache.start is not None else torch.zeros_like(nxt)
+            self.cache.start = start.masked_fill(free, self.cache.length)
+            self.ids.masked_fill_(free[:, None], cfg.eos_id)
         return finished
 
     def clear(self) -> list[Hashable]:
-        """Drop every row (after a failure) -> their keys."""
-        keys = self.keys
+        """Drop every sentence (after a failure) -> their keys."""
+        keys = [k for k in self.keys if k is not None]
         self._reset()
         return keys

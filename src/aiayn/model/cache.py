@@ -16,9 +16,9 @@ hold zeros. `Transformer.step` then gives row r the position `length - start[r]`
 keys before `start[r]` (zeros, not garbage: a masked key has probability 0, but 0 x NaN is NaN in
 P V). Left padding of the self-attention cache, so to speak; the cross-attention keys/values of
 sources of different lengths are right-padded with zeros to the longest and masked by `src_mask`,
-as in any padded batch. `rebatched` drops the rows that have finished, the columns no row reads
-any more (before the earliest start) and the source columns past the longest source, and appends
-the rows of a fresh cache, all in one copy.
+as in any padded batch. `refill` restarts rows whose sentences have finished with new sources, in
+place; `rebatched` drops rows, the columns no row reads any more (before the earliest start) and
+the source columns past the longest source, and appends the rows of a fresh cache, in one copy.
 `start` None means every row started at column 0 (the searches of aiayn.decode.search).
 
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
@@ -34,6 +34,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
@@ -143,6 +144,39 @@ class DecoderCache:
         cache = self.reorder(rows)
         cross = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
         return dataclasses.replace(cache, cross_kv=cross, src_mask=self.src_mask.index_select(0, sources))
+
+    def refill(self, slots: Tensor, fresh: DecoderCache) -> DecoderCache:
+        """Continuous batching (see above), without copying the running rows: rows `slots` (a
+        LongTensor; their sentences have finished) restart with the sources of `fresh` (from
+        `init_cache`, nothing decoded yet, one row per slot) at the current `length`. Writes the
+        buffers in place; this value is spent afterwards."""
+        if fresh.length or fresh.sources != slots.numel() or (self.rows or self.sources) != self.sources:
+            raise ValueError("refill: a fresh cache with one source per slot, into one row per source")
+        self.check_fresh()
+        S, S_f = self.src_mask.size(-1), fresh.src_mask.size(-1)
+        cross, src_mask = self.cross_kv, self.src_mask
+        if S_f > S:  # longer sources join: right-pad every row's keys/values (zeros) and mask
+            cross = [(F.pad(k, (0, 0, 0, S_f - S)), F.pad(v, (0, 0, 0, S_f - S))) for k, v in cross]
+            src_mask, S = F.pad(src_mask, (0, S_f - S), value=False), S_f
+        for (k, v), (fk, fv) in zip(cross, fresh.cross_kv):
+            k[slots] = F.pad(fk, (0, 0, 0, S - S_f))  # zeros at padding: finite in P V
+            v[slots] = F.pad(fv, (0, 0, 0, S - S_f))
+        src_mask[slots] = F.pad(fresh.src_mask, (0, S - S_f), value=False)
+        if self.length:
+            for buf in (*self.self_k, *self.self_v):
+                if buf is not None:  # the columns before the new start: zeros (then masked)
+                    buf[:, :, : self.length].index_fill_(0, slots, 0.0)
+        start = self.start.clone() if self.start is not None else slots.new_zeros(self.sources)
+        start[slots] = self.length
+        self._written[0] = -1
+        return dataclasses.replace(
+            self,
+            cross_kv=cross,
+            src_mask=src_mask,
+            capacity=max(self.capacity, self.length + fresh.capacity),
+            _written=[self.length],
+            start=start,
+        )
 
     def rebatched(self, rows: Tensor, fresh: DecoderCache | None = None) -> DecoderCache:
         """Continuous batching (see above), in one copy of the buffers: keep `rows` (a LongTensor; one
