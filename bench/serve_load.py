@@ -7,7 +7,10 @@ asyncio+httpx clients each send one Multi30k test sentence per request, back to 
 seconds, and reports sentences/s, target tokens/s (the server's own counter), latency p50/p95/p99,
 errors and the server's RSS sampled every second. Modes:
 
-- batched:       --max-wait-ms 5 --max-batch-tokens 8192 (the serve defaults but a shorter window)
+- batched:       --max-wait-ms 5 --max-batch-tokens 8192 (the serve defaults but a shorter window;
+                 with --beam 1, continuous batching)
+- whole-batches: the same with --batching whole (every batch decoded to its end: the server before
+                 continuous batching; differs from `batched` with --beam 1 only)
 - one-at-a-time: --max-wait-ms 0 --max-batch-tokens 1 (every sentence decoded alone)
 
 Then 1,000 malformed / oversized / random-bytes / wrong-type requests go to the batched server,
@@ -35,6 +38,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {
     "batched": ["--max-wait-ms", "5", "--max-batch-tokens", "8192"],
+    "whole-batches": ["--max-wait-ms", "5", "--max-batch-tokens", "8192", "--batching", "whole"],
     "one-at-a-time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
 }
 
@@ -237,7 +241,7 @@ def main() -> int:
         default=1,
         help="server's torch threads (default 1: on a shared CPU more threads spin-wait)",
     )
-    p.add_argument("--modes", default="batched,one-at-a-time")
+    p.add_argument("--modes", default="batched,one-at-a-time", help="comma-separated: " + ", ".join(MODES))
     p.add_argument("--backend", default="torch", help="torch | ctranslate2 (passed to aiayn serve)")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
     p.add_argument("--out", default=str(ROOT / "bench/results/serve_load.json"))

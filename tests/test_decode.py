@@ -251,6 +251,49 @@ def test_batched_equals_one_by_one(seed, n, beam, alpha):
         assert [s for _, s in batched[i]] == pytest.approx([s for _, s in single], abs=1e-4)
 
 
+@pytest.mark.parametrize("kw", [{}, {"positional": "learned"}, {"attention_window": 2}])
+def test_continuous_greedy_equals_greedy_alone(kw, monkeypatch):
+    """GreedyStream (continuous batching): sources of different lengths join a running batch at
+    different steps, taking over the slots of finished ones or growing the batch, rows leave as
+    they end; each result is greedy_search of that source alone."""
+    from aiayn.decode.continuous import GreedyStream
+    from aiayn.model.cache import DecoderCache
+
+    model, src = tiny_model(5, **kw), random_src(6, 40, max_len=9)
+    rows = [src[i : i + 1, : int((src[i] != PAD).sum())] for i in range(len(src))]
+    limits = [(1.0, 4), (0.5, 2), (1.0, 8)]
+    want = [greedy_search(model, r, *limits[i % 3])[0] for i, r in enumerate(rows)]
+    calls = {"refill": 0, "rebatched": 0}
+    for name in calls:
+        method = getattr(DecoderCache, name)
+
+        def counted(self, *a, _method=method, _name=name):
+            calls[_name] += 1
+            return _method(self, *a)
+
+        monkeypatch.setattr(DecoderCache, name, counted)
+    stream, got, i, joined_running, finished = GreedyStream(model), {}, 0, 0, 3
+    for n in range(200):
+        # Like a server under closed-loop load: as many join as just left, sometimes one more.
+        for j in range(i, min(i + finished + (n % 5 == 0), len(rows))):
+            joined_running += stream.rows > 0
+            stream.add([rows[j][0].tolist()], [j], *limits[j % 3])
+            i += 1
+        out = stream.step()
+        finished = len(out)
+        got.update(out)
+        if not stream.rows and i == len(rows):
+            break
+        if n % 4:  # else free slots stay for joining rows to take over (DecoderCache.refill)
+            continue
+        stream.compact()  # no free slots, columns or sources that no running row reads
+        assert stream.cache is None or stream.cache.length == int(stream.done.max())
+        assert stream.cache is None or stream.cache.src_mask.size(-1) == stream.source_len
+    assert got == dict(enumerate(want)) and stream.rows == 0
+    assert joined_running >= 20 and len({len(w) for w in want}) > 3
+    assert calls["refill"] >= 10 and calls["rebatched"] >= 10, calls  # both ways of joining
+
+
 # -- ensembles: the mean of the members' probabilities, through the same searches ------------------------
 
 

@@ -9,6 +9,7 @@ length limit, and a swapped answer would go unnoticed). Every answer is checked 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -501,3 +502,117 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
         assert not driver.find_elements(By.CSS_SELECTOR, "#status:not(:empty)")
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="module")
+def random_backend(run_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """An untrained model (learned positions; the trained one has sinusoids) with the run's vocabulary:
+    its greedy outputs run to their length limits, the trained one's mostly end with EOS."""
+    from aiayn.serve import TorchBackend
+
+    run = tmp_path_factory.mktemp("random_run")
+    (run / "spm.model").write_bytes((run_dir / "spm.model").read_bytes())
+    torch.manual_seed(1)
+    cfg = ModelConfig.preset("tiny", vocab_size=Tokenizer(run / "spm.model").vocab_size, max_positions=48, dropout=0.0)
+    save_weights(Transformer(dataclasses.replace(cfg, positional="learned")).eval(), run / "best.safetensors", step=0)
+    return TorchBackend(run, device="cpu")
+
+
+@pytest.mark.parametrize("which", ["trained", "random"])
+def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_backend, random_backend) -> None:
+    """Sentences of different lengths join a running greedy batch at different decoder steps (and
+    rows leave as they end): each output is token for token `TorchBackend.translate` of it alone."""
+    from aiayn.serve import SearchOptions
+
+    backend = torch_backend if which == "trained" else random_backend
+    lines = SOURCES + ["Hund " * 60, "Ein Hund", "", "Frau Frau Frau", "Zwei"]  # the 60-word line is cut
+    options = [SearchOptions(beam=1), SearchOptions(beam=1, max_len_a=0, max_len_b=3)]
+    options.append(SearchOptions(beam=1, max_len_b=0))
+    jobs = [(line, options[i % 3] if i % 4 == 0 else options[0]) for i, line in enumerate(lines)]
+    want = [backend.translate([line], opts)[0] for line, opts in jobs]
+    stream = backend.stream()
+    ids: dict[int, list[int]] = {}  # the generated ids too: byte pieces of random outputs may decode alike
+    engine_step = stream.engine.step
+
+    def step() -> list:
+        out = engine_step()
+        ids.update(out)
+        return out
+
+    stream.engine.step = step  # type: ignore[method-assign]
+    rng = random.Random(0)
+    got: dict[int, list] = {}
+    pending, steps, joined_running = list(range(len(jobs))), 0, 0
+    while pending or stream.rows:
+        take = pending[: rng.choice([0, 0, 1, 1, 2, 3])] if stream.rows else pending[:2]
+        pending = pending[len(take) :]
+        joined_running += bool(take and stream.rows)
+        for opts in options:  # one add per search setting, as the batcher does
+            group = [i for i in take if jobs[i][1] == opts]
+            for key, hyps in stream.add([jobs[i][0] for i in group], opts, group):
+                got[key] = hyps
+        for key, hyps in stream.step():
+            assert key not in got
+            got[key] = hyps
+        steps += 1
+        if steps % 4:  # else free slots stay for joining rows to take over (DecoderCache.refill)
+            continue
+        stream.engine.compact()
+        cache = stream.engine.cache
+        if cache is not None:  # no buffer columns before the oldest running row's first
+            assert cache.length == int(stream.engine.done.max())
+            assert cache.start is None or int(cache.start.min()) == 0
+            assert cache.src_mask.size(-1) == max(
+                cache.src_mask[r].sum().item() for r in range(stream.rows)
+            )  # nor source columns past the longest running source
+    assert joined_running >= 5 and steps > 10
+    from aiayn.decode.search import greedy_search
+
+    tr = backend.translator
+    for i, (line, opts) in enumerate(jobs):
+        assert got[i][0][0] == want[i][0][0], (which, line)
+        pieces = tr.tokenizer.encode(line)[: tr.max_input_len - 1]
+        if pieces:
+            src = torch.tensor([pieces + [EOS_ID]])
+            assert ids[i] == greedy_search(tr.model, src, opts.max_len_a, opts.max_len_b)[0], (which, line)
+        assert (got[i][0][2] > 0) == bool(got[i][0][0])  # target pieces + EOS; 0 for an empty source
+    if which == "trained":
+        assert len({g[0][0] for g in got.values()}) > len(SOURCES) // 2
+    else:
+        assert max(len(g[0][0]) for g in got.values()) > 40  # the cut line decodes up to the positions
+
+
+def test_batcher_continuous_joins_running_batch_and_keeps_order(random_backend) -> None:
+    """Through the batcher: greedy sentences submitted while a long one decodes join it and are
+    answered before it ends, a beam search in between waits for the running batch and is decoded
+    whole, and every answer equals the sentence translated alone. The untrained model decodes to the
+    length limits: 47 steps for the long line (the positions), 3 for the short ones."""
+    from aiayn.serve import Batcher, SearchOptions
+
+    stats = []
+    b = Batcher(random_backend, max_batch_tokens=4096, max_wait_ms=0, observer=stats.append)
+    b.start()
+    short = SearchOptions(beam=1, max_len_a=0, max_len_b=3)
+    jobs = [("Hund " * 60, SearchOptions(beam=1))]
+    jobs += [(de, SearchOptions(beam=4) if i == 7 else short) for i, de in enumerate(SOURCES)]
+
+    async def main() -> tuple:
+        done_at: dict[int, float] = {}
+
+        async def one(i: int, text: str, opts: SearchOptions):
+            await asyncio.sleep(0.002 * i)
+            out = await b.translate([text], opts)
+            done_at[i] = time.monotonic()
+            return out
+
+        outs = await asyncio.gather(*(one(i, t, opts) for i, (t, opts) in enumerate(jobs)))
+        return outs, done_at
+
+    try:
+        outs, done_at = asyncio.run(main())
+    finally:
+        b.close()
+    for (text, opts), out in zip(jobs, outs):
+        assert out[0][0][0] == random_backend.translate([text], opts)[0][0][0], (text, opts)
+    assert min(done_at[i] for i in range(1, 4)) < done_at[0]  # short ones joined later, left earlier
+    assert b.queued == 0 and sum(s.sentences for s in stats) == len(jobs)

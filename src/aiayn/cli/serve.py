@@ -39,6 +39,7 @@ def _serve(a: argparse.Namespace) -> int:
         max_len_b=d.max_len_b,
         max_batch_tokens=max_batch_tokens,
         max_wait_ms=a.max_wait_ms,
+        batching=a.batching,
         char_limit=a.char_limit,
         batch_limit=a.batch_limit,
         body_limit=a.max_body_bytes,
@@ -97,6 +98,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=10.0,
         help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)",
+    )
+    p.add_argument(
+        "--batching",
+        default="continuous",
+        choices=["continuous", "whole"],
+        help="continuous (default): greedy searches join and leave a running batch at every decoder "
+        "step (PyTorch backend); whole: every batch is decoded to its end before the next starts",
     )
     p.add_argument(
         "--char-limit",

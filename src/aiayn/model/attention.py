@@ -158,6 +158,7 @@ class SelfAttention(_Heads):
             r, T = self.window, q.size(2)
             if cache is not None and T == 1:  # one new position: its window is the last r + 1 keys
                 k, v = k[:, :, -(r + 1) :], v[:, :, -(r + 1) :]
+                mask = None if mask is None else mask[..., -(r + 1) :]  # a key mask over the cached keys
             elif cache is None and weights is None and (mask is None or mask.size(2) == 1):
                 return self.merge(windowed_attention(q, k, v, r, causal, mask, self.p))
             else:  # plots and several cached positions: the band spelled out (the triangle in it)

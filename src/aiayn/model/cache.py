@@ -8,6 +8,19 @@ Rows vs. sources: the decoder batch may hold G rows per source sentence (G = bea
 `reorder(rows)` picks decoder rows (beam search keeps the best continuations); `keep(sources)`
 drops whole sentences that have finished, so the batch shrinks.
 
+Continuous batching (aiayn.decode.continuous) lets sentences join a batch that is already decoding.
+Layout: every row writes its newest position into the same buffer column, `length`, so `append`
+stays one column write for the whole batch; a row that joined when the batch had decoded j
+positions has `start` j, its target position p sits in column j + p, and the columns before j
+hold zeros. `Transformer.step` then gives row r the position `length - start[r]` and masks the
+keys before `start[r]` (zeros, not garbage: a masked key has probability 0, but 0 x NaN is NaN in
+P V). Left padding of the self-attention cache, so to speak; the cross-attention keys/values of
+sources of different lengths are right-padded with zeros to the longest and masked by `src_mask`,
+as in any padded batch. `refill` restarts rows whose sentences have finished with new sources, in
+place; `rebatched` drops rows, the columns no row reads any more (before the earliest start) and
+the source columns past the longest source, and appends the rows of a fresh cache, in one copy.
+`start` None means every row started at column 0 (the searches of aiayn.decode.search).
+
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
 column instead of concatenating (copying) the whole history, and `reorder`/`keep` gather into a
 second, reused buffer instead of allocating. The price of reuse: a cache value may be extended
@@ -21,6 +34,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
@@ -37,6 +51,7 @@ class DecoderCache:
     _spare: list[Tensor | None] = field(default_factory=list, repr=False)  # reused by reorder/keep
     # Shared by every value over the same buffers: how many positions they hold (-1: reordered away).
     _written: list[int] = field(default_factory=lambda: [0], repr=False)
+    start: Tensor | None = None  # (rows,) buffer column of each row's first position (see above); None: 0
 
     def __post_init__(self) -> None:
         n = len(self.self_k) or len(self.cross_kv)  # a decoder-only model has layers but no cross K/V
@@ -99,8 +114,9 @@ class DecoderCache:
 
     def reorder(self, rows: Tensor) -> DecoderCache:
         """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group."""
+        start = None if self.start is None else self.start.index_select(0, rows)
         if self.length == 0:
-            return self
+            return self if start is None else dataclasses.replace(self, start=start)
         self.check_fresh()
         new_k: list[Tensor | None] = []
         new_v: list[Tensor | None] = []
@@ -119,7 +135,7 @@ class DecoderCache:
             new_k.append(out[0])
             new_v.append(out[1])
         self._written[0] = -1  # this value (and older ones over these buffers) is spent
-        return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare, _written=[self.length])
+        return dataclasses.replace(self, self_k=new_k, self_v=new_v, _spare=spare, _written=[self.length], start=start)
 
     def keep(self, sources: Tensor) -> DecoderCache:
         """Keep only the source sentences `sources` (and all their rows)."""
@@ -128,3 +144,98 @@ class DecoderCache:
         cache = self.reorder(rows)
         cross = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv]
         return dataclasses.replace(cache, cross_kv=cross, src_mask=self.src_mask.index_select(0, sources))
+
+    def refill(self, slots: Tensor, fresh: DecoderCache) -> DecoderCache:
+        """Continuous batching (see above), without copying the running rows: rows `slots` (a
+        LongTensor; their sentences have finished) restart with the sources of `fresh` (from
+        `init_cache`, nothing decoded yet, one row per slot) at the current `length`. Writes the
+        buffers in place; this value is spent afterwards."""
+        if fresh.length or fresh.sources != slots.numel() or (self.rows or self.sources) != self.sources:
+            raise ValueError("refill: a fresh cache with one source per slot, into one row per source")
+        self.check_fresh()
+        S, S_f = self.src_mask.size(-1), fresh.src_mask.size(-1)
+        cross, src_mask = self.cross_kv, self.src_mask
+        if S_f > S:  # longer sources join: right-pad every row's keys/values (zeros) and mask
+            cross = [(F.pad(k, (0, 0, 0, S_f - S)), F.pad(v, (0, 0, 0, S_f - S))) for k, v in cross]
+            src_mask, S = F.pad(src_mask, (0, S_f - S), value=False), S_f
+        for (k, v), (fk, fv) in zip(cross, fresh.cross_kv):
+            k[slots] = F.pad(fk, (0, 0, 0, S - S_f))  # zeros at padding: finite in P V
+            v[slots] = F.pad(fv, (0, 0, 0, S - S_f))
+        src_mask[slots] = F.pad(fresh.src_mask, (0, S - S_f), value=False)
+        if self.length:
+            for buf in (*self.self_k, *self.self_v):
+                if buf is not None:  # the columns before the new start: zeros (then masked)
+                    buf[:, :, : self.length].index_fill_(0, slots, 0.0)
+        start = self.start.clone() if self.start is not None else slots.new_zeros(self.sources)
+        start[slots] = self.length
+        self._written[0] = -1
+        return dataclasses.replace(
+            self,
+            cross_kv=cross,
+            src_mask=src_mask,
+            capacity=max(self.capacity, self.length + fresh.capacity),
+            _written=[self.length],
+            start=start,
+        )
+
+    def rebatched(self, rows: Tensor, fresh: DecoderCache | None = None) -> DecoderCache:
+        """Continuous batching (see above), in one copy of the buffers: keep `rows` (a LongTensor; one
+        row per source), drop the buffer columns before the earliest start among them and the source
+        columns past their longest source, then append the rows of `fresh` (from `init_cache`,
+        nothing decoded yet), which join at the new `length`. This value is spent afterwards."""
+        if (self.rows or self.sources) != self.sources or (fresh is not None and fresh.length):
+            raise ValueError("rebatched: one row per source, and a fresh cache to join")
+        self.check_fresh()
+        dev, n, m = self.src_mask.device, rows.numel(), 0 if fresh is None else fresh.sources
+        start = self.start.index_select(0, rows) if self.start is not None else torch.zeros_like(rows)
+        cut = int(start.min()) if n else self.length
+        length = self.length - cut
+        kept_mask = self.src_mask.index_select(0, rows)  # (n, 1, 1, S)
+        real = kept_mask.flatten(1).any(0).nonzero()
+        S_old = int(real.max()) + 1 if real.numel() else 0
+        S = max(S_old, 0 if fresh is None else fresh.src_mask.size(-1))
+
+        src_mask = torch.zeros(n + m, 1, 1, S, dtype=torch.bool, device=dev)
+        src_mask[:n, ..., :S_old] = kept_mask[..., :S_old]
+        cross: list[KV] = []
+        for i, (k, v) in enumerate(self.cross_kv):
+            pair = []
+            for j, x in enumerate((k, v)):
+                out = x.new_zeros(n + m, x.size(1), S, x.size(3))  # zeros at padding: finite in P V
+                out[:n, :, :S_old] = x[:, :, :S_old].index_select(0, rows)
+                if fresh is not None:
+                    f = fresh.cross_kv[i][j]
+                    out[n:, :, : f.size(2)] = f
+                pair.append(out)
+            cross.append((pair[0], pair[1]))
+        if fresh is not None:
+            src_mask[n:, ..., : fresh.src_mask.size(-1)] = fresh.src_mask
+
+        self_k: list[Tensor | None] = []
+        self_v: list[Tensor | None] = []
+        for buf_k, buf_v in zip(self.self_k, self.self_v):
+            for buf, out_list in ((buf_k, self_k), (buf_v, self_v)):
+                if buf is None or length == 0:
+                    out_list.append(None)
+                    continue
+                # Columns from `length` on are written before they are read: only the joining rows'
+                # columns before their start need zeros (zeroing the whole buffer would cost more).
+                cap = max(buf.size(2) - cut, length + (1 if fresh is None else fresh.capacity))
+                out = buf.new_empty(n + m, buf.size(1), cap, buf.size(3))
+                out[:n, :, :length] = buf[:, :, cut : self.length].index_select(0, rows)
+                out[n:, :, :length] = 0
+                out_list.append(out)
+        start = torch.cat([start - cut, torch.full((m,), length, dtype=torch.long, device=dev)])
+        self._written[0] = -1
+        return dataclasses.replace(
+            self,
+            cross_kv=cross,
+            src_mask=src_mask,
+            length=length,
+            capacity=max(self.capacity, length + (0 if fresh is None else fresh.capacity)),
+            self_k=self_k,
+            self_v=self_v,
+            _spare=[None] * len(self._spare),
+            _written=[length],
+            start=start,
+        )

@@ -25,7 +25,9 @@ def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
 class Positions(nn.Module):
     """Adds positions to scaled token embeddings: sinusoidal (paper default) or learned (Table 3 row E).
 
-    `offset` is the absolute position of the first input column, used by cached decoding.
+    `offset` is the absolute position of the first input column, used by cached decoding: an int
+    for the whole batch, or a (B,) tensor of per-row offsets (continuous batching, where rows that
+    joined a running batch later are at earlier positions).
     """
 
     table: nn.Embedding | Tensor  # learned: an embedding; sinusoidal: a (max_positions, d_model) buffer
@@ -38,8 +40,9 @@ class Positions(nn.Module):
         else:
             self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        end = offset + x.size(1)
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        first = offset if not isinstance(offset, Tensor) else int(offset.max()) if offset.numel() else 0
+        end = first + x.size(1)
         if end > self.max_positions:
             if self.kind == "learned":
                 raise ValueError(
@@ -50,6 +53,9 @@ class Positions(nn.Module):
             table = sinusoidal_table(max(end, 2 * self.max_positions), self.d_model).to(x.device)
             self.table, self.max_positions = table, table.size(0)
         pe = self.table.weight if isinstance(self.table, nn.Embedding) else self.table  # learned or sinusoidal
+        if isinstance(offset, Tensor):
+            pos = offset[:, None] + torch.arange(x.size(1), device=x.device)  # (B, T)
+            return x + pe[pos].to(x.dtype)  # (B, T, d) + (B, T, d)
         return x + pe[offset:end].to(x.dtype)  # (B, T, d) + (T, d)
 
 
@@ -62,6 +68,6 @@ class Embedding(nn.Module):
         self.scale = math.sqrt(tokens.embedding_dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         x = self.tokens(ids) * self.scale  # (B, T, d_model)
         return self.dropout(self.positions(x, offset))

@@ -148,16 +148,21 @@ class Transformer(nn.Module):
             with torch.no_grad():
                 return self.step(ids, cache)
         cache.check_fresh()
-        offset = cache.length
+        T = ids.size(1)
         # One new position sees every cached key; several need the causal triangle, offset.
-        self_mask = None if ids.size(1) == 1 else causal_mask(ids.size(1), ids.device, offset)  # (1, 1, T, t+T)
+        self_mask = None if T == 1 else causal_mask(T, ids.device, cache.length)  # (1, 1, T, t+T)
+        offset: int | Tensor = cache.length
+        if cache.start is not None:  # rows that joined later (continuous batching, cache.py): their own
+            offset = cache.length - cache.start  # positions (B,), and no keys before their first column
+            keys = (torch.arange(cache.length + T, device=ids.device) >= cache.start[:, None])[:, None, None, :]
+            self_mask = keys if self_mask is None else self_mask & keys  # (B, 1, T, t+T)
         x = self._decoder(ids, offset, cache.cross_kv, cache.src_mask, self_mask, False, cache, None)
         return self.generator(x), cache.advanced(ids.size(1))  # (B, T, V)
 
     def _decoder(
         self,
         ids: Tensor,
-        offset: int,
+        offset: int | Tensor,
         cross_kv: list[KV],
         src_mask: Tensor,
         self_mask: Tensor | None,
@@ -165,7 +170,8 @@ class Transformer(nn.Module):
         cache: DecoderCache | None,
         attention: AttentionWeights | None,
     ) -> Tensor:
-        """The decoder stack (§3.1) on (B, T) ids at positions offset.. -> states (B, T, d_model)."""
+        """The decoder stack (§3.1) on (B, T) ids at positions offset.. (an int, or (B,) per row) ->
+        states (B, T, d_model)."""
         x = self.tgt_embed(ids, offset)  # (B, T, d_model)
         for i, (layer, kv) in enumerate(zip(self.decoder, cross_kv)):
             x = layer(x, self_mask, kv, src_mask, cache, i, attention, causal)

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aiayn.config import DecodeConfig
+from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
 
 log = logging.getLogger("aiayn.serve")
@@ -69,6 +70,7 @@ class ServeSettings:
     max_len_b: int = DecodeConfig.max_len_b
     max_batch_tokens: int = DecodeConfig.max_tokens  # sentences x longest source x beam
     max_wait_ms: float = 10.0
+    batching: str = "continuous"  # greedy searches join a running batch; "whole": batches run to their end
     char_limit: int = 5000  # characters per request, summed over its sentences
     batch_limit: int = 64  # sentences per request
     body_limit: int = 1 << 20  # bytes
@@ -193,7 +195,15 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     """The FastAPI app serving `backend`; its lifespan starts and stops the batching worker."""
     s = settings or ServeSettings()
     metrics = Metrics()
-    batcher = Batcher(backend, s.max_batch_tokens, s.max_wait_ms, observer=metrics.observe_batch)
+    if s.batching not in ("continuous", "whole"):
+        raise AiaynError(f"batching must be continuous or whole, not {s.batching!r}")
+    batcher = Batcher(
+        backend,
+        s.max_batch_tokens,
+        s.max_wait_ms,
+        observer=metrics.observe_batch,
+        continuous=s.batching == "continuous",
+    )
     metrics.queue.set_function(lambda: batcher.queued)
 
     @asynccontextmanager

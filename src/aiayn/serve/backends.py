@@ -62,6 +62,13 @@ class TorchBackend:
             [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
         ]
 
+    def stream(self) -> TorchStream | None:
+        """A continuous greedy batch over the model (None for an ensemble: the batcher then decodes
+        whole batches only)."""
+        from aiayn.model.transformer import Transformer
+
+        return TorchStream(self) if isinstance(self.translator.model, Transformer) else None
+
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
         """Translate one sentence (opts' search) and read its encoder-decoder attention by teacher
         forcing the result (viz.attention_map): per layer, the mean over heads."""
@@ -94,6 +101,49 @@ class TorchBackend:
 
     def close(self) -> None:
         pass
+
+
+class TorchStream:
+    """Continuous batching of greedy searches (aiayn.decode.continuous) for the batcher: texts join
+    between decoder steps, finished ones come back from `step`, each as `TorchBackend.translate`
+    gives it for the text alone."""
+
+    def __init__(self, backend: TorchBackend) -> None:
+        from aiayn.decode.continuous import GreedyStream
+        from aiayn.decode.translator import _one_line
+
+        self.one_line = _one_line  # what Translator does to decoded text
+        self.backend = backend
+        self.engine = GreedyStream(backend.translator.model)
+
+    @property
+    def rows(self) -> int:
+        return self.engine.rows
+
+    @property
+    def source_len(self) -> int:
+        return self.engine.source_len
+
+    def add(self, texts: Sequence[str], opts: SearchOptions, keys: Sequence[Any]) -> list[tuple[Any, list[Hypothesis]]]:
+        """Greedy searches (opts.beam 1, n_best 1) join the batch -> the empty texts, answered now."""
+        limit = self.backend.translator.max_input_len - 1  # room for EOS, cut as Translator cuts
+        eos = self.backend.config.eos_id
+        encoded = self.backend.tokenizer.encode_batch([_clean(t) for t in texts])
+        now = [(key, [("", math.nan, 0)]) for key, ids in zip(keys, encoded) if not ids]
+        join = [(key, ids[:limit] + [eos]) for key, ids in zip(keys, encoded) if ids]
+        if join:
+            self.engine.add([ids for _, ids in join], [key for key, _ in join], opts.max_len_a, opts.max_len_b)
+        return list(now)
+
+    def step(self) -> list[tuple[Any, list[Hypothesis]]]:
+        out = []
+        for key, ids in self.engine.step():
+            text = self.one_line(self.backend.tokenizer.decode(ids))
+            out.append((key, [(text, math.nan, len(ids) + 1 if text else 0)]))
+        return out
+
+    def clear(self) -> list[Any]:
+        return self.engine.clear()
 
 
 class CTranslate2Backend:

@@ -8,6 +8,16 @@ the batch when the budget is full or when the oldest item has waited `max_wait_m
 comes first, so no sentence waits longer than the window for its batch to be formed (it may still
 wait for the batch ahead of it to finish decoding: one model, one batch at a time).
 
+Continuous batching (greedy search, `beam` 1 and `n_best` 1, with a backend that offers `stream()`:
+the PyTorch one): instead of decoding a batch to its end, the worker keeps one running decoder
+batch and, at every decoder step boundary, admits the greedy sentences waiting at the head of the
+queue while running sentences x longest source stays within `max_batch_tokens`, and answers each
+sentence as soon as it ends (aiayn.decode.continuous). So a sentence waits at most one decoder
+step to start, not a whole batch. Anything else at the head of the queue (a beam search, an
+exclusive job) stops admission: the running sentences finish, then it runs as a whole batch as
+above, so arrival order is kept and nothing starves. An idle worker still gathers a first batch
+for up to `max_wait_ms`. `continuous=False` decodes greedy searches in whole batches as well.
+
 Each request holds a `Ticket`; the worker writes results into it from its thread and resolves the
 request's asyncio future on the event loop with `call_soon_threadsafe`. A request whose client has
 gone away (its future cancelled) is still decoded with its batch and its result dropped: the other
@@ -20,7 +30,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +62,27 @@ class Backend(Protocol):
 
     def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
         """n-best hypotheses per text, best first; an empty text gives [("", nan, 0)]."""
+
+
+class Stream(Protocol):
+    """A running greedy decoder batch (`stream()` of a backend that offers continuous batching)."""
+
+    @property
+    def rows(self) -> int:
+        """Sentences decoding now."""
+
+    @property
+    def source_len(self) -> int:
+        """Their padded source length (0 when none)."""
+
+    def add(self, texts: Sequence[str], opts: SearchOptions, keys: Sequence[Any]) -> list[tuple[Any, list[Hypothesis]]]:
+        """Texts join before the next step (opts: greedy) -> (key, hypotheses) of those answered now."""
+
+    def step(self) -> list[tuple[Any, list[Hypothesis]]]:
+        """One decoder step -> (key, hypotheses) of the sentences that ended."""
+
+    def clear(self) -> list[Any]:
+        """Drop every sentence (after a failure) -> their keys."""
 
 
 class Overloaded(AiaynError):
@@ -86,11 +117,14 @@ class _Item:
     opts: SearchOptions | None  # None: an exclusive job (fn) rather than a sentence
     arrived: float = field(default_factory=time.monotonic)
     fn: Callable[[], Any] | None = None
+    started: float = 0.0  # when it joined the running batch (continuous batching)
 
 
 @dataclass
 class BatchStats:
-    """Reported to the observer after every batch (metrics)."""
+    """Reported to the observer after every batch (metrics). With continuous batching: after every
+    decoder step at which sentences ended, for those sentences; decode_s is the decoding time since
+    the previous report and waited_s the longest wait of theirs before joining."""
 
     sentences: int
     requests: int
@@ -110,7 +144,9 @@ class Batcher:
         max_wait_ms: float = 10.0,
         max_queue: int = 10_000,
         observer: Callable[[BatchStats], None] | None = None,
+        continuous: bool = True,
     ) -> None:
+        """`continuous`: greedy searches join a running batch (when the backend offers `stream()`)."""
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
         self.backend = backend
@@ -124,6 +160,9 @@ class Batcher:
         self._stop = threading.Event()
         self._count_lock = threading.Lock()  # `queued` changes on both threads
         self.queued = 0  # sentences submitted and not yet decoded
+        make_stream = getattr(backend, "stream", None) if continuous else None
+        self._stream: Stream | None = make_stream() if make_stream is not None else None
+        self._busy = 0.0  # decoding time not yet reported (continuous batching)
 
     # -- the event-loop side ------------------------------------------------------------------------
 
@@ -180,17 +219,23 @@ class Batcher:
     def _cost(self, n: int, longest: int, beam: int) -> int:
         return n * longest * beam  # padded source tokens x beam, as Translator counts a batch
 
+    def _streams(self, it: _Item) -> bool:
+        """Whether the item joins the running batch (continuous batching: greedy sentences)."""
+        return self._stream is not None and it.opts is not None and it.opts.beam == 1 and it.opts.n_best == 1
+
     def _select(self) -> tuple[list[_Item], bool]:
         """The batch the oldest pending item leads -> (items, full): full = the next item with the
-        same settings would not fit the budget."""
+        same settings (for continuous batching: the next greedy one) would not fit the budget."""
         head = self._pending[0]
         if head.opts is None:
             return [head], True
+        stream = self._streams(head)
+        beam = 1 if stream else head.opts.beam
         batch, longest = [head], head.n_tokens
         for it in self._pending[1:]:
-            if it.opts != head.opts:
+            if not (self._streams(it) if stream else it.opts == head.opts):
                 continue
-            if self._cost(len(batch) + 1, max(longest, it.n_tokens), head.opts.beam) > self.max_batch_tokens:
+            if self._cost(len(batch) + 1, max(longest, it.n_tokens), beam) > self.max_batch_tokens:
                 return batch, True
             batch.append(it)
             longest = max(longest, it.n_tokens)
@@ -198,6 +243,11 @@ class Batcher:
 
     def _work(self) -> None:
         while True:
+            if self._stream is not None and self._stream.rows:
+                self._take(0)
+                self._admit()
+                self._advance()
+                continue
             if not self._pending:
                 if self._stop.is_set() and self._queue.empty():
                     return
@@ -212,7 +262,67 @@ class Batcher:
                     break
             chosen = {id(it) for it in batch}
             self._pending = [it for it in self._pending if id(it) not in chosen]
-            self._run(batch)
+            if self._streams(batch[0]):
+                self._join(batch)
+            else:
+                self._run(batch)
+
+    # -- continuous batching (worker thread) ----------------------------------------------------------
+
+    def _admit(self) -> None:
+        """At a step boundary: the greedy sentences at the head of the queue join the running batch
+        while running sentences x longest source stays within the budget. Anything else at the head
+        stops admission (it runs once the running batch has finished: arrival order)."""
+        assert self._stream is not None
+        rows, longest = self._stream.rows, self._stream.source_len
+        batch: list[_Item] = []
+        for it in self._pending:
+            if not self._streams(it) or self._cost(rows + 1, max(longest, it.n_tokens), 1) > self.max_batch_tokens:
+                break
+            batch.append(it)
+            rows, longest = rows + 1, max(longest, it.n_tokens)
+        if batch:
+            self._pending = self._pending[len(batch) :]
+            self._join(batch)
+
+    def _join(self, batch: list[_Item]) -> None:
+        assert self._stream is not None
+        started = time.monotonic()
+        groups: dict[SearchOptions, list[_Item]] = {}
+        for it in batch:  # max_len_a/b may differ: they are per row; greedy ignores the length penalty
+            it.started = started
+            assert it.opts is not None
+            groups.setdefault(it.opts, []).append(it)
+        answered: set[int] = set()
+        try:
+            for opts, items in groups.items():
+                now = self._stream.add([it.text for it in items], opts, items)
+                if now:
+                    self._finish([k for k, _ in now], [h for _, h in now])
+                    answered.update(id(k) for k, _ in now)
+        except BaseException as e:  # noqa: BLE001 - fails the running sentences, never the worker
+            failed = {id(it): it for it in self._stream.clear()}
+            failed.update((id(it), it) for it in batch if id(it) not in answered)
+            self._finish(list(failed.values()), None, e)
+        self._busy += time.monotonic() - started
+
+    def _advance(self) -> None:
+        """One decoder step of the running batch; the sentences that ended are answered now."""
+        assert self._stream is not None
+        t0 = time.monotonic()
+        try:
+            done = self._stream.step()
+        except BaseException as e:  # noqa: BLE001 - fails the running sentences, never the worker
+            self._finish(self._stream.clear(), None, e)
+            return
+        self._busy += time.monotonic() - t0
+        if not done:
+            return
+        items: list[_Item] = [k for k, _ in done]
+        outputs = [h for _, h in done]
+        self._finish(items, outputs)
+        decode_s, self._busy = self._busy, 0.0
+        self._observe(items, sum(h[0][2] for h in outputs if h), decode_s, max(it.started - it.arrived for it in items))
 
     def _run(self, batch: list[_Item]) -> None:
         started = time.monotonic()
@@ -238,18 +348,36 @@ class Batcher:
         if batch[0].fn is None:
             with self._count_lock:
                 self.queued -= len(batch)
-        for t in tickets.values():
+        self._resolve(tickets.values())
+        if batch[0].fn is None:
+            self._observe(batch, target_tokens, decode_s, waited)
+
+    def _finish(self, items: list[_Item], outputs: list[Any] | None, error: BaseException | None = None) -> None:
+        """Sentences done (outputs None: failed with `error`): results in, tickets resolved when complete."""
+        for i, it in enumerate(items):
+            it.ticket.results[it.index] = None if outputs is None else outputs[i]
+            it.ticket.remaining -= 1
+            if error is not None:
+                it.ticket.error = error
+        with self._count_lock:
+            self.queued -= len(items)
+        self._resolve({id(it.ticket): it.ticket for it in items}.values())
+
+    def _resolve(self, tickets: Iterable[Ticket]) -> None:
+        for t in tickets:
             if t.remaining == 0 or t.error is not None:
                 try:
                     t.loop.call_soon_threadsafe(t._resolve)
                 except RuntimeError:  # the loop is closed: nobody is waiting any more
                     pass
-        if self.observer is not None and batch[0].fn is None:
-            try:
-                self.observer(
-                    BatchStats(
-                        len(batch), len(tickets), sum(it.n_tokens for it in batch), target_tokens, decode_s, waited
-                    )
-                )
-            except Exception:  # noqa: BLE001 - metrics must not stop decoding
-                pass
+
+    def _observe(self, items: list[_Item], target_tokens: int, decode_s: float, waited: float) -> None:
+        if self.observer is None:
+            return
+        requests = len({id(it.ticket) for it in items})
+        try:
+            self.observer(
+                BatchStats(len(items), requests, sum(it.n_tokens for it in items), target_tokens, decode_s, waited)
+            )
+        except Exception:  # noqa: BLE001 - metrics must not stop decoding
+            pass
