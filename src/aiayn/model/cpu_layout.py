@@ -6,10 +6,10 @@ vocabulary 8,000, 64 rows (greedy search, 64 sentences), 1 thread, on the 2-core
 docs/benchmarks.md (issue 26): 1.20x for d_model 256 and 512 against F.linear, the decoder layers'
 own products 1.0-1.08x (`python bench/packed_linear.py`). Pre-packing the weights with MKL
 (`cblas_sgemm_pack`, torch.ops.mkl._mkl_linear, as CTranslate2 does) measured the same as this plain
-transposed copy there and only works for the one row count it was packed for; oneDNN's packed
-weights were slower on the decoder layers. The transposed copy is an ordinary `addmm` on a contiguous
-matrix and works for any row count (batches shrink as sentences finish); at 1-16 rows the vocabulary
-projection measured 1.07-2.4x faster than F.linear.
+transposed copy there, and is packed for one row count; oneDNN's packed weights were slower on the
+decoder layers. The transposed copy is an ordinary `addmm` on a contiguous matrix and serves any row
+count (batches shrink as sentences finish); at 1-16 rows the vocabulary projection measured 1.07-2.4x
+faster than F.linear.
 
 Rounding: MKL does not promise the same bits for the two layouts. On that CPU the outputs were bitwise
 equal to nn.Linear's for 4, 8 and 12 or more rows, and differed by a few units in the last place for
