@@ -8,6 +8,9 @@ Engines (same shape: layers, d_model, heads, d_ff, vocab 8000; post-LN; ReLU; ti
   aiayn      aiayn.model.Transformer; decoding with aiayn.decode.greedy_search / beam_search
   aiayn-int8 the same model through aiayn.model.int8.quantize_int8 (int8 weights per output row, dynamic
              int8 activations), decoding only; compared with ct2-int8 (its ratio aiayn-int8/ct2-int8)
+  aiayn-wt   the same float32 model through aiayn.model.cpu_layout.transpose_for_cpu (decoder weights
+             stored transposed, what the Translator decodes with on the CPU), decoding only; compared
+             with ct2-float32 (its ratio aiayn-wt/ct2-float32)
   torch      torch.nn.Transformer + embeddings + sinusoidal positions + output projection (training only:
              it has no incremental decoder)
   hf         transformers.MarianMTModel from a random MarianConfig (activation relu); generate()
@@ -61,8 +64,9 @@ from aiayn.train.loss import label_smoothed_nll
 
 VOCAB, BATCH, MIN_LEN, MAX_LEN = 8000, 64, 20, 30
 TRAIN_ENGINES = ["aiayn", "torch", "hf"]
-DECODE_ENGINES = ["aiayn", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
-PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8"]}  # + our int8 beside CT2's
+DECODE_ENGINES = ["aiayn", "aiayn-wt", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
+# + our int8 and transposed-weight decoders beside CT2's
+PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8", "aiayn-wt"]}
 GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
     ("train", "hf"): 1.3,
     ("train", "torch"): 1.0,
@@ -73,6 +77,7 @@ GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
     ("beam", "ct2-int8"): 0.9,  # int8: aiayn-int8
 }
 INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
+WT = ("aiayn-wt", "ct2-float32")  # also compared with each other (aiayn-wt's own row), beside aiayn/ct2-float32
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -245,7 +250,7 @@ def build_decode(
 ) -> Callable[[Tensor], list[int]]:
     """A function src (B, S) -> output lengths; every engine runs `length` decoder steps."""
     torch.manual_seed(seed)
-    if engine in ("aiayn", "aiayn-int8"):
+    if engine in ("aiayn", "aiayn-int8", "aiayn-wt"):
         from aiayn.decode import beam_search, greedy_search
 
         net: nn.Module = Transformer(c).eval()
@@ -253,6 +258,10 @@ def build_decode(
             from aiayn.model.int8 import quantize_int8
 
             net = quantize_int8(net)
+        if engine == "aiayn-wt":
+            from aiayn.model.cpu_layout import transpose_for_cpu
+
+            net = transpose_for_cpu(net)
         model = BanEOS(net, last=length - 1)  # type: ignore[arg-type]  # a quantized copy decodes alike
 
         def run(src: Tensor) -> list[int]:
@@ -442,6 +451,13 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             res.setdefault("ratios", {})[e] = statistics.median(b / a for a, b in zip(runs[mine], runs[e]))
             res.setdefault("cpu_ratios", {})[e] = statistics.median(b / a for a, b in zip(cpu[mine], cpu[e]))
             res.setdefault("ratio_of", {})[e] = mine
+        if WT[0] in engines and WT[1] in engines:  # on aiayn-wt's row: aiayn-wt / ct2-float32
+            mine, e = WT
+            res.setdefault("ratios", {})[mine] = statistics.median(b / a for a, b in zip(runs[mine], runs[e]))
+            res.setdefault("cpu_ratios", {})[mine] = statistics.median(b / a for a, b in zip(cpu[mine], cpu[e]))
+            res.setdefault("ratio_of", {})[mine] = mine
+            res.setdefault("ratio_to", {})[mine] = e
+            res["wt_speedup"] = statistics.median(a / b for a, b in zip(runs["aiayn"], runs[mine]))  # over aiayn
         result[task] = res
         del fns
 
@@ -482,17 +498,18 @@ def report(size: str, r: dict[str, Any]) -> None:
             continue
         t = r[task]
         for e, v in t.items():
-            if e in ("ratios", "cpu_ratios", "ratio_of"):
+            if e in ("ratios", "cpu_ratios", "ratio_of", "ratio_to", "wt_speedup"):
                 continue
             sent = f"  {v['sentences_per_s']:8.1f} sent/s" if "sentences_per_s" in v else ""
             ratio = t.get("ratios", {}).get(e)
-            goal = GOALS.get((task, e))
             cr = t.get("cpu_ratios", {}).get(e)
             mine = t.get("ratio_of", {}).get(e, "aiayn")
+            peer = t.get("ratio_to", {}).get(e, e)  # aiayn-wt's row: against ct2-float32
+            goal = GOALS.get((task, peer))
             rs = (
                 ""
                 if ratio is None
-                else f"  {mine}/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)"
+                else f"  {mine}/{peer} = {ratio:.2f}x (cpu-time {cr:.2f}x)"
                 + ("" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
             )
             mem = r.get("memory", {}).get(task, {}).get(e)
@@ -505,6 +522,8 @@ def report(size: str, r: dict[str, Any]) -> None:
                 f"({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
             )
             print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{gf}{ms}{rs}")
+        if "wt_speedup" in t:
+            print(f"  {task:6s} aiayn-wt/aiayn = {t['wt_speedup']:.2f}x (transposed decoder weights over nn.Linear)")
         if (fl := r.get("flops_per_token", {}).get(task)) is not None:
             bound = r["gemm_gflops"] * 1e9 / fl
             print(
