@@ -29,6 +29,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--decode-len", type=int, default=25)
     p.add_argument("--rows", type=int, default=25)
+    p.add_argument("--out", default=None, help="table file (default bench/results/profile-SIZE-TASK-ENGINE.txt)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     c = ModelConfig.preset(a.size, T.VOCAB)
@@ -47,7 +48,7 @@ def main() -> int:
                 work()
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows)
     print(table)
-    out = Path(__file__).parent / "results" / f"profile-{a.size}-{a.task}-{a.engine}.txt"
+    out = Path(a.out) if a.out else Path(__file__).parent / "results" / f"profile-{a.size}-{a.task}-{a.engine}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table)
     print(f"wrote {out}")

@@ -65,9 +65,10 @@ def test_throughput_and_the_profile_run_every_task(home, tmp_path):
         out = run(
             "profile_ops.py",
             *("--size", "tiny", "--task", task, "--threads", "1", "--decode-len", "3", "--rows", "2"),
+            *("--out", str(tmp_path / f"{task}.txt")),
             home=home,
         )
-        assert "Self CPU" in out
+        assert "Self CPU" in out and "Self CPU" in (tmp_path / f"{task}.txt").read_text()
 
 
 def test_data_scale_prepares_a_synthetic_corpus(home, tmp_path):
