@@ -616,3 +616,49 @@ def test_batcher_continuous_joins_running_batch_and_keeps_order(random_backend) 
         assert out[0][0][0] == random_backend.translate([text], opts)[0][0][0], (text, opts)
     assert min(done_at[i] for i in range(1, 4)) < done_at[0]  # short ones joined later, left earlier
     assert b.queued == 0 and sum(s.sentences for s in stats) == len(jobs)
+
+
+def test_a_failing_stream_step_answers_every_running_sentence_with_the_error(random_backend, monkeypatch) -> None:
+    """The stream lets finished rows go before their ids become text: when that last part fails, the
+    sentences that had just finished get the error like the running ones (none waits forever), the
+    queue count returns to zero, and the next request is answered as usual."""
+    from aiayn.serve import Batcher, SearchOptions
+
+    tok = random_backend.tokenizer
+    decode = tok.decode
+    calls = {"n": 0}
+
+    def broken(ids):
+        calls["n"] += 1
+        raise IndexError("piece id is out of range")
+
+    b = Batcher(random_backend, max_batch_tokens=4096, max_wait_ms=0)
+    b.start()
+    short = SearchOptions(beam=1, max_len_a=0, max_len_b=3)
+
+    async def ask(texts: list[str]):
+        try:
+            return await asyncio.wait_for(b.translate(texts, short), 30)
+        except IndexError as e:
+            return e
+
+    try:
+        monkeypatch.setattr(tok, "decode", broken)
+        failed = asyncio.run(ask(SOURCES[:3]))
+        assert isinstance(failed, IndexError) and calls["n"] >= 1
+        assert b.queued == 0
+        monkeypatch.setattr(tok, "decode", decode)
+        again = asyncio.run(ask(SOURCES[:2]))
+    finally:
+        b.close()
+    assert [o[0][0] for o in again] == [random_backend.translate([s], short)[0][0][0] for s in SOURCES[:2]]
+
+
+def test_a_stream_refuses_keys_that_do_not_match_its_sources(random_backend) -> None:
+    from aiayn.decode.continuous import GreedyStream
+
+    stream = GreedyStream(random_backend.translator.model)
+    for sources, keys in (([[5, 9, 3], [7, 3]], ["a"]), ([[5, 3]], [None]), ([[]], ["a"])):
+        with pytest.raises(ValueError, match="one key"):
+            stream.add(sources, keys)
+    assert stream.rows == 0

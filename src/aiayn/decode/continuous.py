@@ -89,6 +89,8 @@ class GreedyStream:
         max_len_b: float = DecodeConfig.max_len_b,
     ) -> None:
         """Sources (non-empty id lists, EOS included) join the batch before the next step."""
+        if len(keys) != len(sources) or any(k is None for k in keys) or not all(len(s) for s in sources):
+            raise ValueError("add: one key (not None) per source, and every source non-empty (EOS at least)")
         if not sources:
             return
         cfg, dev = self.model.config, next(self.model.parameters()).device

@@ -162,6 +162,9 @@ class Batcher:
         self.queued = 0  # sentences submitted and not yet decoded
         make_stream = getattr(backend, "stream", None) if continuous else None
         self._stream: Stream | None = make_stream() if make_stream is not None else None
+        # The sentences in the running stream, by id: kept here, not asked of the stream, so a step that
+        # fails part-way (after the stream let finished rows go) still answers every one of them.
+        self._running: dict[int, _Item] = {}
         self._busy = 0.0  # decoding time not yet reported (continuous batching)
 
     # -- the event-loop side ------------------------------------------------------------------------
@@ -296,15 +299,31 @@ class Batcher:
         answered: set[int] = set()
         try:
             for opts, items in groups.items():
+                self._running.update((id(it), it) for it in items)
                 now = self._stream.add([it.text for it in items], opts, items)
                 if now:
-                    self._finish([k for k, _ in now], [h for _, h in now])
+                    self._stream_done(now)
                     answered.update(id(k) for k, _ in now)
         except BaseException as e:  # noqa: BLE001 - fails the running sentences, never the worker
-            failed = {id(it): it for it in self._stream.clear()}
-            failed.update((id(it), it) for it in batch if id(it) not in answered)
-            self._finish(list(failed.values()), None, e)
+            self._fail_running(e, [it for it in batch if id(it) not in answered])
         self._busy += time.monotonic() - started
+
+    def _stream_done(self, done: list[tuple[_Item, Any]]) -> None:
+        for it, _ in done:
+            self._running.pop(id(it), None)
+        self._finish([k for k, _ in done], [h for _, h in done])
+
+    def _fail_running(self, error: BaseException, also: Sequence[_Item] = ()) -> None:
+        """Every sentence of the running stream (and `also`) gets `error`; the stream starts empty."""
+        assert self._stream is not None
+        try:
+            self._stream.clear()
+        except BaseException:  # noqa: BLE001 - the sentences below are answered whatever the stream does
+            pass
+        failed = dict(self._running)
+        failed.update((id(it), it) for it in also)
+        self._running.clear()
+        self._finish(list(failed.values()), None, error)
 
     def _advance(self) -> None:
         """One decoder step of the running batch; the sentences that ended are answered now."""
@@ -313,14 +332,15 @@ class Batcher:
         try:
             done = self._stream.step()
         except BaseException as e:  # noqa: BLE001 - fails the running sentences, never the worker
-            self._finish(self._stream.clear(), None, e)
+            self._busy = 0.0
+            self._fail_running(e)
             return
         self._busy += time.monotonic() - t0
         if not done:
             return
         items: list[_Item] = [k for k, _ in done]
         outputs = [h for _, h in done]
-        self._finish(items, outputs)
+        self._stream_done(done)
         decode_s, self._busy = self._busy, 0.0
         self._observe(items, sum(h[0][2] for h in outputs if h), decode_s, max(it.started - it.arrived for it in items))
 
