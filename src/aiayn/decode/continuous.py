@@ -8,7 +8,8 @@ running decoder batch at step boundaries instead of waiting for a whole batch to
             ...                                        # sentences that produced EOS (or hit their limit)
 
 Each row's result is what `greedy_search` gives for that source decoded alone: the same per-row
-maximum length (`max_lengths`), forced EOS, pad/BOS never generated and the same argmax; a row
+maximum length (`max_lengths`) and the same choice of token (`greedy_next`: forced EOS, pad/BOS
+never generated, the argmax); a row
 only sees its own keys (`DecoderCache.start`, the layout is explained in aiayn.model.cache) and its
 own source (padding masked), at its own positions. As with any padded batch, the float sums run
 over different lengths, so logits may differ from the lone decoding in the last bits; the argmax
@@ -22,7 +23,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from aiayn.config import DecodeConfig
-from aiayn.decode.search import argmax, max_lengths
+from aiayn.decode.search import greedy_next, max_lengths
 from aiayn.model.cache import DecoderCache
 from aiayn.model.masks import padding_mask
 from aiayn.model.transformer import Transformer
@@ -139,10 +140,7 @@ class GreedyStream:
         cfg = self.model.config
         assert self.cache is not None
         logits, self.cache = self.model.step(self.ids, self.cache)  # (slots, 1, V)
-        logits = logits[:, -1].float()
-        logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
-        nxt = argmax(logits)  # (slots,)
-        nxt = torch.where(self.max_len <= self.done, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
+        nxt = greedy_next(logits, cfg, self.max_len <= self.done)  # (slots,) as greedy_search chooses
         self.done += 1
         finished: list[tuple[Hashable, list[int]]] = []
         for r, tok in enumerate(nxt.tolist()):
@@ -166,8 +164,6 @@ class GreedyStream:
             self.ids.masked_fill_(free[:, None], cfg.eos_id)
         return finished
 
-    def clear(self) -> list[Hashable]:
-        """Drop every sentence (after a failure) -> their keys."""
-        keys = [k for k in self.keys if k is not None]
+    def clear(self) -> None:
+        """Drop every sentence (after a failure)."""
         self._reset()
-        return keys

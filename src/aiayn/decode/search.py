@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.config import ConfigError, DecodeConfig
+from aiayn.config import ConfigError, DecodeConfig, ModelConfig
 from aiayn.decode.decodable import Decodable
 from aiayn.model.masks import padding_mask
 
@@ -101,6 +101,15 @@ def _start(model: Decodable, src: Tensor, max_len: Tensor):
     return model.init_cache(memory, padding_mask(src, cfg.pad_id), capacity=int(max_len.max()) + 1)
 
 
+def greedy_next(logits: Tensor, cfg: ModelConfig, forced: Tensor) -> Tensor:
+    """Greedy search's choice from one step's (n, 1, V) logits: the best token other than pad and BOS
+    (the argmax of the logits is the argmax of the log-probs), or EOS where `forced` (n,) is True."""
+    logits = logits[:, -1].float()  # (n, V)
+    logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
+    nxt = argmax(logits)  # (n,)
+    return torch.where(forced, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
+
+
 @torch.inference_mode()
 def greedy_search(
     model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a, max_len_b: float = DecodeConfig.max_len_b
@@ -116,10 +125,7 @@ def greedy_search(
     t = 0
     while alive.numel():
         logits, cache = model.step(ids, cache)  # (n, 1, V)
-        logits = logits[:, -1].float()  # (n, V)
-        logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
-        nxt = argmax(logits)  # (n,) the argmax of the logits is the argmax of the log-probs
-        nxt = torch.where(max_len[alive] <= t, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
+        nxt = greedy_next(logits, cfg, max_len[alive] <= t)  # (n,)
         out[alive, t] = nxt
         t += 1
         running = nxt != cfg.eos_id
