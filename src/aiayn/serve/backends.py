@@ -142,8 +142,8 @@ class TorchStream:
             out.append((key, [(text, math.nan, len(ids) + 1 if text else 0)]))
         return out
 
-    def clear(self) -> list[Any]:
-        return self.engine.clear()
+    def clear(self) -> None:
+        self.engine.clear()
 
 
 class CTranslate2Backend:

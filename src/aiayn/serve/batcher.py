@@ -81,8 +81,8 @@ class Stream(Protocol):
     def step(self) -> list[tuple[Any, list[Hypothesis]]]:
         """One decoder step -> (key, hypotheses) of the sentences that ended."""
 
-    def clear(self) -> list[Any]:
-        """Drop every sentence (after a failure) -> their keys."""
+    def clear(self) -> None:
+        """Drop every sentence (after a failure; the batcher answers them)."""
 
 
 class Overloaded(AiaynError):
@@ -347,40 +347,38 @@ class Batcher:
     def _run(self, batch: list[_Item]) -> None:
         started = time.monotonic()
         waited = started - batch[0].arrived
-        tickets = {id(it.ticket): it.ticket for it in batch}
+        fn = batch[0].fn  # an exclusive job, else sentences
         target_tokens = 0
+        outputs: list[Any] | None = None
+        error: BaseException | None = None
         try:
-            if batch[0].fn is not None:
-                outputs = [batch[0].fn()]
+            if fn is not None:
+                outputs = [fn()]
             else:
                 opts = batch[0].opts
                 assert opts is not None  # sentences carry their search options; only exclusive jobs have none
                 outputs = self.backend.translate([it.text for it in batch], opts)
                 target_tokens = sum(h[0][2] for h in outputs if h)
         except BaseException as e:  # noqa: BLE001 - any failure goes to the requests, never kills the worker
-            for t in tickets.values():
-                t.error = e
-            outputs = [None] * len(batch)
+            outputs, error = None, e
         decode_s = time.monotonic() - started
-        for it, out in zip(batch, outputs):
-            it.ticket.results[it.index] = out
-            it.ticket.remaining -= 1
-        if batch[0].fn is None:
-            with self._count_lock:
-                self.queued -= len(batch)
-        self._resolve(tickets.values())
-        if batch[0].fn is None:
+        self._finish(batch, outputs, error, queued=fn is None)
+        if fn is None:
             self._observe(batch, target_tokens, decode_s, waited)
 
-    def _finish(self, items: list[_Item], outputs: list[Any] | None, error: BaseException | None = None) -> None:
-        """Sentences done (outputs None: failed with `error`): results in, tickets resolved when complete."""
+    def _finish(
+        self, items: list[_Item], outputs: list[Any] | None, error: BaseException | None = None, queued: bool = True
+    ) -> None:
+        """Items done (outputs None: failed with `error`): results in, tickets resolved when complete.
+        `queued`: they are sentences counted in `queued` (an exclusive job is not)."""
         for i, it in enumerate(items):
             it.ticket.results[it.index] = None if outputs is None else outputs[i]
             it.ticket.remaining -= 1
             if error is not None:
                 it.ticket.error = error
-        with self._count_lock:
-            self.queued -= len(items)
+        if queued:
+            with self._count_lock:
+                self.queued -= len(items)
         self._resolve({id(it.ticket): it.ticket for it in items}.values())
 
     def _resolve(self, tickets: Iterable[Ticket]) -> None:
