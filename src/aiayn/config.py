@@ -336,27 +336,23 @@ class Config:
             raise ConfigError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
         # bad sizes fail now, not after data preparation
         m = self.model_config(vocab_size=max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1)
-        if m.positional == "learned" and self.longest_row() > m.max_positions:
+        longest, layout, bound = self._longest_row()
+        if m.positional == "learned" and longest > m.max_positions:
             raise ConfigError(
-                f"a training row can hold {self.longest_row()} tokens ({self._row_rule()}) but learned positions "
-                f"stop at model.max_positions={m.max_positions}: raise model.max_positions or lower "
-                + ("task.block_size" if self.task.name == "lm" and self.task.block_size is not None else "data.max_len")
+                f"a training row can hold {longest} tokens ({layout}) but learned positions stop at "
+                f"model.max_positions={m.max_positions}: raise model.max_positions or lower {bound}"
             )
 
-    def longest_row(self) -> int:
-        """The most positions one training row can take, from the data limits and the task's layout."""
+    def _longest_row(self) -> tuple[int, str, str]:
+        """The most positions one training row can take, from the data limits and the task's layout:
+        (positions, the layout, the setting that bounds it)."""
+        if self.task.name == "lm" and self.task.block_size is not None:
+            return self.task.block_size, "task.block_size", "task.block_size"
         if self.task.name == "lm":
-            return self.task.block_size if self.task.block_size is not None else self.data.max_len
+            return self.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
         if self.task.name in ("mlm", "classify"):
-            return self.data.max_len + 2
-        return self.data.max_len + 1
-
-    def _row_rule(self) -> str:
-        if self.task.name == "lm":
-            return "task.block_size" if self.task.block_size is not None else "BOS + data.max_len - 1 text tokens"
-        if self.task.name in ("mlm", "classify"):
-            return "[CLS] a [SEP] b [SEP] with a, EOS and b within data.max_len"
-        return "data.max_len subwords + EOS, or BOS + data.max_len"
+            return self.data.max_len + 2, "[CLS] a [SEP] b [SEP] with a, EOS and b within data.max_len", "data.max_len"
+        return self.data.max_len + 1, "data.max_len subwords + EOS, or BOS + data.max_len", "data.max_len"
 
     def model_config(self, vocab_size: int, n_classes: int | None = None) -> ModelConfig:
         """The model this run trains: the preset, the file's overrides, the task's kind of stack."""
