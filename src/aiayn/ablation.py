@@ -184,7 +184,6 @@ def apply(base: ModelConfig, variant: Variant) -> ModelConfig:
 
 def count_parameters(config: ModelConfig) -> int:
     """Parameters of the model `config` describes, built on the meta device (no memory, no init cost)."""
-
     with torch.device("meta"):
         return Transformer(config).num_parameters()
 

@@ -63,7 +63,6 @@ class Classifier:
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> Classifier:
         """A run directory (best, else newest weights) or a weights file inside one."""
-
         try:
             weights = resolve_weights(path)
             model = load_model(weights, device)
@@ -102,7 +101,6 @@ class Classifier:
 
     def probabilities(self, a: list[str], b: list[str] | None = None, max_tokens: int = 8192) -> np.ndarray:
         """(N, n_classes) class probabilities of N texts (or pairs)."""
-
         if (b is not None) != self.pairs:
             raise ClassifyError(
                 "this run classifies sentence pairs: give two texts an example"
@@ -127,7 +125,6 @@ class Classifier:
 
     def read(self, path: str | os.PathLike) -> Examples:
         """A TSV of examples, all with gold labels or all without (decided by the number of fields)."""
-
         numbered = [(i + 1, x) for i, x in enumerate(read_lines(path)) if x.strip()]  # file line numbers
         bare = 2 if self.pairs else 1
         shape = "A<TAB>B" if self.pairs else "TEXT"
@@ -152,7 +149,6 @@ class Classifier:
 
 def scores(gold: list[str], predicted: list[str], labels: list[str]) -> dict[str, Any]:
     """Accuracy, per-class precision / recall / F1 / support, macro F1 and the confusion matrix."""
-
     index = {name: i for i, name in enumerate(labels)}
     m = confusion_matrix([index[g] for g in gold], [index[p] for p in predicted], len(labels))
     return {**class_scores(m), "labels": list(labels), "confusion": m.tolist(), "n": len(gold)}
@@ -173,7 +169,6 @@ def format_scores(s: dict[str, Any]) -> str:
 
 def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) -> Path:
     """A confusion-matrix heat map (rows gold, columns predicted; each cell's count written in it)."""
-
     m = np.asarray(s["confusion"])
     names = [_text(x) for x in s["labels"]]
     size = 2.0 + 0.45 * len(names)

@@ -123,7 +123,6 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
 
 def spm_vocabulary(spm_file: str | Path) -> list[str]:
     """The sentencepiece pieces in id order (the ids the model was trained on)."""
-
     sp = Tokenizer(spm_file).sp  # checks the special ids
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
@@ -141,7 +140,6 @@ def export_ctranslate2(
     `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
     """
-
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
         model = load_translation_model(path, "cpu")

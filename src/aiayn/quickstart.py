@@ -40,7 +40,6 @@ def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Conf
     """The §5 recipe sized for a CPU and a short budget: fairseq's `transformer_tiny` shape (the
     published Multi30k anchor), joint 8k BPE, label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with the
     paper's schedule, 1,024-token batches; the average of the last two checkpoints decodes."""
-
     if corpus == "multi30k":
         data = DataConfig(
             corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=data_dir, vocab_size=8000, max_tokens=1024
@@ -85,7 +84,6 @@ def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Conf
 
 def _pick_corpus(data_dir: str | None) -> str:
     """multi30k when a mirror, the cache or the download has it; otherwise the embedded corpus."""
-
     mirror = multi30k.mirror_dir(data_dir)
     if mirror is not None:
         multi30k.verify(mirror, ["de", "en"])
@@ -126,7 +124,6 @@ def run(
 
     # §6.1: average the last checkpoints. Two, saved 1,000 updates apart, help (docs/results.md); older
     # ones are too far back in a run this short.
-
     weights: Path = run_dir
     if len(list_checkpoints(run_dir)) >= 2:
         weights = average_run(run_dir, 2, run_dir / "average.safetensors")

@@ -107,7 +107,6 @@ def n_classes(prepared: Any) -> int | None:
 
 def train_iterator(cfg: Config, prepared: Any, dist: DistInfo, device: torch.device) -> Any:
     """The training batches (stateful: state_dict / load_state_dict), sharded over the ranks."""
-
     split, seed, rank, world = prepared.splits["train"], cfg.train.seed, dist.rank, dist.world_size
     if cfg.task.name == "lm":
         if cfg.task.block_size is not None:
