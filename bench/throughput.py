@@ -383,6 +383,15 @@ def memory_probe(args: argparse.Namespace) -> dict[str, float]:
     return {"peak_rss_mb": peak / 1024, "growth_mb": (peak - base) / 1024}
 
 
+def put_ratio(
+    res: dict[str, Any], runs: dict[str, list[float]], cpu: dict[str, list[float]], row: str, mine: str, peer: str
+) -> None:
+    """On `row`: the throughput ratio mine / peer, the median over repeats of peer's seconds / mine's."""
+    res.setdefault("ratios", {})[row] = statistics.median(b / a for a, b in zip(runs[mine], runs[peer]))
+    res.setdefault("cpu_ratios", {})[row] = statistics.median(b / a for a, b in zip(cpu[mine], cpu[peer]))
+    res.setdefault("ratio_of", {})[row] = mine
+
+
 def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
     c = ModelConfig.preset(size, VOCAB)
     peers = [e for p in args.peers for e in PEERS[p]]
@@ -444,20 +453,14 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             }
             if per:
                 res[e]["sentences_per_s"] = statistics.median(per / s for s in secs)
-        for e in engines[1:]:  # seconds ratio within each repeat = throughput ratio aiayn / peer
-            mine = INT8[0] if e == INT8[1] and INT8[0] in engines else "aiayn"  # int8 against int8
-            if e == INT8[0]:
-                continue
-            res.setdefault("ratios", {})[e] = statistics.median(b / a for a, b in zip(runs[mine], runs[e]))
-            res.setdefault("cpu_ratios", {})[e] = statistics.median(b / a for a, b in zip(cpu[mine], cpu[e]))
-            res.setdefault("ratio_of", {})[e] = mine
+        for e in engines[1:]:  # aiayn / peer on the peer's row
+            if e != INT8[0]:
+                mine = INT8[0] if e == INT8[1] and INT8[0] in engines else "aiayn"  # int8 against int8
+                put_ratio(res, runs, cpu, e, mine, e)
         if WT[0] in engines and WT[1] in engines:  # on aiayn-wt's row: aiayn-wt / ct2-float32
-            mine, e = WT
-            res.setdefault("ratios", {})[mine] = statistics.median(b / a for a, b in zip(runs[mine], runs[e]))
-            res.setdefault("cpu_ratios", {})[mine] = statistics.median(b / a for a, b in zip(cpu[mine], cpu[e]))
-            res.setdefault("ratio_of", {})[mine] = mine
-            res.setdefault("ratio_to", {})[mine] = e
-            res["wt_speedup"] = statistics.median(a / b for a, b in zip(runs["aiayn"], runs[mine]))  # over aiayn
+            put_ratio(res, runs, cpu, WT[0], WT[0], WT[1])
+            res.setdefault("ratio_to", {})[WT[0]] = WT[1]
+            res["wt_speedup"] = statistics.median(a / b for a, b in zip(runs["aiayn"], runs[WT[0]]))  # over aiayn
         result[task] = res
         del fns
 

@@ -1,4 +1,6 @@
 """The benchmark scripts still run against today's code: each at its smallest setting, as a real process.
+(Not here: those that need a trained run or another checkout: serve_load, serve_batcher, compile_step's
+compile, transposed_multi30k, text_classification, data_identity, word_cache.)
 
 A benchmark is run by hand, weeks apart, so an API change (a trainer method gone, a renamed helper)
 otherwise surfaces only when someone needs the numbers. These runs take seconds and check that each
@@ -102,3 +104,18 @@ def test_lm_char_trains_the_decoder_only_model(home, tmp_path):
     (entry,) = json.loads(result.read_text())
     (row,) = entry["rows"]
     assert row["aiayn"]["steps"] == 2 and row["aiayn"]["val_loss_full"] > 0
+
+
+def test_packed_weight_benchmarks_compare_every_variant(home):
+    out = run(
+        "packed_linear.py",
+        *("--sizes", "tiny", "--rows", "4", "--threads", "1", "--rounds", "1", "--min-seconds", "0.01"),
+        home=home,
+    )
+    assert "one decoder step's products: F.linear" in out and "transposed" in out
+    out = run(
+        "packed_decode.py",
+        *("--size", "tiny", "--task", "greedy", "--rounds", "1", "--threads", "1", "--decode-len", "3"),
+        home=home,
+    )
+    assert "same outputs as plain" in out
