@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from aiayn.config import ModelConfig
 from aiayn.decode import beam_search, greedy_search
-from aiayn.decode.search import max_lengths
+from aiayn.decode.search import max_lengths, stay_in_place
 from aiayn.model import Transformer, padding_mask
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -366,3 +366,18 @@ def test_two_stage_top_k_and_argmax_equal_torch(V):
         assert torch.equal(val, ref_val) and torch.equal(idx, ref_idx)
         val, idx = top_k(x, k)  # with ties: the same scores, and each index holds its score
         assert torch.equal(val, x.topk(k, dim=1).values) and torch.equal(x.gather(1, idx), val)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), k=st.integers(1, 6), n=st.integers(1, 4))
+def test_stay_in_place_keeps_one_new_beam_in_each_parent_row(data, k, n):
+    row = st.lists(st.integers(0, k - 1), min_size=k, max_size=k)
+    parent = torch.tensor(data.draw(st.lists(row, min_size=n, max_size=n)))  # (n, k)
+    perm = stay_in_place(parent)
+    assert torch.equal(perm.sort(1).values, torch.arange(k).expand(n, k))  # a permutation per sentence
+    stays = parent.gather(1, perm) == torch.arange(k)  # (n, k) rows whose beam continues the row's own beam
+    for i in range(n):
+        assert int(stays[i].sum()) == len(set(parent[i].tolist()))  # every parent keeps its row: no copy
+        for s in range(k):  # a parent's best (first) new beam is the one that stays
+            if stays[i, s]:
+                assert int(perm[i, s]) == parent[i].tolist().index(s)

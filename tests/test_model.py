@@ -300,6 +300,26 @@ def test_cache_reorder_and_keep_follow_the_rows():
     torch.testing.assert_close(out, want2, atol=1e-5, rtol=1e-5)
 
 
+@torch.inference_mode()
+def test_cache_reorder_that_keeps_most_rows_copies_the_others_in_place():
+    model = tiny()
+    src = torch.tensor([[5, 6, 3], [7, 3, PAD]])
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    rows_tgt = torch.tensor([[2, 11, 12], [2, 13, 14], [2, 15, 16], [2, 17, 18]])
+    cache = model.init_cache(memory, mask)
+    for t in range(2):
+        _, cache = model.step(rows_tgt[:, t : t + 1], cache)
+    buffers = [b.data_ptr() for b in cache.self_k]
+    order = torch.tensor([0, 0, 2, 3])  # row 1 continues row 0's history; rows 0, 2, 3 stay
+    moved = cache.reorder(order)
+    assert [b.data_ptr() for b in moved.self_k] == buffers  # in place: one row copied
+    want = model.decode(rows_tgt[order], memory.repeat_interleave(2, 0), mask.repeat_interleave(2, 0))[:, 2:3]
+    got, _ = model.step(rows_tgt[order][:, 2:3], moved)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="already extended or reordered"):
+        cache.reorder(order)  # the buffers changed under the old value
+
+
 def test_spent_cache_values_raise_instead_of_reading_overwritten_keys():
     model = tiny()
     src = torch.tensor([[5, 6, 3]])

@@ -139,6 +139,21 @@ def greedy_search(
     return hyps
 
 
+def stay_in_place(parent: Tensor) -> Tensor:
+    """(n, k) the parent beam (0..k-1) of each new beam -> (n, k) an order of the new beams, `perm[:, s]`
+    going to row s: each parent's first new beam takes the parent's own row, the others fill the rows of
+    parents without one, in order. The cache then copies only the rows that change (`reorder`); the
+    search itself does not depend on the order of its beams."""
+    n, k = parent.shape
+    ar = torch.arange(k, device=parent.device)
+    first = ~((parent[:, :, None] == parent[:, None, :]) & (ar[None, :] < ar[:, None])).any(2)  # (n, k)
+    claimed = ((parent[:, :, None] == ar) & first[:, :, None]).any(1)  # (n, k) rows kept by a first child
+    free = torch.argsort(claimed.long() * k + ar, dim=1)  # (n, k) the unclaimed rows first, ascending
+    rank = ((~first).cumsum(1) - 1).clamp(min=0)  # (n, k) each other new beam's rank among them
+    row = torch.where(first, parent, free.gather(1, rank))  # (n, k) the row each new beam goes to
+    return torch.empty_like(row).scatter_(1, row, ar.expand(n, k))  # (n, k) row -> new beam
+
+
 @torch.inference_mode()
 def beam_search(
     model: Decodable,
@@ -220,13 +235,17 @@ def beam_search(
 
         # The best k non-EOS candidates stay live (2k candidates hold at least k of them).
         live_s, live_j = top_s.masked_fill(is_eos, float("-inf")).topk(kk, dim=1)  # (n, kk)
-        rows = (torch.arange(n, device=dev)[:, None] * g + top_beam.gather(1, live_j)).view(-1)  # (n*kk,)
+        parent = top_beam.gather(1, live_j)  # (n, kk)
+        if kk == g:  # the beams in rows that spare the cache most copies (their order is free)
+            perm = stay_in_place(parent)
+            live_s, live_j, parent = live_s.gather(1, perm), live_j.gather(1, perm), parent.gather(1, perm)
+        rows = (torch.arange(n, device=dev)[:, None] * g + parent).view(-1)  # (n*kk,)
         tokens = torch.cat([tokens[rows], top_tok.gather(1, live_j).view(-1, 1)], dim=1)  # (n*kk, t)
         cache = cache.reorder(rows)
         scores, g = live_s, kk
 
         # Early stop: no live beam can beat the n_best-th finished hypothesis.
-        done = forced | (fin_scores[alive, -1] >= live_s[:, 0] / bound_lp[alive])  # (n,)
+        done = forced | (fin_scores[alive, -1] >= live_s.amax(1) / bound_lp[alive])  # (n,)
         n_done = int(done.sum())
         if n_done == n:
             break

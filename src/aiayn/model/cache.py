@@ -23,7 +23,8 @@ the source columns past the longest source, and appends the rows of a fresh cach
 
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
 column instead of concatenating (copying) the whole history, and `reorder`/`keep` gather into a
-second, reused buffer instead of allocating. The price of reuse: a cache value may be extended
+second, reused buffer instead of allocating; a reorder that leaves most rows in place copies only
+the others, in place. The price of reuse: a cache value may be extended
 (by `step`) or reordered once; keep working with the value returned. Using a spent value raises
 instead of silently reading overwritten keys. The cache is for inference: no autograd through it.
 """
@@ -113,11 +114,25 @@ class DecoderCache:
         return dataclasses.replace(self, length=self.length + steps)
 
     def reorder(self, rows: Tensor) -> DecoderCache:
-        """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group."""
+        """Keep decoder rows `rows` (a LongTensor); each must stay in its source's group.
+
+        Where most rows keep their place (rows[i] == i, as beam search arranges: a beam's first
+        continuation stays in its parent's row), only the rows that change are copied, in place."""
         start = None if self.start is None else self.start.index_select(0, rows)
         if self.length == 0:
             return self if start is None else dataclasses.replace(self, start=start)
         self.check_fresh()
+        if rows.numel() == self.rows:
+            moved = (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)  # (m,)
+            if 2 * moved.numel() <= rows.numel():  # two copies of m rows beat one of all rows
+                if moved.numel():
+                    sources = rows.index_select(0, moved)
+                    for buf in (*self.self_k, *self.self_v):
+                        assert buf is not None  # length > 0: every layer has written
+                        live = buf[:, :, : self.length]  # (rows, h, length, d)
+                        live.index_copy_(0, moved, live.index_select(0, sources))  # gathered first: no overlap
+                self._written[0] = -1  # the buffers changed in place: older values are spent
+                return dataclasses.replace(self, _written=[self.length], start=start)
         new_k: list[Tensor | None] = []
         new_v: list[Tensor | None] = []
         spare: list[Tensor | None] = []
