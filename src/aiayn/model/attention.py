@@ -15,6 +15,8 @@ from torch import Tensor, nn
 from aiayn.model.cache import KV, DecoderCache
 from aiayn.model.masks import band_mask, causal_mask
 
+FEW_QUERIES = 16  # queries per row up to which CPU inference multiplies explicitly (see `attention`)
+
 
 def attention(
     q: Tensor,
@@ -30,9 +32,10 @@ def attention(
     is_causal kernel when there is no mask besides it.
 
     With `weights` (a list) the probabilities (B, h, T, S) are computed explicitly and appended:
-    the slower path, for plots. Otherwise the fused SDPA kernel does the work, except for one
-    query per row on CPU (incremental decoding), where SDPA's per-(batch, head) overhead makes
-    two plain matrix products faster (docs/benchmarks.md).
+    the slower path, for plots. Otherwise the fused SDPA kernel does the work, except for few
+    queries per row on the CPU without dropout (incremental decoding: one query per row, or a
+    beam's queries folded onto their source in cross-attention), where SDPA's per-(batch, head)
+    overhead makes two plain matrix products faster (docs/benchmarks.md).
     """
     if causal:
         if weights is None and mask is None:
@@ -40,7 +43,8 @@ def attention(
         # SDPA takes attn_mask or is_causal, not both; plots need the explicit triangle anyway.
         tri = causal_mask(q.size(2), q.device)  # (1, 1, T, T)
         mask = tri if mask is None else mask & tri
-    if weights is None and not (q.size(2) == 1 and q.device.type == "cpu"):
+    few = q.size(2) == 1 or (q.size(2) <= FEW_QUERIES and dropout == 0.0)
+    if weights is None and not (few and q.device.type == "cpu"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
     if mask is not None:

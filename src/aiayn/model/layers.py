@@ -20,7 +20,8 @@ class FeedForward(nn.Module):
         self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(self.w1(x).relu())  # (B, T, d_model) -> (B, T, d_ff) -> (B, T, d_model)
+        # In place: the product's backward needs its inputs, not its output (one (B, T, d_ff) tensor less).
+        return self.w2(self.w1(x).relu_())  # (B, T, d_model) -> (B, T, d_ff) -> (B, T, d_model)
 
 
 class Residual(nn.Module):
