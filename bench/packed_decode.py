@@ -1,14 +1,14 @@
-"""Whole decodes with the decoder's linears swapped for packed or transposed weights (issue 26).
+"""Whole decodes with the model's linears swapped for packed weights (issue 26).
 
     python bench/packed_decode.py --size small --task greedy --rounds 8
-    python bench/packed_decode.py --size base --task beam --variants plain,transposed --rounds 3
+    python bench/packed_decode.py --size base --task beam --variants plain,packed --rounds 3
 
 The model and inputs of bench/throughput.py (random weights, 64 sentences, every sentence decoded for
 exactly --decode-len steps), decoded by aiayn's greedy or beam-4 search, 1 thread by default. Variants:
 
   plain           nn.Linear everywhere (what `aiayn` runs)
-  transposed      aiayn.model.cpu_layout.transpose_for_cpu (decoder linears and generator, W^T contiguous)
-  transposed-gen  only the generator (pre-softmax projection) transposed
+  packed          aiayn.model.cpu_layout.pack_for_cpu (every linear packed once for MKL, any row count:
+                  Translator.load(..., packed=True))
   mkl-gen/-all    torch.ops.mkl._mkl_linear with weights packed by _mkl_reorder_linear_weight for the row
                   count of the full batch (64 greedy, 256 beam 4; other row counts fall back to W):
                   generator only / every decoder linear + generator
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.decode import beam_search, greedy_search  # noqa: E402
 from aiayn.model import Transformer  # noqa: E402
-from aiayn.model.cpu_layout import TransposedLinear, transpose_for_cpu  # noqa: E402
+from aiayn.model.cpu_layout import pack_for_cpu  # noqa: E402
 from throughput import VOCAB, BanEOS, make_batches  # noqa: E402
 
 
@@ -68,13 +68,11 @@ def make(size: str, variant: str, rows: int, seed: int) -> nn.Module:
     net = Transformer(ModelConfig.preset(size, VOCAB)).eval()
     if variant == "plain":
         return net
-    if variant == "transposed":
-        return transpose_for_cpu(net)
+    if variant == "packed":
+        return pack_for_cpu(net)
     kind, where = variant.rsplit("-", 1)
 
     def swap(lin: nn.Linear) -> nn.Module:
-        if kind == "transposed":
-            return TransposedLinear(lin)
         return MklPacked(lin, rows) if kind == "mkl" else OneDnnPacked(lin, rows)
 
     if where == "all":
@@ -90,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="small")
     p.add_argument("--task", default="greedy", choices=["greedy", "beam"])
-    p.add_argument("--variants", default="plain,transposed,transposed-gen,mkl-gen,mkl-all,onednn-gen,onednn-all")
+    p.add_argument("--variants", default="plain,packed,mkl-gen,mkl-all,onednn-gen,onednn-all")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--decode-len", type=int, default=25)

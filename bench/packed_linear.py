@@ -12,6 +12,9 @@ packed paths inductor's CPU freezing uses; this script times them on the shapes 
                 sgemm again, on the (in, out) layout instead of the (out, in) one nn.Linear stores
   mkl-packed    torch.ops.mkl._mkl_linear(x, P, W, b, M), P = torch.ops.mkl._mkl_reorder_linear_weight(W, M)
                 (MKL cblas_sgemm_pack / cblas_sgemm_compute; any other row count falls back to W)
+  aiayn-packed  aiayn.model.cpu_layout.pack_linear: the same ops with W packed once for PACK_ROWS rows
+                and called with the actual row count, so the packed product serves every M
+                (Translator.load(..., packed=True))
   onednn-packed torch.ops.mkldnn._linear_pointwise(x, P, b, "none", [], ""),
                 P = torch.ops.mkldnn._reorder_linear_weight(W, M) (oneDNN inner product, weight in its
                 blocked layout)
@@ -37,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.config import ModelConfig
+from aiayn.model.cpu_layout import pack_linear
 
 VOCAB = 8000
 
@@ -64,6 +68,15 @@ def variants(w: Tensor, b: Tensor | None, M: int) -> dict[str, Callable[[Tensor]
         out["mkl-packed"] = lambda x: torch.ops.mkl._mkl_linear(x, mkl_w, w, b, M)
     except (AttributeError, RuntimeError) as e:
         print(f"    mkl-packed unavailable: {e}")
+    lin = torch.nn.Linear(w.size(1), w.size(0), bias=b is not None)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+        if b is not None:
+            lin.bias.copy_(b)
+    if (layer := pack_linear(lin)) is not None:
+        out["aiayn-packed"] = layer
+    else:
+        print("    aiayn-packed unavailable (no MKL packed GEMM in this torch build)")
     try:
         dnn_w = torch.ops.mkldnn._reorder_linear_weight(w, M)
         out["onednn-packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(x, dnn_w, b, "none", [], "")

@@ -8,9 +8,9 @@ Engines (same shape: layers, d_model, heads, d_ff, vocab 8000; post-LN; ReLU; ti
   aiayn      aiayn.model.Transformer; decoding with aiayn.decode.greedy_search / beam_search
   aiayn-int8 the same model through aiayn.model.int8.quantize_int8 (int8 weights per output row, dynamic
              int8 activations), decoding only; compared with ct2-int8 (its ratio aiayn-int8/ct2-int8)
-  aiayn-wt   the same float32 model through aiayn.model.cpu_layout.transpose_for_cpu (decoder weights
-             stored transposed, what the Translator decodes with on the CPU), decoding only; compared
-             with ct2-float32 (its ratio aiayn-wt/ct2-float32)
+  aiayn-packed the same float32 model through aiayn.model.cpu_layout.pack_for_cpu (weights packed once
+             for MKL's sgemm: Translator.load(..., packed=True)), decoding only; compared
+             with ct2-float32 (its ratio aiayn-packed/ct2-float32) and with aiayn (nn.Linear)
   torch      torch.nn.Transformer + embeddings + sinusoidal positions + output projection (training only:
              it has no incremental decoder)
   hf         transformers.MarianMTModel from a random MarianConfig (activation relu); generate()
@@ -64,9 +64,9 @@ from aiayn.train.loss import label_smoothed_nll
 
 VOCAB, BATCH, MIN_LEN, MAX_LEN = 8000, 64, 20, 30
 TRAIN_ENGINES = ["aiayn", "torch", "hf"]
-DECODE_ENGINES = ["aiayn", "aiayn-wt", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
-# + our int8 and transposed-weight decoders beside CT2's
-PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8", "aiayn-wt"]}
+DECODE_ENGINES = ["aiayn", "aiayn-packed", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
+# + our int8 and packed-weight decoders beside CT2's
+PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8", "aiayn-packed"]}
 GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
     ("train", "hf"): 1.3,
     ("train", "torch"): 1.0,
@@ -77,7 +77,7 @@ GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
     ("beam", "ct2-int8"): 0.9,  # int8: aiayn-int8
 }
 INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
-WT = ("aiayn-wt", "ct2-float32")  # also compared with each other (aiayn-wt's own row), beside aiayn/ct2-float32
+PACKED = ("aiayn-packed", "ct2-float32")  # compared with each other (aiayn-packed's row), beside aiayn/ct2-float32
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def build_decode(
 ) -> Callable[[Tensor], list[int]]:
     """A function src (B, S) -> output lengths; every engine runs `length` decoder steps."""
     torch.manual_seed(seed)
-    if engine in ("aiayn", "aiayn-int8", "aiayn-wt"):
+    if engine in ("aiayn", "aiayn-int8", "aiayn-packed"):
         from aiayn.decode import beam_search, greedy_search
 
         net: nn.Module = Transformer(c).eval()
@@ -258,10 +258,10 @@ def build_decode(
             from aiayn.model.int8 import quantize_int8
 
             net = quantize_int8(net)
-        if engine == "aiayn-wt":
-            from aiayn.model.cpu_layout import transpose_for_cpu
+        if engine == "aiayn-packed":
+            from aiayn.model.cpu_layout import pack_for_cpu
 
-            net = transpose_for_cpu(net)
+            net = pack_for_cpu(net)
         model = BanEOS(net, last=length - 1)  # type: ignore[arg-type]  # a quantized copy decodes alike
 
         def run(src: Tensor) -> list[int]:
@@ -457,10 +457,11 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             if e != INT8[0]:
                 mine = INT8[0] if e == INT8[1] and INT8[0] in engines else "aiayn"  # int8 against int8
                 put_ratio(res, runs, cpu, e, mine, e)
-        if WT[0] in engines and WT[1] in engines:  # on aiayn-wt's row: aiayn-wt / ct2-float32
-            put_ratio(res, runs, cpu, WT[0], WT[0], WT[1])
-            res.setdefault("ratio_to", {})[WT[0]] = WT[1]
-            res["wt_speedup"] = statistics.median(a / b for a, b in zip(runs["aiayn"], runs[WT[0]]))  # over aiayn
+        if PACKED[0] in engines and PACKED[1] in engines:  # on aiayn-packed's row: aiayn-packed / ct2-float32
+            put_ratio(res, runs, cpu, PACKED[0], PACKED[0], PACKED[1])
+            res.setdefault("ratio_to", {})[PACKED[0]] = PACKED[1]
+            # over aiayn (nn.Linear)
+            res["packed_speedup"] = statistics.median(a / b for a, b in zip(runs["aiayn"], runs[PACKED[0]]))
         result[task] = res
         del fns
 
@@ -501,13 +502,13 @@ def report(size: str, r: dict[str, Any]) -> None:
             continue
         t = r[task]
         for e, v in t.items():
-            if e in ("ratios", "cpu_ratios", "ratio_of", "ratio_to", "wt_speedup"):
+            if e in ("ratios", "cpu_ratios", "ratio_of", "ratio_to", "packed_speedup"):
                 continue
             sent = f"  {v['sentences_per_s']:8.1f} sent/s" if "sentences_per_s" in v else ""
             ratio = t.get("ratios", {}).get(e)
             cr = t.get("cpu_ratios", {}).get(e)
             mine = t.get("ratio_of", {}).get(e, "aiayn")
-            peer = t.get("ratio_to", {}).get(e, e)  # aiayn-wt's row: against ct2-float32
+            peer = t.get("ratio_to", {}).get(e, e)  # aiayn-packed's row: against ct2-float32
             goal = GOALS.get((task, peer))
             rs = (
                 ""
@@ -525,8 +526,8 @@ def report(size: str, r: dict[str, Any]) -> None:
                 f"({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
             )
             print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{gf}{ms}{rs}")
-        if "wt_speedup" in t:
-            print(f"  {task:6s} aiayn-wt/aiayn = {t['wt_speedup']:.2f}x (transposed decoder weights over nn.Linear)")
+        if "packed_speedup" in t:
+            print(f"  {task:6s} aiayn-packed/aiayn = {t['packed_speedup']:.2f}x (MKL-packed weights over nn.Linear)")
         if (fl := r.get("flops_per_token", {}).get(task)) is not None:
             bound = r["gemm_gflops"] * 1e9 / fl
             print(

@@ -1,6 +1,6 @@
 """The benchmark scripts still run against today's code: each at its smallest setting, as a real process.
 (Not here: those that need a trained run or another checkout: serve_load, serve_batcher, compile_step's
-compile, transposed_multi30k, text_classification, data_identity, word_cache.)
+compile, packed_multi30k, text_classification, data_identity, word_cache.)
 
 A benchmark is run by hand, weeks apart, so an API change (a trainer method gone, a renamed helper)
 otherwise surfaces only when someone needs the numbers. These runs take seconds and check that each
@@ -112,7 +112,7 @@ def test_packed_weight_benchmarks_compare_every_variant(home):
         *("--sizes", "tiny", "--rows", "4", "--threads", "1", "--rounds", "1", "--min-seconds", "0.01"),
         home=home,
     )
-    assert "one decoder step's products: F.linear" in out and "transposed" in out
+    assert "one decoder step's products: F.linear" in out and "aiayn-packed" in out
     out = run(
         "packed_decode.py",
         *("--size", "tiny", "--task", "greedy", "--rounds", "1", "--threads", "1", "--decode-len", "3"),

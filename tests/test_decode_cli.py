@@ -191,15 +191,18 @@ def test_int8_api_and_translate_flag(run_dir):
     assert r.stdout.decode("utf-8").split("\n")[:-1] == expect
 
 
-def test_translator_transposed_option_gives_the_same_translations(run_dir):
+def test_translator_packed_option_gives_the_same_translations(run_dir):
     from aiayn import Translator
-    from aiayn.model.cpu_layout import is_transposed
+    from aiayn.model.cpu_layout import is_packed, mkl_packing_available
 
-    fast, plain = Translator.load(run_dir, "cpu", transposed=True), Translator.load(run_dir, "cpu")
-    assert is_transposed(fast.model) and not is_transposed(plain.model)  # opt-in
-    assert not is_transposed(Translator.load(run_dir, int8=True, transposed=True).model)  # int8: its own linears
+    fast, plain = Translator.load(run_dir, "cpu", packed=True), Translator.load(run_dir, "cpu")
+    assert is_packed(fast.model) == mkl_packing_available() and not is_packed(plain.model)  # opt-in
+    assert not is_packed(Translator.load(run_dir, int8=True, packed=True).model)  # int8: its own linears
     for beam in (1, 4):
         assert fast.translate(LINES, beam=beam, max_len_b=6) == plain.translate(LINES, beam=beam, max_len_b=6)
+    r = aiayn("translate", "-c", str(run_dir), "--pack", "--beam", "4", *SEARCH, stdin="\n".join(LINES[:3]).encode())
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode("utf-8").split("\n")[:-1] == plain.translate(LINES[:3], beam=4, max_len_b=4)
 
 
 def test_evaluate_int8_flag(run_dir, tmp_path):

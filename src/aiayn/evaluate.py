@@ -54,12 +54,14 @@ def evaluate_run(
     max_tokens: int | None = None,
     ensemble: Sequence[str] = (),
     int8: bool = False,
+    packed: bool = False,
     decode: DecodeConfig | None = None,
     **search: Any,
 ) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
     `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
-    `int8`: decode with int8 weights on the CPU (Translator.load).
+    `int8`: decode with int8 weights on the CPU; `packed`: float32 decoder weights packed for MKL on
+    the CPU; both as in Translator.load.
 
     Search settings: `decode` (None: the run's config.yaml `decode` section, else DecodeConfig()),
     then `max_tokens` and the `search` keywords of `Translator.translate` (beam, length_penalty,
@@ -99,6 +101,7 @@ def evaluate_run(
             ensemble=ensemble,
             average_last=average_last,
             int8=int8,
+            packed=packed,
             decode=decode,
             max_tokens=max_tokens,
         )

@@ -64,6 +64,12 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--int8", action="store_true", help="int8 weights (one scale per output row) and int8 matrix products; CPU only"
     )
+    p.add_argument(
+        "--pack",
+        action="store_true",
+        help="float32 on the CPU: the decoder's weights packed once for MKL's matrix product, as CTranslate2 "
+        "does (0-5%% faster, one more copy of those weights)",
+    )
 
 
 def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -108,7 +114,7 @@ def _translate(a: argparse.Namespace) -> int:
         raise AiaynError(f"input file not found: {a.input}")
     first, more = _members(a)
     assert first is not None  # -c is required here
-    t = Translator.load(first, device=a.device, ensemble=more, int8=a.int8, decode=decode)
+    t = Translator.load(first, device=a.device, ensemble=more, int8=a.int8, decode=decode, packed=a.pack)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
     bar = None
@@ -161,6 +167,7 @@ def _evaluate(a: argparse.Namespace) -> int:
         device=a.device,
         ensemble=more,
         int8=a.int8,
+        packed=a.pack,
         decode=decode,
     )
     print(res["bleu_str"])

@@ -6,7 +6,7 @@
     t.translate(["Ein Hund rennt."])             # -> ["A dog runs."], the run's decode settings
     t.translate(["Ein Hund rennt."], beam=1)     # one setting overridden for this call (greedy)
     t = Translator.load("run/", int8=True)       # CPU, int8 weights (aiayn.model.int8)
-    t = Translator.load("run/", transposed=True) # CPU float32, weights stored transposed (aiayn.model.cpu_layout)
+    t = Translator.load("run/", packed=True)     # CPU float32, weights packed once for MKL (aiayn.model.cpu_layout)
 
 Search settings come from one `DecodeConfig` held by the Translator (`t.decode`): the run's config.yaml
 `decode` section with `load`, else DecodeConfig()'s defaults (paper §6.1); a keyword given to
@@ -29,7 +29,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.ensemble import load_members
 from aiayn.decode.search import beam_search, greedy_search
 from aiayn.errors import AiaynError
-from aiayn.model.cpu_layout import transpose_for_cpu
+from aiayn.model.cpu_layout import pack_for_cpu
 from aiayn.model.int8 import quantize_int8
 
 
@@ -101,7 +101,7 @@ class Translator:
         average_last: int = 0,
         int8: bool = False,
         decode: DecodeConfig | None = None,
-        transposed: bool = False,
+        packed: bool = False,
         **kw,
     ) -> Translator:
         """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
@@ -109,15 +109,16 @@ class Translator:
         when there is none). `ensemble`: more runs/weights decoded together with `path`
         (decode.ensemble); `average_last` K: each run's last K step checkpoints averaged (§6.1) instead
         of its best weights. `int8`: decode with int8 weights, one scale per output row
-        (aiayn.model.int8); CPU only, so device=None means the CPU then. `transposed`: float32 decoder
-        weights stored transposed for MKL's matrix products (aiayn.model.cpu_layout): faster greedy
-        search on the CPU; logits may differ from nn.Linear's in the last bits (ignored with int8)."""
+        (aiayn.model.int8); CPU only, so device=None means the CPU then. `packed`: the decoder's float32
+        weights packed once for MKL's matrix product, as CTranslate2 does (aiayn.model.cpu_layout): 0-5 %
+        faster decoding on the CPU (docs/benchmarks.md) for one more copy of those weights; logits may
+        differ from nn.Linear's in the last bits. Ignored with int8, off the CPU and without MKL."""
         dev = auto_device("cpu" if int8 and device is None else device)
         model, spm = load_members([path, *ensemble], dev, average_last)
         if int8:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
-        elif transposed:
-            model = transpose_for_cpu(model)  # likewise after averaging; the model is ours, changed in place
+        elif packed and dev.type == "cpu":
+            model = pack_for_cpu(model)  # likewise after averaging; the model is ours, changed in place
         return cls(model, Tokenizer(spm), dev, decode=decode if decode is not None else run_decode_config(path), **kw)
 
     def search_config(

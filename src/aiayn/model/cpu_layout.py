@@ -1,85 +1,125 @@
-"""Float32 CPU decoding with the decoder's weights stored transposed, (in, out) instead of (out, in).
+"""Float32 CPU inference with every linear layer's weights pre-packed for MKL's matrix product.
 
-`nn.Linear` keeps W as (out_features, in_features) and multiplies x W^T. For the pre-softmax
-projection at decoding sizes, torch's MKL sgemm is faster on a copy of W^T made contiguous once:
-vocabulary 8,000, 64 rows (greedy search, 64 sentences), 1 thread, on the 2-core AMD EPYC of
-docs/benchmarks.md (issue 26): 1.20x for d_model 256 and 512 against F.linear, the decoder layers'
-own products 1.0-1.08x (`python bench/packed_linear.py`). Pre-packing the weights with MKL
-(`cblas_sgemm_pack`, torch.ops.mkl._mkl_linear, as CTranslate2 does) measured the same as this plain
-transposed copy there, and is packed for one row count; oneDNN's packed weights were slower on the
-decoder layers. The transposed copy is an ordinary `addmm` on a contiguous matrix and serves any row
-count (batches shrink as sentences finish); at 1-16 rows the vocabulary projection measured 1.07-2.4x
-faster than F.linear.
+`F.linear` hands MKL's `sgemm` the plain (out, in) weight matrix, and sgemm copies ("packs") it into
+its internal blocked layout on every call. At decoding sizes (tens to hundreds of rows against a
+whole weight matrix) that copy is a large share of the product: each decoder step multiplies a few
+rows by every weight of the decoder. CTranslate2 packs each weight once at load time
+(`cblas_sgemm_pack`) and multiplies with `cblas_sgemm_compute`; `PackedLinear` does the same through
+torch's own bindings of those two calls (`torch.ops.mkl._mkl_reorder_linear_weight` and
+`_mkl_linear`, which torch's inductor uses for frozen CPU graphs).
 
-Rounding: MKL does not promise the same bits for the two layouts. On that CPU the outputs were bitwise
-equal to nn.Linear's for 4, 8 and 12 or more rows, and differed by a few units in the last place for
-1-3, 5-7 and 9-11 rows (largest |difference| 5e-5 on outputs of size ~16: N(0, 1) inputs and weights,
-256 inputs). Greedy and beam outputs of the
-test models are unchanged (tests/test_cpu_layout.py), but a near-tie between two tokens can break the
-other way, so the Translator uses it only when asked (`Translator.load(..., transposed=True)`).
+One pack serves every row count. torch's `_mkl_linear` takes the row count the weights were packed for
+and falls back to the plain product for any other; MKL's packed B matrix, though, has one size whatever
+row count it was packed for and works with any (CTranslate2 packs with m = 1 and multiplies any number
+of rows), so the forward pass names the actual row count and always takes the packed path. The rows it
+is packed for only steers MKL's choice of kernel: in whole decodes, packing for 64 rows served greedy
+search of 64 sentences best and 256 rows beam search of them (256 rows); 128 comes within a few
+percent of both (docs/benchmarks.md). Each pack is checked once against F.linear at several row
+counts before it is used; a mismatch keeps the plain nn.Linear.
 
-`transpose_for_cpu(model)` swaps, in place, every nn.Linear of each encoder-decoder Transformer's
-decoder stack and its generator for a `TransposedLinear` (the encoder, run once per batch, keeps its
-own). Inference only: the new modules hold buffers, not parameters, and no gradient reaches them.
+Rounding: the packed product equals F.linear's bit for bit at most shapes measured (8 or more rows,
+256 or 512 inputs), and differs by a few units in the last place otherwise (fewer rows, 2,048
+inputs: the FFN's second product at d_model 512). A near-tie between two tokens can then break the
+other way: docs/benchmarks.md counts the Multi30k test lines that change.
 
-Tied embeddings (§3.4): the generator shares the embedding matrix. Its TransposedLinear holds its own
-transposed copy (d_model x vocab floats more memory); the embedding lookups keep reading the original
-matrix, which is not touched.
+`pack_for_cpu(model)` swaps, in place, the nn.Linear layers that run once per generated token (the
+decoder side of a Transformer, all of a decoder-only model) for a `PackedLinear` that keeps the
+original weight and bias parameters (same state_dict, tied embeddings stay tied; the pack is one more
+copy of each matrix). Inference only: with autograd recording, on another device or dtype, or where torch has
+no MKL (e.g. ARM builds), the layer runs F.linear on its own weights. The pack is not updated when the
+weights change afterwards.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.model.transformer import Transformer
 
+PACK_ROWS = 128  # the row count MKL is told at packing time (see above)
+CHECK_ROWS = (1, 3, 17, PACK_ROWS + 5)  # row counts each pack is checked at before use
 
-class TransposedLinear(nn.Module):
-    """y = x W^T + b with W^T stored contiguous (in_features, out_features); inference only."""
 
-    weight_t: Tensor
-    bias: Tensor | None
+def mkl_packing_available() -> bool:
+    """Whether this torch build carries MKL and its packed-GEMM ops (x86 builds do; ARM builds do not)."""
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        torch.ops.mkl._mkl_linear  # noqa: B018  (looked up, not called: raises when the op is missing)
+        torch.ops.mkl._mkl_reorder_linear_weight  # noqa: B018
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
-    def __init__(self, linear: nn.Linear) -> None:
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b with W packed once for MKL's `cblas_sgemm_compute`; inference only (see above)."""
+
+    def __init__(self, linear: nn.Linear, packed: Tensor) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight_t", linear.weight.detach().t().contiguous())
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+        self.weight = linear.weight  # the same Parameter: state_dict and weight tying unchanged
+        self.bias = linear.bias
+        self.packed = packed  # an opaque MKL buffer, not a buffer of the module: never saved or moved
 
     def forward(self, x: Tensor) -> Tensor:
-        flat = x.reshape(-1, self.in_features)  # addmm/mm take 2-D operands, as F.linear folds them
-        y = flat @ self.weight_t if self.bias is None else torch.addmm(self.bias, flat, self.weight_t)
+        if (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) or (
+            x.device.type != "cpu" or x.dtype != torch.float32 or self.weight.device.type != "cpu"
+        ):
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, self.in_features)  # (rows, in): the packed product takes 2-D input
+        y = torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, flat.size(0))  # (rows, out)
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _swap(parent: nn.Module) -> int:
-    """Replace every nn.Linear below `parent` (not `parent` itself) by a TransposedLinear; the count."""
-    n = 0
-    for name, child in list(parent.named_children()):
-        if type(child) is nn.Linear:
-            setattr(parent, name, TransposedLinear(child))
-            n += 1
-        else:
-            n += _swap(child)
-    return n
+@torch.no_grad()
+def pack_linear(linear: nn.Linear) -> PackedLinear | None:
+    """`linear` with its weights packed, or None where packing is unavailable or its product does not
+    match F.linear's (relative error above 1e-4 at any of CHECK_ROWS)."""
+    w = linear.weight
+    if w.device.type != "cpu" or w.dtype != torch.float32 or not mkl_packing_available():
+        return None
+    layer = PackedLinear(linear, torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), PACK_ROWS))
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for rows in CHECK_ROWS:
+            x = torch.randn(rows, linear.in_features, generator=gen)
+            ref, got = F.linear(x, w, linear.bias), layer(x)
+            if not torch.allclose(got, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max().clamp(min=1.0))):
+                return None
+    return layer
 
 
-def transpose_for_cpu(model: nn.Module) -> nn.Module:
-    """Swap, in place, the decoder-side nn.Linear layers of every encoder-decoder Transformer in `model`
-    (a Transformer or an Ensemble of them) for TransposedLinear; returns `model`. For float32 decoding
-    on the CPU; call it after loading, averaging and moving the weights. Other models are returned as
-    they are."""
+def _pack_below(parent: nn.Module) -> None:
+    for module in list(parent.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear and (layer := pack_linear(child)) is not None:
+                setattr(module, name, layer)
+
+
+def pack_for_cpu(model: nn.Module) -> nn.Module:
+    """Swap, in place, the nn.Linear layers that run once per generated token for PackedLinear: the
+    decoder stack and pre-softmax projection of every encoder-decoder Transformer in `model` (a
+    Transformer or an Ensemble of them) and every layer of a decoder-only model. Encoders, which run
+    once per batch on many rows, keep nn.Linear (packing measured no faster there), as does a layer
+    that cannot be packed. Returns `model`. For float32 inference on the CPU: call it after loading,
+    averaging and moving the weights."""
     for m in list(model.modules()):
-        if isinstance(m, Transformer) and type(m.generator) is nn.Linear:
-            _swap(m.decoder)
-            m.generator = TransposedLinear(m.generator)  # type: ignore[assignment]  # declared nn.Linear
+        if isinstance(m, Transformer):
+            _pack_below(m.decoder)
+            if type(m.generator) is nn.Linear and (gen := pack_linear(m.generator)) is not None:
+                m.generator = gen  # type: ignore[assignment]  # declared nn.Linear
+        elif isinstance(m, DecoderOnly):
+            _pack_below(m)
     return model
 
 
-def is_transposed(model: nn.Module) -> bool:
-    """Whether `transpose_for_cpu` has swapped layers of `model`."""
-    return any(isinstance(m, TransposedLinear) for m in model.modules())
+def is_packed(model: nn.Module) -> bool:
+    """Whether `pack_for_cpu` has swapped layers of `model`."""
+    return any(isinstance(m, PackedLinear) for m in model.modules())
