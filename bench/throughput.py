@@ -35,6 +35,12 @@ cpu_ratios): on a shared machine it is less sensitive to other jobs. Peak memory
 once more in a fresh subprocess; the figure is the growth of resident memory over the process's RSS just
 before the work (peak VmHWM, reset through /proc/self/clear_refs, minus VmRSS): activations, gradients, Adam
 state, caches, allocator slack. torch's CPU allocator is plain malloc, so tracemalloc does not see it.
+
+CTranslate2 in the same process slows torch down: once it has decoded, torch's small parallel ops run
+several times slower for the rest of the process (docs/benchmarks.md), so the aiayn engines' decoding
+figures here are low whenever the ct2 peers run beside them (the ct2 figures are not affected). The
+decoding ratios against CTranslate2 that issue 26 judges come from bench/isolated_decode.py, one process
+per engine; the ratios printed here against ct2 carry no verdict.
 """
 
 from __future__ import annotations
@@ -67,15 +73,11 @@ TRAIN_ENGINES = ["aiayn", "torch", "hf"]
 DECODE_ENGINES = ["aiayn", "aiayn-packed", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
 # + our int8 and packed-weight decoders beside CT2's
 PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8", "aiayn-packed"]}
-GOALS = {  # issues 7 and 26: ratio aiayn / peer that must hold on CPU
+GOALS = {  # issue 7: ratio aiayn / peer that must hold on CPU
     ("train", "hf"): 1.3,
     ("train", "torch"): 1.0,
     ("beam", "hf"): 3.0,
-    ("beam", "ct2-float32"): 1.0,
-    ("greedy", "ct2-float32"): 1.0,
-    ("greedy", "ct2-int8"): 0.9,
-    ("beam", "ct2-int8"): 0.9,  # int8: aiayn-int8
-}
+}  # the decoding goals against CTranslate2 (issue 26): bench/isolated_decode.py, see above
 INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
 PACKED = ("aiayn-packed", "ct2-float32")  # compared with each other (aiayn-packed's row), beside aiayn/ct2-float32
 

@@ -119,3 +119,16 @@ def test_packed_weight_benchmarks_compare_every_variant(home):
         home=home,
     )
     assert "same outputs as plain" in out
+
+
+def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
+    result = tmp_path / "isolated.json"
+    out = run(
+        "isolated_decode.py",
+        *("--size", "tiny", "--task", "beam", "--engines", "aiayn,ct2-float32", "--rounds", "2", "--runs", "1"),
+        *("--threads", "1", "--decode-len", "3", "--out", str(result)),
+        home=home,
+    )
+    assert "aiayn/ct2-float32 = " in out
+    figures = json.loads(result.read_text())
+    assert len(figures["tokens_per_s"]["aiayn"]) == 2 and min(figures["tokens_per_s"]["ct2-float32"]) > 0

@@ -110,7 +110,7 @@ class Translator:
         (decode.ensemble); `average_last` K: each run's last K step checkpoints averaged (§6.1) instead
         of its best weights. `int8`: decode with int8 weights, one scale per output row
         (aiayn.model.int8); CPU only, so device=None means the CPU then. `packed`: the decoder's float32
-        weights packed once for MKL's matrix product, as CTranslate2 does (aiayn.model.cpu_layout): 0-5 %
+        weights packed once for MKL's matrix product, as CTranslate2 does (aiayn.model.cpu_layout): 1-8 %
         faster decoding on the CPU (docs/benchmarks.md) for one more copy of those weights; logits may
         differ from nn.Linear's in the last bits. Ignored with int8, off the CPU and without MKL."""
         dev = auto_device("cpu" if int8 and device is None else device)
