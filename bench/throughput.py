@@ -37,7 +37,8 @@ before the work (peak VmHWM, reset through /proc/self/clear_refs, minus VmRSS): 
 state, caches, allocator slack. torch's CPU allocator is plain malloc, so tracemalloc does not see it.
 
 CTranslate2 in the same process slows torch down: once it has decoded, torch's small parallel ops run
-several times slower for the rest of the process (docs/benchmarks.md), so the aiayn engines' decoding
+several times slower for as long as its translator lives (its OpenMP calls land in torch's runtime from
+a thread of its own: docs/benchmarks.md), so the aiayn engines' decoding
 figures here are low whenever the ct2 peers run beside them (the ct2 figures are not affected). The
 decoding ratios against CTranslate2 that issue 26 judges come from bench/isolated_decode.py, one process
 per engine; the ratios printed here against ct2 carry no verdict.
