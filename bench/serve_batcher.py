@@ -33,13 +33,17 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--max-batch-tokens", type=int, default=8192)
     p.add_argument("--max-wait-ms", type=float, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the backend")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
     a = p.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     with gzip.open(Path(a.data) / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         sentences = [line.strip() for line in f if line.strip()]
     batcher = Batcher(
-        TorchBackend(a.checkpoint, device="cpu"), a.max_batch_tokens, a.max_wait_ms, continuous=a.mode == "continuous"
+        TorchBackend(a.checkpoint, device="cpu", threads=a.threads),
+        a.max_batch_tokens,
+        a.max_wait_ms,
+        continuous=a.mode == "continuous",
     )
     batcher.start()
     greedy = SearchOptions(beam=1)

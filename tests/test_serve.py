@@ -136,6 +136,32 @@ def torch_backend(run_dir: Path):
     return TorchBackend(run_dir, device="cpu")
 
 
+def test_torch_backend_loads_on_one_thread_and_leaves_the_pool_to_the_worker(run_dir, monkeypatch):
+    # A thread that has run a parallel op keeps an OpenMP pool, and a second pool (the batcher's worker)
+    # on the same cores slows every small op of both (docs/serving.md): the load must not run parallel ops.
+    import torch
+
+    from aiayn.decode.translator import Translator
+    from aiayn.serve import TorchBackend
+
+    seen = []
+    load = Translator.load.__func__  # type: ignore[attr-defined]
+
+    def recording(cls, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "load", classmethod(recording))
+    before = torch.get_num_threads()
+    try:
+        TorchBackend(run_dir, device="cpu", threads=2)
+        assert seen == [1] and torch.get_num_threads() == 2  # loaded on one thread; the worker's size after
+        TorchBackend(run_dir, device="cpu")
+        assert seen == [1, 1] and torch.get_num_threads() == 2  # threads=0 keeps the size it found
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def server(torch_backend) -> Iterator[ThreadServer]:
     # A wide window, so concurrent requests surely meet in one batch even on a loaded machine.

@@ -37,9 +37,16 @@ class TorchBackend:
 
         from aiayn.decode.translator import Translator
 
-        if threads > 0:  # the worker thread is the only one running torch: its intra-op pool size
-            torch.set_num_threads(threads)
-        self.translator = Translator.load(run, device=device, max_tokens=max_tokens)
+        n = threads if threads > 0 else torch.get_num_threads()  # the batcher thread's intra-op pool size
+        # Loaded on one intra-op thread. A thread that has run a parallel torch op keeps an OpenMP thread
+        # pool for as long as it lives, and with two pools on the same cores libgomp stops spin-waiting:
+        # every small op of the batcher's worker thread would then pay a thread wake-up (beam 4 on
+        # Multi30k 1.75x slower at 2 threads, docs/serving.md). So only the worker runs parallel ops.
+        torch.set_num_threads(1)
+        try:
+            self.translator = Translator.load(run, device=device, max_tokens=max_tokens)
+        finally:
+            torch.set_num_threads(n)
         self.tokenizer = self.translator.tokenizer
         self.config = self.translator.model.config
 
