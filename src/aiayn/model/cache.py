@@ -24,9 +24,9 @@ the source columns past the longest source, and appends the rows of a fresh cach
 Speed: self-attention keys/values live in buffers preallocated along time, so a step writes one
 column instead of concatenating (copying) the whole history, and `reorder`/`keep` gather into a
 second, reused buffer instead of allocating; a reorder that leaves most rows in place copies only
-the others, in place. The price of reuse: a cache value may be extended
-(by `step`) or reordered once; keep working with the value returned. Using a spent value raises
-instead of silently reading overwritten keys. The cache is for inference: no autograd through it.
+the others, in place. The price of reuse: a cache value may be extended (by `step`) or reordered
+once; keep working with the value returned. Using a spent value raises instead of silently reading
+overwritten keys. The cache is for inference: no autograd through it.
 """
 
 from __future__ import annotations
