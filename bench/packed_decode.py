@@ -7,8 +7,8 @@ The model and inputs of bench/throughput.py (random weights, 64 sentences, every
 exactly --decode-len steps), decoded by aiayn's greedy or beam-4 search, 1 thread by default. Variants:
 
   plain           nn.Linear everywhere (what `aiayn` runs)
-  packed          aiayn.model.cpu_layout.pack_for_cpu (every linear packed once for MKL, any row count:
-                  Translator.load(..., packed=True))
+  packed          aiayn.model.cpu_layout.pack_for_cpu (the decoder's linears packed once for MKL, any row
+                  count: Translator.load(..., packed=True)); packed@N: packed for N rows instead of PACK_ROWS
   mkl-gen/-all    torch.ops.mkl._mkl_linear with weights packed by _mkl_reorder_linear_weight for the row
                   count of the full batch (64 greedy, 256 beam 4; other row counts fall back to W):
                   generator only / every decoder linear + generator
@@ -68,8 +68,9 @@ def make(size: str, variant: str, rows: int, seed: int) -> nn.Module:
     net = Transformer(ModelConfig.preset(size, VOCAB)).eval()
     if variant == "plain":
         return net
-    if variant == "packed":
-        return pack_for_cpu(net)
+    if variant.startswith("packed"):  # packed or packed@ROWS (the row count MKL is told when packing)
+        rows = variant.partition("@")[2]
+        return pack_for_cpu(net, int(rows)) if rows else pack_for_cpu(net)
     kind, where = variant.rsplit("-", 1)
 
     def swap(lin: nn.Linear) -> nn.Module:

@@ -12,9 +12,9 @@ packed paths inductor's CPU freezing uses; this script times them on the shapes 
                 sgemm again, on the (in, out) layout instead of the (out, in) one nn.Linear stores
   mkl-packed    torch.ops.mkl._mkl_linear(x, P, W, b, M), P = torch.ops.mkl._mkl_reorder_linear_weight(W, M)
                 (MKL cblas_sgemm_pack / cblas_sgemm_compute; any other row count falls back to W)
-  aiayn-packed  aiayn.model.cpu_layout.pack_linear: the same ops with W packed once for PACK_ROWS rows
-                and called with the actual row count, so the packed product serves every M
-                (Translator.load(..., packed=True))
+  aiayn-packed  the op of aiayn.model.cpu_layout.PackedLinear, called bare like the others: W packed
+                once for PACK_ROWS rows and multiplied with the actual row count, so one pack serves
+                every M (Translator.load(..., packed=True))
   onednn-packed torch.ops.mkldnn._linear_pointwise(x, P, b, "none", [], ""),
                 P = torch.ops.mkldnn._reorder_linear_weight(W, M) (oneDNN inner product, weight in its
                 blocked layout)
@@ -73,8 +73,9 @@ def variants(w: Tensor, b: Tensor | None, M: int) -> dict[str, Callable[[Tensor]
         lin.weight.copy_(w)
         if b is not None:
             lin.bias.copy_(b)
-    if (layer := pack_linear(lin)) is not None:
-        out["aiayn-packed"] = layer
+    if (layer := pack_linear(lin)) is not None:  # its op called bare, as the other variants are (no module)
+        packed = layer.packed
+        out["aiayn-packed"] = lambda x: torch.ops.mkl._mkl_linear(x, packed, w, b, x.size(0))
     else:
         print("    aiayn-packed unavailable (no MKL packed GEMM in this torch build)")
     try:

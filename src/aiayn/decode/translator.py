@@ -117,7 +117,7 @@ class Translator:
         model, spm = load_members([path, *ensemble], dev, average_last)
         if int8:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
-        elif packed and dev.type == "cpu":
+        elif packed:  # off the CPU or without MKL nothing is packed (cpu_layout.pack_linear)
             model = pack_for_cpu(model)  # likewise after averaging; the model is ours, changed in place
         return cls(model, Tokenizer(spm), dev, decode=decode if decode is not None else run_decode_config(path), **kw)
 

@@ -1,4 +1,4 @@
-"""Float32 CPU inference with every linear layer's weights pre-packed for MKL's matrix product.
+"""Float32 CPU decoding with the weights of the per-token layers pre-packed for MKL's matrix product.
 
 `F.linear` hands MKL's `sgemm` the plain (out, in) weight matrix, and sgemm copies ("packs") it into
 its internal blocked layout on every call. At decoding sizes (tens to hundreds of rows against a
@@ -25,9 +25,9 @@ other way: docs/benchmarks.md counts the Multi30k test lines that change.
 `pack_for_cpu(model)` swaps, in place, the nn.Linear layers that run once per generated token (the
 decoder side of a Transformer, all of a decoder-only model) for a `PackedLinear` that keeps the
 original weight and bias parameters (same state_dict, tied embeddings stay tied; the pack is one more
-copy of each matrix). Inference only: with autograd recording, on another device or dtype, or where torch has
-no MKL (e.g. ARM builds), the layer runs F.linear on its own weights. The pack is not updated when the
-weights change afterwards.
+copy of each matrix). Inference only: with autograd recording or on another device or dtype the layer
+runs F.linear on its own weights, and where torch has no MKL (e.g. ARM builds) nothing is swapped. The
+pack is not updated when the weights change afterwards.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) or (
-            x.device.type != "cpu" or x.dtype != torch.float32 or self.weight.device.type != "cpu"
+            x.device.type != "cpu" or x.dtype != torch.float32
         ):
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, self.in_features)  # (rows, in): the packed product takes 2-D input
@@ -79,13 +79,13 @@ class PackedLinear(nn.Module):
 
 
 @torch.no_grad()
-def pack_linear(linear: nn.Linear) -> PackedLinear | None:
-    """`linear` with its weights packed, or None where packing is unavailable or its product does not
-    match F.linear's (relative error above 1e-4 at any of CHECK_ROWS)."""
+def pack_linear(linear: nn.Linear, rows: int = PACK_ROWS) -> PackedLinear | None:
+    """`linear` with its weights packed (MKL told `rows` rows), or None where packing is unavailable or
+    its product does not match F.linear's (relative error above 1e-4 at any of CHECK_ROWS)."""
     w = linear.weight
     if w.device.type != "cpu" or w.dtype != torch.float32 or not mkl_packing_available():
         return None
-    layer = PackedLinear(linear, torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), PACK_ROWS))
+    layer = PackedLinear(linear, torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows))
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for rows in CHECK_ROWS:
@@ -96,27 +96,27 @@ def pack_linear(linear: nn.Linear) -> PackedLinear | None:
     return layer
 
 
-def _pack_below(parent: nn.Module) -> None:
+def _pack_below(parent: nn.Module, rows: int) -> None:
     for module in list(parent.modules()):
         for name, child in list(module.named_children()):
-            if type(child) is nn.Linear and (layer := pack_linear(child)) is not None:
+            if type(child) is nn.Linear and (layer := pack_linear(child, rows)) is not None:
                 setattr(module, name, layer)
 
 
-def pack_for_cpu(model: nn.Module) -> nn.Module:
+def pack_for_cpu(model: nn.Module, rows: int = PACK_ROWS) -> nn.Module:
     """Swap, in place, the nn.Linear layers that run once per generated token for PackedLinear: the
     decoder stack and pre-softmax projection of every encoder-decoder Transformer in `model` (a
     Transformer or an Ensemble of them) and every layer of a decoder-only model. Encoders, which run
     once per batch on many rows, keep nn.Linear (packing measured no faster there), as does a layer
-    that cannot be packed. Returns `model`. For float32 inference on the CPU: call it after loading,
-    averaging and moving the weights."""
+    that cannot be packed. `rows`: the row count MKL is told at packing time (see above). Returns
+    `model`. For float32 inference on the CPU: call it after loading, averaging and moving the weights."""
     for m in list(model.modules()):
         if isinstance(m, Transformer):
-            _pack_below(m.decoder)
-            if type(m.generator) is nn.Linear and (gen := pack_linear(m.generator)) is not None:
+            _pack_below(m.decoder, rows)
+            if type(m.generator) is nn.Linear and (gen := pack_linear(m.generator, rows)) is not None:
                 m.generator = gen  # type: ignore[assignment]  # declared nn.Linear
         elif isinstance(m, DecoderOnly):
-            _pack_below(m)
+            _pack_below(m, rows)
     return model
 
 
