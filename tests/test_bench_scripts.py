@@ -1,6 +1,7 @@
 """The benchmark scripts still run against today's code: each at its smallest setting, as a real process.
 (Not here: those that need a trained run or another checkout: serve_load, serve_batcher, compile_step's
-compile, packed_multi30k, text_classification, data_identity, word_cache.)
+compile, packed_multi30k, text_classification, data_identity, word_cache, openmp_pools' translate mode;
+and, at tens of seconds each, openmp_pools' ct2 and ct2-alone modes.)
 
 A benchmark is run by hand, weeks apart, so an API change (a trainer method gone, a renamed helper)
 otherwise surfaces only when someone needs the numbers. These runs take seconds and check that each
@@ -132,3 +133,13 @@ def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
     assert "aiayn/ct2-float32 = " in out
     figures = json.loads(result.read_text())
     assert len(figures["tokens_per_s"]["aiayn"]) == 2 and min(figures["tokens_per_s"]["ct2-float32"]) > 0
+
+
+def test_few_query_attention_compares_sdpa_with_the_explicit_path(home):
+    out = run("few_query_attention.py", "--queries", "1,4", "--threads", "1", "--sentences", "4", home=home)
+    assert out.count("queries/row: SDPA") == 2
+
+
+def test_openmp_pools_times_an_add_with_one_and_two_pools(home):
+    out = run("openmp_pools.py", "threads", home=home)
+    assert "worker thread after main ran one: add" in out and "main thread after it ended: add" in out

@@ -40,8 +40,8 @@ class TorchBackend:
         n = threads if threads > 0 else torch.get_num_threads()  # the batcher thread's intra-op pool size
         # Loaded on one intra-op thread. A thread that has run a parallel torch op keeps an OpenMP thread
         # pool for as long as it lives, and with two pools on the same cores libgomp stops spin-waiting:
-        # every small op of the batcher's worker thread would then pay a thread wake-up (beam 4 on
-        # Multi30k 1.75x slower at 2 threads, docs/serving.md). So only the worker runs parallel ops.
+        # every small op of the batcher's worker thread would then pay a thread wake-up (docs/serving.md).
+        # So only the worker runs parallel ops.
         torch.set_num_threads(1)
         try:
             self.translator = Translator.load(run, device=device, max_tokens=max_tokens)
