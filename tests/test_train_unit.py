@@ -347,15 +347,21 @@ def test_average_is_the_parameter_mean(tmp_path):
     "device, deterministic, tf32",
     [("cuda", False, True), ("cuda:1", False, True), ("cuda", True, False), ("cpu", False, False)],
 )
-def test_tf32_is_allowed_on_cuda_unless_deterministic(monkeypatch, device, deterministic, tf32):
+def test_tf32_is_allowed_on_cuda_unless_deterministic(device, deterministic, tf32):
     """float32 matmuls and cuDNN convolutions may use TF32 on a GPU; a deterministic run and a CPU run leave
     torch's switches as they were (only flags are set, so no GPU is needed to check)."""
     from aiayn.train.runtime import allow_tf32
 
-    for flags, name in ((torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")):
-        monkeypatch.setattr(flags, name, False)  # restored after the test: process-wide switches
-    allow_tf32(torch.device(device), deterministic)
-    assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+    # Process-wide switches, restored by assignment: they are properties behind the modules' __getattr__,
+    # which monkeypatch cannot restore on every pytest (it deletes what it set).
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = False
+        allow_tf32(torch.device(device), deterministic)
+        assert matmul.allow_tf32 is tf32 and cudnn.allow_tf32 is tf32
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
 
 
 @pytest.mark.parametrize(
