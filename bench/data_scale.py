@@ -5,7 +5,9 @@ cached start and batch-plan time, on a synthetic WMT-like corpus.
     python bench/data_scale.py --pairs 500000 --src /tmp/old/src     # the same on another checkout's code
 
 The corpus joins Multi30k training captions two by two (about 24 words and 270 bytes a pair, like
-WMT14 news sentences); Multi30k comes from $AIAYN_DATA_DIR. Each measurement runs in a fresh
+WMT14 news sentences); Multi30k comes through the data layer ($AIAYN_DATA_DIR, else the cache, else a
+download). `--sentences embedded` joins the embedded numbers corpus instead (no data needed; shorter
+pairs, for a quick check of the script). Each measurement runs in a fresh
 subprocess with its own empty $AIAYN_HOME; RSS is sampled from /proc every 50 ms over the process
 and all its descendants (the encoding workers), summed.
 """
@@ -45,8 +47,25 @@ print(json.dumps(out))
 """
 
 
-def make_corpus(n: int, out: Path, multi30k: Path, seed: int = 0) -> dict[str, str]:
-    """train.{de,en} of n joined pairs, plus Multi30k's own val and test."""
+def sentences(source: str) -> dict[str, tuple[list[str], list[str]]]:
+    """split -> (English lines, German lines) to build the corpus from."""
+    if source == "embedded":
+        from aiayn.data import embedded
+
+        return embedded.corpus("en", "de", 20_000)
+    from aiayn.data import multi30k
+
+    d = multi30k.locate("en", "de")
+    return {
+        split: tuple(
+            gzip.decompress((d / f"{stem}.{lang}.gz").read_bytes()).decode().splitlines() for lang in ("en", "de")
+        )
+        for split, stem in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))
+    }
+
+
+def make_corpus(n: int, out: Path, text: dict[str, tuple[list[str], list[str]]], seed: int = 0) -> dict[str, str]:
+    """train.{en,de} of n joined training pairs, plus the source's own valid and test."""
     out.mkdir(parents=True, exist_ok=True)
     files = {
         f"{s}_{side}": str(out / f"{s}.{lang}")
@@ -55,8 +74,7 @@ def make_corpus(n: int, out: Path, multi30k: Path, seed: int = 0) -> dict[str, s
     }
     if Path(files["train_src"]).is_file() and sum(1 for _ in open(files["train_src"], "rb")) == n:
         return files
-    de = gzip.decompress((multi30k / "train.de.gz").read_bytes()).decode().splitlines()
-    en = gzip.decompress((multi30k / "train.en.gz").read_bytes()).decode().splitlines()
+    en, de = text["train"]
     rng = random.Random(seed)
     with open(files["train_src"], "w") as fs, open(files["train_tgt"], "w") as ft:
         for _ in range(0, n, 100_000):
@@ -64,9 +82,9 @@ def make_corpus(n: int, out: Path, multi30k: Path, seed: int = 0) -> dict[str, s
             fs.write("".join(f"{en[i]} {en[j]}\n" for i, j in idx))
             ft.write("".join(f"{de[i]} {de[j]}\n" for i, j in idx))
             n -= len(idx)
-    for split, stem in (("valid", "val"), ("test", "test_2016_flickr")):
-        for side, lang in (("src", "en"), ("tgt", "de")):
-            Path(files[f"{split}_{side}"]).write_bytes(gzip.decompress((multi30k / f"{stem}.{lang}.gz").read_bytes()))
+    for split in ("valid", "test"):
+        for side, lines in zip(("src", "tgt"), text[split]):
+            Path(files[f"{split}_{side}"]).write_text("".join(x + "\n" for x in lines))
     return files
 
 
@@ -134,15 +152,14 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--max-tokens", type=int, default=25000)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--sentences", choices=["multi30k", "embedded"], default="multi30k", help="what to join")
     ap.add_argument("--src", default=None, help="import aiayn from this directory (e.g. an older checkout's src)")
     a = ap.parse_args()
-    multi30k = Path(os.environ.get("AIAYN_DATA_DIR", ""))
-    if not (multi30k / "train.de.gz").is_file():
-        raise SystemExit("set AIAYN_DATA_DIR to a Multi30k mirror")
+    text = sentences(a.sentences)
     base = Path(a.corpus_dir or tempfile.mkdtemp(prefix="aiayn-synth-"))
     rows = []
     for n in a.pairs:
-        files = make_corpus(n, base / f"pairs{n}", multi30k)
+        files = make_corpus(n, base / f"pairs{n}", text)
         cfg = {
             "corpus": "files",
             "src_lang": "en",
@@ -164,6 +181,7 @@ def main() -> None:
             "seconds": cold["report"].get("seconds"),
             "workers": cold["report"].get("workers"),
             "disk_mb": round(disk / 2**20, 1),
+            "cached": warm["report"].get("cached"),
             "cached_start_s": warm["report"]["seconds_total"],
             "cached_wall_s": warm["wall_s"],
             "cached_peak_rss_mb": warm["peak_rss_mb"],

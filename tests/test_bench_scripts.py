@@ -76,8 +76,15 @@ def test_throughput_and_the_profile_run_every_task(home, tmp_path):
 
 def test_data_scale_prepares_a_synthetic_corpus(home, tmp_path):
     result = tmp_path / "scale.json"
-    run("data_scale.py", "--pairs", "2000", "--workers", "1", "--vocab-size", "500", "--json", str(result), home=home)
-    assert json.loads(result.read_text())
+    run(
+        "data_scale.py",
+        *("--pairs", "2000", "--sentences", "embedded", "--workers", "1", "--vocab-size", "500"),
+        *("--json", str(result)),
+        home=home,
+    )
+    (row,) = json.loads(result.read_text())
+    assert row["pairs"] == 2000 and row["batches"] > 0 and row["disk_mb"] > 0 and row["peak_rss_mb"] > 0
+    assert row["cached"] is True and row["cached_start_s"] < row["cold_wall_s"]  # the second start finds the cache
 
 
 def test_data_throughput_on_the_embedded_corpus(home):
