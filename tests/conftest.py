@@ -1,35 +1,66 @@
 """Suite-wide rules that depend on where the tests run.
 
-Under CI (`CI` set to anything but "", 0, false or no, as CI services do and .ci/run does):
-- a test marked `needs_mirror` fails when the Multi30k mirror ($AIAYN_DATA_DIR) is missing, instead
-  of skipping: a CI run that silently skipped the real-data tests would report green for less;
-- a test marked `needs_browser` (Selenium + headless Chromium) fails when Chromium or chromedriver
-  is missing, for the same reason (.ci/run installs Debian's chromium and chromium-driver);
-- Hypothesis runs derandomized (the same examples every run, no example database), so a red CI run
-  is a real regression that reproduces, not a newly drawn example.
-Outside CI a missing mirror or browser skips with the reason, and Hypothesis draws fresh examples.
+The Multi30k mirror rule (one rule, enforced here rather than by a list):
+- a test that reads the mirror is marked `needs_mirror`; only such a test sees `$AIAYN_DATA_DIR`
+  (in its own process and in every process it starts) and may call `multi30k_mirror()`;
+- every other test runs as on a new user's machine: no `$AIAYN_DATA_DIR`, and the Multi30k and
+  Tiny Shakespeare download addresses point at a closed port on 127.0.0.1, so a test that reads
+  either corpus without the mark fails at once, with or without a network, instead of passing here
+  and failing on a machine without the mirror;
+- without the mirror a marked test skips with a one-line reason; under CI it fails instead, so a CI
+  run that was meant to cover the real-data tests cannot report green for less.
+
+Also:
+- a test marked `needs_browser` (Selenium + headless Chromium) skips without Chromium and
+  chromedriver, and fails under CI (.ci/run installs Debian's chromium and chromium-driver);
+- `$AIAYN_HOME` (caches, downloads, locks) is a temporary directory for the whole run, so no test
+  writes to the user's ~/.cache/aiayn; the `home` fixture gives a test an empty one of its own;
+- under pytest-xdist each worker process gets an equal share of the cores for torch's threads;
+- under CI (`CI` set to anything but "", 0, false or no) Hypothesis runs derandomized (the same
+  examples every run, no example database), so a red CI run is a real regression that reproduces.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# Nothing listens on the discard port of the loopback address: a download from it fails at once.
+CLOSED_URL = "http://127.0.0.1:9/"
+_MIRROR_VAR = "AIAYN_DATA_DIR"
+# The mirror is taken out of the environment as soon as the suite starts and handed back only to
+# marked tests. The value is kept under another name so that pytest-xdist's worker processes, which
+# inherit the environment of the process that starts them, find it too.
+_MIRROR = os.environ.pop(_MIRROR_VAR, None) or os.environ.get("AIAYN_TEST_MIRROR")
+if _MIRROR:
+    os.environ["AIAYN_TEST_MIRROR"] = _MIRROR
+_running: pytest.Item | None = None  # the test being set up or run in this process
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def multi30k_mirror() -> Path | None:
-    """$AIAYN_DATA_DIR when it holds a Multi30k mirror (raw files and the tokenized references)."""
-    d = os.environ.get("AIAYN_DATA_DIR")
-    if d and Path(d, "train.de.gz").is_file() and Path(d, "tok").is_dir():
-        return Path(d)
+def _mirror_path() -> Path | None:
+    if _MIRROR and Path(_MIRROR, "train.de.gz").is_file() and Path(_MIRROR, "tok").is_dir():
+        return Path(_MIRROR)
     return None
+
+
+def multi30k_mirror() -> Path:
+    """The Multi30k mirror (raw files and the tokenized references), for a test marked needs_mirror;
+    called from any other test (or a fixture it uses) it fails that test."""
+    if _running is None or _running.get_closest_marker("needs_mirror") is None:
+        name = _running.nodeid if _running is not None else "a test"
+        pytest.fail(f"{name} reads the Multi30k mirror but is not marked needs_mirror", pytrace=False)
+    path = _mirror_path()
+    assert path is not None  # pytest_runtest_setup skipped (or failed) the test otherwise
+    return path
 
 
 # Hypothesis >= 6.1xx loads a built-in profile like this one by itself when CI is in the environment;
@@ -41,12 +72,26 @@ if in_ci():
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "needs_mirror: uses the Multi30k mirror in $AIAYN_DATA_DIR (skipped without it; an error under CI)"
+        "markers",
+        "needs_mirror: reads the Multi30k mirror in $AIAYN_DATA_DIR (skipped without it; an error under CI); "
+        "no other test sees the mirror",
     )
     config.addinivalue_line(
         "markers",
         "needs_browser: drives headless Chromium through chromedriver (skipped without them; an error under CI)",
     )
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # Two workers with torch's default of one thread per core would each wait on the other's threads.
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core, at most 8 (each test trains its own small models)."""
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def browser_paths() -> tuple[str, str] | None:
@@ -57,8 +102,10 @@ def browser_paths() -> tuple[str, str] | None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("needs_mirror") is not None and multi30k_mirror() is None:
-        why = "Multi30k mirror not available (set AIAYN_DATA_DIR to a directory with train.de.gz and tok/)"
+    global _running
+    _running = item
+    if item.get_closest_marker("needs_mirror") is not None and _mirror_path() is None:
+        why = "Multi30k mirror not available: set AIAYN_DATA_DIR to a directory with train.de.gz and tok/ to run it"
         if in_ci():
             pytest.fail(f"{why}; under CI the real-data tests must run, not skip", pytrace=False)
         pytest.skip(why)
@@ -67,6 +114,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if in_ci():
             pytest.fail(f"{why}; under CI the browser test must run, not skip", pytrace=False)
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _suite_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One AIAYN_HOME for the whole run, and the corpus downloads pointed at a closed port."""
+    saved = {k: os.environ.get(k) for k in ("AIAYN_HOME", "AIAYN_MULTI30K_URL", "AIAYN_TINYSHAKESPEARE_URL")}
+    os.environ["AIAYN_HOME"] = str(tmp_path_factory.mktemp("aiayn-home"))
+    os.environ["AIAYN_MULTI30K_URL"] = CLOSED_URL + "multi30k/"
+    os.environ["AIAYN_TINYSHAKESPEARE_URL"] = CLOSED_URL + "tinyshakespeare/input.txt"
+    os.environ.pop("AIAYN_TINYSHAKESPEARE", None)  # a local copy of the corpus: no test may depend on one
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _mirror_for_marked_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$AIAYN_DATA_DIR for a test marked needs_mirror (and the processes it starts), for no other."""
+    path = _mirror_path()
+    if path is not None and request.node.get_closest_marker("needs_mirror") is not None:
+        monkeypatch.setenv(_MIRROR_VAR, str(path))
 
 
 @pytest.fixture()

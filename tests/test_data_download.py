@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from aiayn.data import DataError, multi30k
+from conftest import multi30k_mirror
 from local_http import LocalHTTPServer
 
-MIRROR = os.environ.get("AIAYN_DATA_DIR")
-needs_mirror = pytest.mark.needs_mirror  # skip without the mirror, fail under CI (tests/conftest.py)
+needs_mirror = pytest.mark.needs_mirror  # the mirror rule: tests/conftest.py
 
 
 class Server:
@@ -98,9 +98,9 @@ def test_download_interrupted_removes_partial(server, tmp_path):
 def serve_mirror(server: Server, langs: tuple[str, ...]) -> None:
     """Lay the mirror out like the dataset repository: raw/*.gz as is, tok/* uncompressed."""
     for name in multi30k.raw_files(langs):
-        server.files[f"/raw/{name}"] = Path(MIRROR, name).read_bytes()
+        server.files[f"/raw/{name}"] = Path(multi30k_mirror(), name).read_bytes()
     for name in multi30k.tok_files(langs):
-        server.files[f"/tok/{name}"] = gzip.decompress(Path(MIRROR, "tok", name + ".gz").read_bytes())
+        server.files[f"/tok/{name}"] = gzip.decompress(Path(multi30k_mirror(), "tok", name + ".gz").read_bytes())
 
 
 @needs_mirror
@@ -140,7 +140,7 @@ def test_cli_data_get(server, home):
     assert r.returncode == 0, r.stderr
     assert f"multi30k in {home / 'multi30k'}: 6 files, checksums ok" in r.stdout
 
-    r = cli("data", "get", "multi30k", "--data-dir", MIRROR, env=env)
+    r = cli("data", "get", "multi30k", "--data-dir", str(multi30k_mirror()), env=env)
     assert r.returncode == 0 and "12 files, checksums ok" in r.stdout
     r = cli("data", "get", "multi30k", "--data-dir", str(home / "multi30k"), env=env)  # lacks cs/fr
     assert r.returncode == 2 and "multi30k file missing" in r.stderr and "train.cs.gz" in r.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 import time
 from pathlib import Path
 
@@ -12,9 +11,9 @@ import pytest
 
 from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import DataError, EncodedSplit, Tokenizer, embedded, multi30k, prepare, read_lines
+from conftest import multi30k_mirror
 
-MIRROR = os.environ.get("AIAYN_DATA_DIR")
-needs_mirror = pytest.mark.needs_mirror  # skip without the mirror, fail under CI (tests/conftest.py)
+needs_mirror = pytest.mark.needs_mirror  # the mirror rule: tests/conftest.py
 
 
 pytestmark = pytest.mark.usefixtures("home")  # every test: an empty AIAYN_HOME (conftest)
@@ -41,8 +40,9 @@ def files_cfg(tmp: Path, train, valid, test=None, **kw) -> DataConfig:
 
 @needs_mirror
 def test_bpe_round_trip_on_multi30k_slice(tmp_path):
-    de = read_lines(Path(MIRROR, "train.de.gz"))[:3000]
-    en = read_lines(Path(MIRROR, "train.en.gz"))[:3000]
+    mirror = multi30k_mirror()
+    de = read_lines(Path(mirror, "train.de.gz"))[:3000]
+    en = read_lines(Path(mirror, "train.en.gz"))[:3000]
     cfg = files_cfg(tmp_path, (de[:2800], en[:2800]), (de[2800:], en[2800:]), vocab_size=1000)
     prep = prepare(cfg)
     tok = prep.tokenizer
@@ -59,28 +59,29 @@ def test_bpe_round_trip_on_multi30k_slice(tmp_path):
 
 @needs_mirror
 def test_multi30k_end_to_end_and_cache(tmp_path, home):
+    mirror = str(multi30k_mirror())
     t0 = time.perf_counter()
-    prep = prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=MIRROR), tmp_path / "run")
+    prep = prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=mirror), tmp_path / "run")
     cold = time.perf_counter() - t0
     assert cold < 60  # the bound for BPE training + encoding on 2 cores
     assert {s: len(prep.splits[s]) for s in ("train", "valid", "test")} == multi30k.SIZES
     assert prep.report["cached"] is False and prep.report["dropped"]["total"] == 0
     assert (tmp_path / "run" / "spm.model").read_bytes() == (prep.cache_dir / "spm.model").read_bytes()
     assert Tokenizer(tmp_path / "run" / "spm.model").vocab_size == 8000
-    test_de = [" ".join(x.split()) for x in read_lines(Path(MIRROR, "test_2016_flickr.de.gz"))]
+    test_de = [" ".join(x.split()) for x in read_lines(Path(mirror, "test_2016_flickr.de.gz"))]
     assert prep.raw("test")[0] == test_de
     assert prep.splits["train"].src.dtype == np.uint16  # compact arrays
 
     t0 = time.perf_counter()
-    again = prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=MIRROR))
+    again = prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=mirror))
     assert again.report["cached"] is True and again.cache_dir == prep.cache_dir
     assert time.perf_counter() - t0 < cold
     assert np.array_equal(again.splits["valid"].src, prep.splits["valid"].src)
     assert len(list((home / "prepared").iterdir())) == 1
     # another setting -> another key
-    other = prepare(DataConfig(corpus="multi30k", src_lang="en", tgt_lang="de", data_dir=MIRROR, vocab_size=2000))
+    other = prepare(DataConfig(corpus="multi30k", src_lang="en", tgt_lang="de", data_dir=mirror, vocab_size=2000))
     assert other.cache_dir != prep.cache_dir and other.tokenizer.vocab_size == 2000
-    assert multi30k.tokenized_reference_path("test", "en", MIRROR).name == "test_2016_flickr.lc.norm.tok.en.gz"
+    assert multi30k.tokenized_reference_path("test", "en", mirror).name == "test_2016_flickr.lc.norm.tok.en.gz"
 
 
 def test_embedded_corpus_is_a_real_deterministic_task(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.evaluate import moses_tokenize, score, tokenized_bleu
 from aiayn.model import Transformer
 from aiayn.train.state import checkpoint_paths, save_state
+from conftest import multi30k_mirror
 
 REFS = [
     "A dog runs across the grass.",
@@ -29,8 +30,8 @@ REFS = [
 
 
 def data_dir() -> Path:
-    """The Multi30k mirror; callers are marked needs_mirror (tests/conftest.py skips or fails without it)."""
-    return Path(os.environ["AIAYN_DATA_DIR"])
+    """The Multi30k mirror; callers are marked needs_mirror (the rule: tests/conftest.py)."""
+    return multi30k_mirror()
 
 
 def aiayn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

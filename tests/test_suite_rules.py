@@ -1,0 +1,83 @@
+"""The suite's own rules (tests/conftest.py) hold: only a test marked needs_mirror sees the Multi30k
+mirror, so a new test that reads it and forgets the mark fails wherever it runs, CI included."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiayn.data import DataError, multi30k
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+NEW_TESTS = """
+import os
+import pytest
+from aiayn.config import DataConfig
+from aiayn.data import prepare
+from conftest import multi30k_mirror
+
+
+def test_forgets_the_mark_and_prepares_multi30k():
+    prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en"))
+
+
+def test_forgets_the_mark_and_asks_for_the_mirror():
+    multi30k_mirror()
+
+
+def test_forgets_the_mark_and_reads_the_variable():
+    assert os.environ["AIAYN_DATA_DIR"]
+
+
+@pytest.mark.needs_mirror
+def test_marked_sees_the_mirror():
+    assert os.environ["AIAYN_DATA_DIR"] == str(multi30k_mirror())
+"""
+
+
+def fake_mirror(d: Path) -> Path:
+    """What conftest takes for a mirror (train.de.gz and tok/); the contents do not matter to the rule."""
+    (d / "tok").mkdir(parents=True)
+    for name in multi30k.raw_files(multi30k.LANGS):
+        (d / name).write_bytes(gzip.compress(b"Ein Hund.\n"))
+    return d
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_a_test_that_reads_the_mirror_without_the_mark_fails(pytester: pytest.Pytester, tmp_path, ci):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_new=NEW_TESTS)
+    env = {"AIAYN_DATA_DIR": str(fake_mirror(tmp_path / "mirror")), "CI": ci, "PYTHONPATH": str(pytester.path)}
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "test_new.py"],
+        cwd=pytester.path,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = p.stdout
+    assert p.returncode == 1, out
+    assert "3 failed, 1 passed" in out, out
+    assert "test_forgets_the_mark_and_asks_for_the_mirror reads the Multi30k mirror but is not marked" in out
+    assert "127.0.0.1:9" in out  # prepare tried the closed download address, not the mirror
+
+
+def test_an_unmarked_test_runs_as_on_a_new_machine(tmp_path):
+    assert "AIAYN_DATA_DIR" not in os.environ and multi30k.mirror_dir() is None
+    home = Path(os.environ["AIAYN_HOME"]).resolve()
+    assert not home.is_relative_to(Path.home() / ".cache")  # nothing is written into the user's cache
+    with pytest.raises(DataError, match="127.0.0.1:9"):
+        multi30k.locate("de", "en")
+    p = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('AIAYN_DATA_DIR'))"], capture_output=True, text=True
+    )
+    assert p.stdout.strip() == "None"  # nor do the processes it starts
