@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
     for size in args.size.split(","):
         meta = {
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "size": size,
             "machine": platform.processor() or platform.machine(),
             "cpu": _cpu_name(),

@@ -423,10 +423,8 @@ def read_config_file(path: str | Any) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     if p.suffix == ".toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        import tomllib
+
         d = tomllib.loads(p.read_text())
     elif p.suffix in (".yaml", ".yml"):
         import yaml
