@@ -27,6 +27,7 @@ from aiayn.data.text_batching import MaskingCollate, TextCollate
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import EncoderOnly
 from aiayn.train import train
+from aiayn.train.tasks import spec_for
 from conftest import multi30k_mirror
 
 MASK, CLS, SEP = 4, 5, 6  # where sentencepiece puts the user symbols [MASK] [CLS] [SEP]: right after eos
@@ -322,9 +323,9 @@ def test_learned_positions_must_hold_an_encoder_row(task):
     over = {"task.name": task, "model.preset": "tiny", "model.max_positions": 100}
     # [CLS] a [SEP] b [SEP]: a, its EOS and b fill data.max_len, the row two more
     with pytest.raises(ConfigError, match=r"can hold 102 tokens .* model.max_positions=100"):
-        Config.load(None, {**over, "model.positional": "learned", "data.max_len": 100})
-    Config.load(None, {**over, "model.positional": "learned", "data.max_len": 98})
-    Config.load(None, {**over, "model.positional": "sinusoidal", "data.max_len": 100})  # a table extends
+        spec_for(Config.load(None, {**over, "model.positional": "learned", "data.max_len": 100}))
+    spec_for(Config.load(None, {**over, "model.positional": "learned", "data.max_len": 98}))
+    spec_for(Config.load(None, {**over, "model.positional": "sinusoidal", "data.max_len": 100}))  # a table extends
 
 
 @pytest.mark.needs_mirror
@@ -398,11 +399,12 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, h
     import sys
 
     from aiayn.distributed import DistInfo
-    from aiayn.train.tasks import prepare_data, train_iterator
+    from aiayn.train.tasks import prepare_data
 
     def batches_per_epoch(budget: int) -> int:
         cfg = config(task, corpus, **{"data.max_tokens": budget})
-        return len(train_iterator(cfg, prepare_data(cfg, cfg.data, None), DistInfo(), torch.device("cpu")))
+        spec = spec_for(cfg)
+        return len(spec.train_batches(cfg, prepare_data(spec, cfg, cfg.data, None), DistInfo(), torch.device("cpu")))
 
     # a budget that cuts an even count of batches, so one process and two ranks get the same global
     # batches (an odd count makes the iterator split one batch for the two ranks)

@@ -170,21 +170,14 @@ class DecodeConfig:
 
 # --- training (owned by the training layer) ---------------------------------------------------
 
-TASKS = ("translate", "lm", "mlm", "classify")
-TASK_MODEL_KIND = {
-    "translate": "encoder-decoder",
-    "lm": "decoder-only",
-    "mlm": "encoder-only",
-    "classify": "encoder-only",
-}
-
 
 @dataclass
 class TaskConfig:
-    """What the run trains: `translate` (the paper), `lm` (decoder-only, next token), `mlm` (encoder-only,
-    masked tokens, BERT) or `classify` (encoder-only with a pooled head, usually from an mlm run)."""
+    """What the run trains: a task registered in aiayn.train.tasks (`translate`, the paper; `lm`,
+    decoder-only, next token; `mlm`, encoder-only, masked tokens, BERT; `classify`, encoder-only with a
+    pooled head, usually from an mlm run), which checks the name and its settings before training."""
 
-    name: Literal["translate", "lm", "mlm", "classify"] = "translate"
+    name: str = "translate"
     # lm: train on contiguous blocks of this many tokens drawn at random from the text (nanoGPT's way);
     # None: one example per line, batched under data.max_tokens like sentences
     block_size: int | None = None
@@ -194,8 +187,6 @@ class TaskConfig:
     random_token: float = 0.1  # ... and this share a random token (the rest stays as it was)
 
     def __post_init__(self) -> None:
-        if self.name not in TASKS:
-            raise ConfigError(f"task.name must be one of {' | '.join(TASKS)}, not {self.name!r}")
         if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:
             raise ConfigError("task.block_size must be >= 2 (or null) and task.batch_size >= 1")
         if (
@@ -207,10 +198,6 @@ class TaskConfig:
             raise ConfigError(
                 "task.mask_prob must lie in (0, 1), mask_token and random_token in [0, 1] with a sum <= 1"
             )
-
-    @property
-    def model_kind(self) -> str:
-        return TASK_MODEL_KIND[self.name]
 
 
 @dataclass
@@ -334,34 +321,18 @@ class Config:
         unknown = set(self.model) - known
         if unknown:
             raise ConfigError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
-        # bad sizes fail now, not after data preparation
-        m = self.model_config(vocab_size=max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1)
-        longest, layout, bound = self._longest_row()
-        if m.positional == "learned" and longest > m.max_positions:
-            raise ConfigError(
-                f"a training row can hold {longest} tokens ({layout}) but learned positions stop at "
-                f"model.max_positions={m.max_positions}: raise model.max_positions or lower {bound}"
-            )
+        # bad sizes fail now, not after data preparation (the task checks its row length: aiayn.train.tasks)
+        self.model_config(vocab_size=max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1)
 
-    def _longest_row(self) -> tuple[int, str, str]:
-        """The most positions one training row can take, from the data limits and the task's layout:
-        (positions, the layout, the setting that bounds it)."""
-        if self.task.name == "lm" and self.task.block_size is not None:
-            return self.task.block_size, "task.block_size", "task.block_size"
-        if self.task.name == "lm":
-            return self.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
-        if self.task.name in ("mlm", "classify"):
-            return self.data.max_len + 2, "[CLS] a [SEP] b [SEP] with a, EOS and b within data.max_len", "data.max_len"
-        return self.data.max_len + 1, "data.max_len subwords + EOS, or BOS + data.max_len", "data.max_len"
-
-    def model_config(self, vocab_size: int, n_classes: int | None = None) -> ModelConfig:
-        """The model this run trains: the preset, the file's overrides, the task's kind of stack."""
+    def model_config(self, vocab_size: int, n_classes: int | None = None, kind: str = "encoder-decoder") -> ModelConfig:
+        """The model this run trains: the preset, the file's overrides, the task's kind of stack
+        (`kind`, from the task's TaskSpec) and its classes (labelled data only)."""
         overrides = {k: v for k, v in self.model.items() if k not in ("preset", "vocab_size", "kind", "n_classes")}
         return ModelConfig.preset(
             self.model["preset"],
             vocab_size=vocab_size,
-            kind=self.task.model_kind,
-            n_classes=n_classes if self.task.name == "classify" else None,
+            kind=kind,
+            n_classes=n_classes,
             **overrides,
         )
 

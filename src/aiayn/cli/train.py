@@ -20,9 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="YAML or TOML config (see configs/)")
     p.add_argument(
         "--task",
-        choices=["translate", "lm", "mlm", "classify"],
-        help="what to train (sets task.name): translate (encoder-decoder, the default), lm "
-        "(decoder-only), mlm (encoder-only, masked tokens) or classify (encoder-only + head)",
+        help="what to train (sets task.name), a task of aiayn.train.tasks: translate (encoder-decoder, the "
+        "default), lm (decoder-only), mlm (encoder-only, masked tokens) or classify (encoder-only + head)",
     )
     p.add_argument("--run-dir", "-o", help="run directory (config, tokenizer, checkpoints, metrics)")
     p.add_argument(

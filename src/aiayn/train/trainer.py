@@ -69,7 +69,8 @@ class Trainer:
         if c.threads:
             torch.set_num_threads(c.threads)
         self.metrics = MetricsWriter(self.run_dir, self.main)
-        self.state = TrainState(metric=tasks.default_metric(config))
+        self.spec = tasks.spec_for(config)  # the task's own checks, before any data work
+        self.state = TrainState(metric=tasks.patience_metric(config, self.spec))
         self.flags = Flags()
         self.progress = Progress(c, self.state, self.metrics, self.main)
 
@@ -86,7 +87,7 @@ class Trainer:
         distributed.barrier()
         data = with_run_tokenizer(cfg.data, run_dir) if self.resume else cfg.data  # config.yaml keeps the original
         self.prepared = rundir.prepare_keeping_tokenizer(
-            data, run_dir, self.main, self.resume, lambda d, r: tasks.prepare_data(cfg, d, r)
+            data, run_dir, self.main, self.resume, lambda d, r: tasks.prepare_data(self.spec, cfg, d, r)
         )
         rundir.check_ranks_agree_on_data(self.prepared)
         vocab = self.prepared.tokenizer.vocab_size
@@ -99,7 +100,7 @@ class Trainer:
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
         random.seed(c.seed)
-        self.model_config = cfg.model_config(vocab, tasks.n_classes(self.prepared))
+        self.model_config = cfg.model_config(vocab, tasks.n_classes(self.prepared), kind=self.spec.model_kind)
         self.model = build_model(self.model_config).to(self.device)  # identical init on every rank
         if weights is not None:
             load_initial_weights(self.model, weights, self.device)
@@ -113,14 +114,14 @@ class Trainer:
         self.update_freq = o.update_freq
         if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
             self.update_freq = derive_update_freq(
-                o.tokens_per_update, tasks.micro_batch_tokens(cfg), self.dist.world_size
+                o.tokens_per_update, self.spec.micro_batch_tokens(cfg), self.dist.world_size
             )
         self.optimizer, scheduler, self.scaler = build_optimizer(
             self.model, o, self.model_config.d_model, self.device, self.amp, c.max_steps
         )
-        self.iterator = tasks.train_iterator(cfg, self.prepared, self.dist, self.device)
+        self.iterator = self.spec.train_batches(cfg, self.prepared, self.dist, self.device)
         self.batches = Batches(self.iterator, c.max_epochs)
-        self.task = tasks.build_task(
+        self.task = self.spec.build(
             cfg, self.model_config, self.prepared, self.device, autocast_factory(self.amp, self.device)
         )
         parts = {
@@ -160,9 +161,8 @@ class Trainer:
             self.metrics.truncate(0)
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            # a classifier leaves its encoder's masked-token head unused: DDP must not wait for its gradients
             self.train_step.train_model = DDP(
-                train_model, device_ids=ids, find_unused_parameters=cfg.task.name == "classify"
+                train_model, device_ids=ids, find_unused_parameters=self.spec.find_unused_parameters
             )
         self.validator = Validator(
             self.task,
@@ -180,7 +180,7 @@ class Trainer:
 
     def _banner(self, n_params: int, weights: Path | None) -> None:
         cfg, o, world = self.cfg, self.cfg.optim, self.dist.world_size
-        micro = tasks.micro_batch_tokens(cfg)
+        micro = self.spec.micro_batch_tokens(cfg)
         eff = micro * self.update_freq * world
         derived = (
             f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"

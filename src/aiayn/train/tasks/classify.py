@@ -4,7 +4,9 @@ pair (BERT: Devlin et al., 2019, §3.2 and Figure 4), usually fine-tuned from an
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,11 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.config import ModelConfig
+from aiayn.config import Config, DataConfig, ModelConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
-from aiayn.data.text import ENCODER_SPECIALS
+from aiayn.data.text import ENCODER_SPECIALS, PreparedText
 from aiayn.data.text_batching import TextBatch, TextCollate
+from aiayn.distributed import DistInfo
+from aiayn.fileio import atomic_write
+from aiayn.train.tasks.mlm import encoder_row, prepare_lines
+from aiayn.train.tasks.spec import Autocast, TaskSpec, TrainBatches, register, sentence_batches
 
 
 def encoder_collate(tokenizer: Any, labels: np.ndarray | None = None) -> TextCollate:
@@ -69,7 +75,7 @@ class ClassifyTask:
     def __init__(
         self,
         model_config: ModelConfig,
-        prepared: Any,
+        prepared: PreparedText,
         device: torch.device,
         *,
         label_smoothing: float,
@@ -118,3 +124,50 @@ class ClassifyTask:
         }
         out.update({f"f1_{name}": f for name, f in zip(self.names, s["f1"])})
         return out
+
+
+def save_label_names(run_dir: Path, prepared: PreparedText) -> None:
+    """RUN/labels.json: the class names in id order, and whether examples are sentence pairs."""
+    pairs = bool(len(prepared.splits["train"]) and np.asarray(prepared.splits["train"].tgt_lengths).max() > 0)
+    text = json.dumps({"labels": list(prepared.label_names), "pairs": pairs}, indent=1) + "\n"
+    atomic_write(Path(run_dir) / "labels.json", lambda tmp: Path(tmp).write_text(text))
+
+
+def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText:
+    prepared = prepare_lines(cfg, data, run_dir, labelled=True)
+    if run_dir is not None:  # what the classify command needs to name its predictions
+        save_label_names(run_dir, prepared)
+    return prepared
+
+
+def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
+    collate = encoder_collate(prepared.tokenizer, prepared.labels["train"])
+    return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
+
+
+def build(
+    cfg: Config, model_config: ModelConfig, prepared: PreparedText, device: torch.device, autocast: Autocast
+) -> ClassifyTask:
+    return ClassifyTask(
+        model_config,
+        prepared,
+        device,
+        label_smoothing=cfg.optim.label_smoothing,
+        max_tokens=cfg.data.max_tokens,
+        autocast=autocast,
+    )
+
+
+SPEC = register(
+    TaskSpec(
+        name="classify",
+        model_kind="encoder-only",
+        prepare=prepare,
+        train_batches=train_batches,
+        build=build,
+        longest_row=encoder_row,
+        default_metric=lambda cfg: "accuracy",
+        metrics=("accuracy",),
+        find_unused_parameters=True,  # the masked-token head stays unused under DDP
+    )
+)

@@ -5,16 +5,28 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.config import BOS_ID, ModelConfig
+from aiayn.config import BOS_ID, Config, ConfigError, DataConfig, ModelConfig
 from aiayn.data.batching import BatchIterator
-from aiayn.data.text_batching import TextBatch, TextCollate, stream_blocks
+from aiayn.data.errors import DataError
+from aiayn.data.text import PreparedText, prepare_text
+from aiayn.data.text_batching import BlockIterator, TextBatch, TextCollate, stream_blocks
+from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.tasks.spec import (
+    Autocast,
+    TaskSpec,
+    TrainBatches,
+    register,
+    require_validation_examples,
+    sentence_batches,
+)
 
 
 def document_stream(split: Any) -> np.ndarray:
@@ -31,7 +43,7 @@ class LMTask:
     def __init__(
         self,
         model_config: ModelConfig,
-        prepared: Any,
+        prepared: PreparedText,
         device: torch.device,
         *,
         label_smoothing: float,
@@ -81,3 +93,74 @@ class LMTask:
             ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
         return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
+
+
+def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText:
+    if cfg.task.block_size is not None and data.text_unit != "document":
+        raise ConfigError(
+            "task.block_size draws blocks from running text: set data.text_unit: document "
+            "(or task.block_size: null for one sentence per example)"
+        )
+    return prepare_text(data, run_dir)
+
+
+def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
+    if cfg.task.block_size is None:
+        return sentence_batches(cfg, prepared, dist, device, collate_fn=TextCollate())
+    stream = document_stream(prepared.splits["train"])
+    return BlockIterator(stream, cfg.task.block_size, cfg.task.batch_size, cfg.train.seed, dist.rank, dist.world_size)
+
+
+def build(
+    cfg: Config, model_config: ModelConfig, prepared: PreparedText, device: torch.device, autocast: Autocast
+) -> LMTask:
+    return LMTask(
+        model_config,
+        prepared,
+        device,
+        label_smoothing=cfg.optim.label_smoothing,
+        block_size=cfg.task.block_size,
+        batch_size=cfg.task.batch_size,
+        max_tokens=cfg.data.max_tokens,
+        autocast=autocast,
+    )
+
+
+def longest_row(cfg: Config) -> tuple[int, str, str]:
+    if cfg.task.block_size is not None:
+        return cfg.task.block_size, "task.block_size", "task.block_size"
+    return cfg.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
+
+
+def micro_batch_tokens(cfg: Config) -> int:
+    """Blocks x block size, or the token budget of sentence batches."""
+    if cfg.task.block_size is not None:
+        return cfg.task.batch_size * cfg.task.block_size
+    return cfg.data.max_tokens
+
+
+def check_prepared(cfg: Config, prepared: PreparedText) -> None:
+    if cfg.task.block_size is None:
+        require_validation_examples(cfg, prepared)
+        return
+    valid = prepared.splits["valid"]
+    if len(valid) == 0 or len(document_stream(valid)) < 2:
+        raise DataError(
+            "the validation text has fewer than 2 tokens, so there is no next token to predict: "
+            "give data.text_valid more text (or raise data.valid_fraction)"
+        )
+
+
+SPEC = register(
+    TaskSpec(
+        name="lm",
+        model_kind="decoder-only",
+        prepare=prepare,
+        train_batches=train_batches,
+        build=build,
+        longest_row=longest_row,
+        default_metric=lambda cfg: "loss",
+        micro_batch_tokens=micro_batch_tokens,
+        check_prepared=check_prepared,
+    )
+)

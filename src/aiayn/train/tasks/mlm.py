@@ -5,20 +5,22 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig, TaskConfig
+from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
-from aiayn.data.text import ENCODER_SPECIALS
+from aiayn.data.text import ENCODER_SPECIALS, PreparedText, prepare_text
 from aiayn.data.text_batching import MaskedBatch, MaskingCollate
+from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.tasks.spec import Autocast, TaskSpec, TrainBatches, register, sentence_batches
 
 
-def masking_collate(prepared: Any, task: TaskConfig, seed: int) -> MaskingCollate:
+def masking_collate(prepared: PreparedText, task: TaskConfig, seed: int) -> MaskingCollate:
     """The masking collate for a prepared text's tokenizer (its [MASK], [CLS] and [SEP] pieces)."""
     tok = prepared.tokenizer
     mask_id, cls_id, sep_id = (tok.piece_id(p) for p in ENCODER_SPECIALS)
@@ -46,7 +48,7 @@ class MLMTask:
     def __init__(
         self,
         model_config: ModelConfig,
-        prepared: Any,
+        prepared: PreparedText,
         device: torch.device,
         *,
         task: TaskConfig,
@@ -90,3 +92,47 @@ class MLMTask:
             "ppl": math.exp(min(nll / tokens, 50.0)),
             "accuracy": correct / tokens,
         }
+
+
+def prepare_lines(cfg: Config, data: DataConfig, run_dir: Path | None, labelled: bool = False) -> PreparedText:
+    """One example a line, encoded with the encoder's specials ([CLS], [SEP], [MASK]): mlm and classify."""
+    if data.text_unit != "line":
+        raise ConfigError(f"task {cfg.task.name} reads one example a line: set data.text_unit: line")
+    return prepare_text(data, run_dir, labelled=labelled, specials=ENCODER_SPECIALS)
+
+
+def encoder_row(cfg: Config) -> tuple[int, str, str]:
+    return cfg.data.max_len + 2, "[CLS] a [SEP] b [SEP] with a, EOS and b within data.max_len", "data.max_len"
+
+
+def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
+    return sentence_batches(cfg, prepared, dist, device, collate_fn=masking_collate(prepared, cfg.task, cfg.train.seed))
+
+
+def build(
+    cfg: Config, model_config: ModelConfig, prepared: PreparedText, device: torch.device, autocast: Autocast
+) -> MLMTask:
+    return MLMTask(
+        model_config,
+        prepared,
+        device,
+        task=cfg.task,
+        label_smoothing=cfg.optim.label_smoothing,
+        max_tokens=cfg.data.max_tokens,
+        seed=cfg.train.seed,
+        autocast=autocast,
+    )
+
+
+SPEC = register(
+    TaskSpec(
+        name="mlm",
+        model_kind="encoder-only",
+        prepare=prepare_lines,
+        train_batches=train_batches,
+        build=build,
+        longest_row=encoder_row,
+        default_metric=lambda cfg: "loss",
+        metrics=("accuracy",),
+    )
+)

@@ -10,11 +10,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig
+from aiayn.config import Config, ModelConfig
 from aiayn.data.batching import BatchIterator
+from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.tasks.spec import Autocast, TaskSpec, register, sentence_batches
 
 
 class TranslationTask:
@@ -24,7 +26,7 @@ class TranslationTask:
     def __init__(
         self,
         model_config: ModelConfig,
-        prepared: Any,
+        prepared: Prepared,
         device: torch.device,
         *,
         label_smoothing: float,
@@ -82,3 +84,37 @@ class TranslationTask:
         with self.autocast():
             hyps = Translator(model, self.prepared.tokenizer, device=self.device).translate(list(src[:n]), beam=1)
         return float(score(hyps, list(ref[:n]))["bleu"])
+
+
+def build(
+    cfg: Config, model_config: ModelConfig, prepared: Prepared, device: torch.device, autocast: Autocast
+) -> TranslationTask:
+    return TranslationTask(
+        model_config,
+        prepared,
+        device,
+        label_smoothing=cfg.optim.label_smoothing,
+        max_tokens=cfg.data.max_tokens,
+        autocast=autocast,
+        compiled=cfg.train.compile,
+        eval_bleu=cfg.train.eval_bleu,
+        eval_max_sentences=cfg.train.eval_max_sentences,
+    )
+
+
+SPEC = register(
+    TaskSpec(
+        name="translate",
+        model_kind="encoder-decoder",
+        prepare=lambda cfg, data, run_dir: prepare(data, run_dir),
+        train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
+        build=build,
+        longest_row=lambda cfg: (
+            cfg.data.max_len + 1,
+            "data.max_len subwords + EOS, or BOS + data.max_len",
+            "data.max_len",
+        ),
+        default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
+        metrics=("bleu",),
+    )
+)
