@@ -86,3 +86,24 @@ def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_pat
     for name, value in avg.items():
         torch.testing.assert_close(value, (last_two[0][name] + last_two[1][name]) / 2)
     assert any(not torch.equal(last_two[0][n], last_two[1][n]) for n in avg)  # two different points
+
+
+def test_the_recipe_is_the_config_file_and_the_fallback_swaps_only_the_data(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from aiayn.quickstart import RECIPE, quickstart_config
+
+    assert RECIPE == Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+    recipe = yaml.safe_load(RECIPE.read_text())
+    recipe["model"]["d_model"] = 64
+    edited = tmp_path / "quickstart.yaml"
+    edited.write_text(yaml.safe_dump(recipe))
+    m30k = quickstart_config(2.5, "multi30k", "/mirror", recipe=edited)
+    assert m30k.model["d_model"] == 64 and m30k.train.max_minutes == 2.5 and m30k.data.data_dir == "/mirror"
+    emb = quickstart_config(2.5, "embedded", None, recipe=edited)
+    assert (emb.data.corpus, emb.data.src_lang, emb.data.vocab_size) == ("embedded", "digits", 1000)
+    assert {k: v for k, v in emb.to_dict().items() if k != "data"} == {
+        k: v for k, v in m30k.to_dict().items() if k != "data"
+    }

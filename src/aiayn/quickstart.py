@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import viz
-from aiayn.config import Config, DataConfig, DecodeConfig, OptimConfig, TrainConfig
+from aiayn.config import Config
 from aiayn.data import multi30k, prepare
 from aiayn.data.io import read_lines
 from aiayn.data.multi30k import tokenized_reference_path
@@ -36,50 +36,22 @@ SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
 }
 
 
-def quickstart_config(minutes: float, corpus: str, data_dir: str | None) -> Config:
-    """The §5 recipe sized for a CPU and a short budget: fairseq's `transformer_tiny` shape (the
-    published Multi30k anchor), joint 8k BPE, label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with the
-    paper's schedule, 1,024-token batches; the average of the last two checkpoints decodes."""
+# The recipe is a config file like every other run's, in the source tree beside the package.
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+EMBEDDED = {"data.corpus": "embedded", "data.src_lang": "digits", "data.tgt_lang": "en", "data.vocab_size": 1000}
+
+
+def quickstart_config(minutes: float, corpus: str, data_dir: str | None, recipe: str | Path = RECIPE) -> Config:
+    """configs/quickstart.yaml with the budget and the data the quickstart found: Multi30k (from
+    `data_dir` when given) or the embedded digits -> English corpus."""
+    if not Path(recipe).is_file():
+        raise AiaynError(f"the quickstart recipe {recipe} is missing: run from a checkout of aiayn")
+    over: dict[str, Any] = {"train.max_minutes": minutes}
     if corpus == "multi30k":
-        data = DataConfig(
-            corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=data_dir, vocab_size=8000, max_tokens=1024
-        )
+        over["data.data_dir"] = data_dir
     else:
-        data = DataConfig(corpus="embedded", src_lang="digits", tgt_lang="en", vocab_size=1000, max_tokens=1024)
-    return Config(
-        # d_model 128, 4+4 layers, d_ff 256: half the cost per update of `small` and ahead at equal
-        # time (docs/results.md). Learned positions (Table 3 row E) converge faster early on.
-        model={
-            "preset": "small",
-            "d_model": 128,
-            "d_ff": 256,
-            "n_heads": 4,
-            "n_encoder_layers": 4,
-            "n_decoder_layers": 4,
-            "dropout": 0.1,
-            "positional": "learned",
-        },
-        data=data,
-        # 1,024-token batches: 4x the updates of 4,096 at the same tokens/s on a CPU (~5,300 in
-        # 15 minutes on 2 cores), and at equal tokens val PPL 7.08 against 8.59 (2,048: 7.54).
-        # Warm-up over the first 2,000 updates (the ~2M tokens of 500 at 4,096); peak
-        # 128^-0.5 * 2000^-0.5 = 2.0e-3.
-        optim=OptimConfig(warmup=2000, lr_scale=1.0, label_smoothing=0.1),
-        train=TrainConfig(
-            max_steps=100_000,
-            max_minutes=minutes,
-            log_every=200,
-            eval_every=1000,
-            save_every=1000,
-            keep_last=5,
-            eval_max_sentences=300,
-            seed=1,
-        ),
-        # a model this briefly trained ends sentences early under the paper's alpha 0.6 (brevity
-        # penalty 0.96 on val); on val alpha 0.6 / 1.0 / 1.5 give 37.74 / 38.03 / 38.34 tokenized
-        # BLEU, and 1.5 ran away into overlong outputs on a weaker model: 1.0
-        decode=DecodeConfig(length_penalty=1.0),
-    )
+        over.update(EMBEDDED)
+    return Config.load(str(recipe), over)
 
 
 def _pick_corpus(data_dir: str | None) -> str:
