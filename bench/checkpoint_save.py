@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import save_weights
+from aiayn.checkpoint import checkpoint_paths, save_weights
 from aiayn.config import ModelConfig
 from aiayn.model import Transformer
+from aiayn.train.checkpoint_files import capture_rng, save_state
 from aiayn.train.schedule import noam_scheduler
-from aiayn.train.state import capture_rng, checkpoint_paths, save_state
 
 
 def main() -> None:

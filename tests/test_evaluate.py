@@ -13,12 +13,12 @@ import pytest
 import sacrebleu
 import torch
 
-from aiayn.checkpoint import save_weights
+from aiayn.checkpoint import checkpoint_paths, save_weights
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.evaluate import moses_tokenize, score, tokenized_bleu
 from aiayn.model import Transformer
-from aiayn.train.state import checkpoint_paths, save_state
+from aiayn.train.checkpoint_files import save_state
 from conftest import multi30k_mirror
 
 REFS = [

@@ -54,7 +54,7 @@ def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_pat
     from safetensors.torch import load_file
 
     from aiayn import quickstart, viz
-    from aiayn.train.state import list_checkpoints
+    from aiayn.checkpoint import list_checkpoints
 
     monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
     real = quickstart.quickstart_config

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiayn.checkpoint import checkpoint_paths, list_checkpoints
 from aiayn.config import Config
-from aiayn.train.state import checkpoint_paths, list_checkpoints
 
 TINY = {
     "model": {"preset": "tiny"},
@@ -275,8 +275,8 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
 
     import aiayn.train.tasks.translate as tasks_mod  # the translation task calls the loss
     from aiayn.train import train
+    from aiayn.train.checkpoint_files import load_state
     from aiayn.train.schedule import noam_lr
-    from aiayn.train.state import load_state
     from aiayn.train.trainer import TrainingError
 
     class InfGrad(torch.autograd.Function):  # identity forward; backward sends inf into every gradient
@@ -509,7 +509,7 @@ import aiayn.train.checkpointing as T
 from aiayn.checkpoint import CheckpointError
 from aiayn.config import Config
 from aiayn.train import train
-from aiayn.train.state import checkpoint_paths
+from aiayn.checkpoint import checkpoint_paths
 
 rank, run, extra, mode = int(os.environ["RANK"]), Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 if rank == 1:  # this rank's view of the shared run directory differs (a lagging or per-node file system)
@@ -538,7 +538,7 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
     read nothing, every rank stops with the same TrainingError instead of one hanging."""
     import shutil
 
-    from aiayn.train.state import load_state, save_state
+    from aiayn.train.checkpoint_files import load_state, save_state
 
     cfg = config_file(
         tmp_path,
@@ -936,38 +936,24 @@ def test_patience_stops_and_a_run_resumed_inside_the_window_stops_at_the_same_st
     assert train(cfg, run, resume=True)["step"] == 12 and (run / "metrics.jsonl").read_text() == before
 
 
-def test_a_state_file_from_before_early_stopping_still_resumes_bitwise(reference, tmp_path):
-    """Version-1 state files (no early_stop entry, `best` a BLEU or -nll merit) load; the run continues
-    with the same losses as the uninterrupted one."""
+def test_a_state_file_of_another_version_is_refused_in_one_line(reference, tmp_path):
+    """A training state written by another format version is not guessed at: resume stops with the
+    versions and what to do instead."""
     import shutil
 
     from aiayn.train import train
-    from aiayn.train.state import load_state, save_state
+    from aiayn.train.checkpoint_files import load_state, save_state
+    from aiayn.train.runtime import TrainingError
 
     _, ref = reference
     run = tmp_path / "run"
     shutil.copytree(ref, run)
-    for path in checkpoint_paths(run, 150):
-        path.unlink()
-    state_path = checkpoint_paths(run, 140)[1]
+    state_path = checkpoint_paths(run, 150)[1]
     old = load_state(state_path)
     old.pop("early_stop")
     save_state(state_path, {**old, "version": 1})
-    assert set(load_state(state_path)) == {
-        "version",
-        "step",
-        "optimizer",
-        "scheduler",
-        "scaler",
-        "rng",
-        "data",
-        "counters",
-        "window",
-        "best",
-    }  # the keys the old trainer wrote
-    summary = train(Config.load(run / "config.yaml"), run, resume=True)
-    assert summary["step"] == 150
-    assert losses(run) == losses(ref) and valid_records(run) == valid_records(ref)
+    with pytest.raises(TrainingError, match="training state is version 1, this aiayn reads version 2: .*--init-from"):
+        train(Config.load(run / "config.yaml"), run, resume=True)
 
 
 def test_fine_tuning_starts_from_the_runs_weights_and_tokenizer_with_a_fresh_schedule(reference, tmp_path, capfd):

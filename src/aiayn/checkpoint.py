@@ -20,7 +20,7 @@ from safetensors.torch import save_model as _st_save_model
 
 from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError
-from aiayn.fileio import atomic_write  # noqa: F401 (re-exported: callers used to import it from here)
+from aiayn.fileio import atomic_write
 from aiayn.model import Transformer, build_model
 
 WEIGHTS_SUFFIX = ".safetensors"

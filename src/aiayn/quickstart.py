@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from aiayn import viz
+from aiayn.averaging import average_run
+from aiayn.checkpoint import list_checkpoints
 from aiayn.config import Config
 from aiayn.data import multi30k, prepare
 from aiayn.data.io import read_lines
@@ -23,8 +25,6 @@ from aiayn.decode import Translator
 from aiayn.errors import AiaynError
 from aiayn.evaluate import score, tokenized_bleu
 from aiayn.train import train
-from aiayn.train.average import average_run
-from aiayn.train.state import list_checkpoints
 
 SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
     "de": [

@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     def run_average(a: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from aiayn.train.average import average_run
+        from aiayn.averaging import average_run
 
         out = Path(a.output or Path(a.run_dir) / f"average_last{a.last}.safetensors")
         path = average_run(a.run_dir, a.last, out)

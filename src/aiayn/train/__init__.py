@@ -23,7 +23,7 @@ __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from aiayn.train.average import average_checkpoints, average_last
+    from aiayn.averaging import average_checkpoints, average_last
     from aiayn.train.loss import label_smoothed_nll
     from aiayn.train.runtime import TrainingError
     from aiayn.train.schedule import noam_lr, noam_scheduler

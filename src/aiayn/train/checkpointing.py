@@ -16,7 +16,9 @@ import torch
 from aiayn import distributed
 from aiayn.checkpoint import (
     CheckpointError,
+    checkpoint_paths,
     find_tokenizer,
+    list_checkpoints,
     load_weights,
     model_config,
     read_metadata,
@@ -25,22 +27,12 @@ from aiayn.checkpoint import (
     weights_config,
 )
 from aiayn.distributed import DistInfo
+from aiayn.train.checkpoint_files import capture_rng, load_state, prune, restore_rng, save_state, warn
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.runtime import TrainingError
-from aiayn.train.state import (
-    capture_rng,
-    checkpoint_paths,
-    list_checkpoints,
-    load_state,
-    prune,
-    restore_rng,
-    save_state,
-    warn,
-)
-from aiayn.train.train_state import TrainState
+from aiayn.train.state import TrainState
 
-# 1: the first format; 2: adds "early_stop" (best step, patience counter); version 1 still loads
-STATE_VERSION = 2
+STATE_VERSION = 2  # of the training-state file; 2 added "early_stop" (best step, patience counter)
 
 
 class RNGState:
@@ -112,6 +104,11 @@ class CheckpointManager:
         self.last_saved_step = step
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise TrainingError(
+                f"the training state is version {state.get('version')}, this aiayn reads version {STATE_VERSION}: "
+                f"resume it with the aiayn that wrote it, or start from its weights with --init-from"
+            )
         for name, part in self.parts.items():
             if part is not None and state.get(name):
                 part.load_state_dict(state[name])  # data on another world size: resharded, same global position

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiayn.config import TrainConfig
 from aiayn.train.metrics import MetricsWriter
-from aiayn.train.train_state import TrainState
+from aiayn.train.state import TrainState
 
 
 class Progress:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from aiayn import distributed
+from aiayn.checkpoint import list_checkpoints
 from aiayn.config import Config, ModelConfig
 from aiayn.data.prepare import prepare
 from aiayn.fileio import atomic_write
 from aiayn.train.runtime import TrainingError
-from aiayn.train.state import list_checkpoints
 
 # data settings that name files: written absolute into the run's config.yaml
 _DATA_PATHS = (

@@ -1,110 +1,74 @@
-"""Training checkpoints: weights (safetensors) + training state (torch.save of tensors and plain
-containers only, loaded with `weights_only=True`, so nothing arbitrary is ever unpickled).
-
-    RUN/checkpoints/step_XXXXXXXX.safetensors   model weights (aiayn.checkpoint.save_weights)
-    RUN/checkpoints/step_XXXXXXXX.state.pt      optimizer, scheduler, RNG, data position, counters
-
-The weights are written first and the state last, each atomically; a step counts as checkpointed
-only when both files exist and load, so a kill at any moment leaves the previous one intact.
-"""
+"""The loop's own progress as one Stateful part: step, time used, skipped updates, the logging
+window and early stopping's best value and patience counter. Checkpointed with the model, optimizer,
+scheduler, scaler, data position and RNG, so a resumed run continues (and stops) exactly where an
+uninterrupted one would (unlike a patience counter that restarts at 0 on resume, fairseq #3531)."""
 
 from __future__ import annotations
 
-import random
-import sys
-from pathlib import Path
+import dataclasses
 from typing import Any
 
-import numpy as np
-import torch
-
-from aiayn.checkpoint import CheckpointError, checkpoint_paths, list_checkpoints  # noqa: F401 (re-exported)
-from aiayn.fileio import atomic_write
+HIGHER_IS_BETTER = {"bleu": True, "loss": False, "accuracy": True}  # the metrics train.patience_metric may name
 
 
-def prune(run_dir: str | Path, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` step checkpoints (best.safetensors is separate)."""
-    ckpts = list_checkpoints(run_dir)
-    for _, weights, state in ckpts[: max(len(ckpts) - keep_last, 0)]:
-        state.unlink(missing_ok=True)  # state first: a half-deleted pair is then never "complete"
-        weights.unlink(missing_ok=True)
+def _empty_window() -> dict[str, float]:
+    return {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0, "seconds": 0.0}
 
 
-# -- RNG --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class TrainState:
+    step: int = 0  # completed optimizer updates
+    elapsed: float = 0.0  # seconds of training, over all resumes (train.max_minutes)
+    nan_total: int = 0  # skipped updates (non-finite loss or gradient, fp16 overflow)
+    nan_consecutive: int = 0
+    # training records are averaged over a window of updates; a stop mid-window keeps its sums
+    window: dict[str, float] = dataclasses.field(default_factory=_empty_window)
+    metric: str = "loss"  # what `best` measures (train.patience_metric)
+    best: float | None = None  # its best validation value so far
+    best_step: int = -1
+    bad_evals: int = 0  # validations since `best` without improvement (train.patience)
+    last_eval_step: int = -1
 
+    def reset_window(self) -> None:
+        self.window = _empty_window()
 
-def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
-    """Host RNGs, plus the CUDA generator of `device` (this rank's GPU) when training on one. Only
-    that one: saving every visible GPU's state made a resume with fewer visible GPUs fail."""
-    np_state = np.random.get_state()
-    assert isinstance(np_state, tuple)  # the legacy form (the default)
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "key": torch.from_numpy(np_state[1].astype(np.int64)),
-            "pos": int(np_state[2]),
-            "has_gauss": int(np_state[3]),
-            "cached_gaussian": float(np_state[4]),
-        },
-        "python": _plain(random.getstate()),
-    }
-    if device is not None and device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
+    def improves(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value > self.best if HIGHER_IS_BETTER[self.metric] else value < self.best
 
+    def record_validation(self, value: float) -> bool:
+        """Count one validation of the chosen metric; True when it is a new best."""
+        self.last_eval_step = self.step
+        if self.improves(value):
+            self.best, self.best_step, self.bad_evals = value, self.step, 0
+            return True
+        self.bad_evals += 1
+        return False
 
-def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> None:
-    """Inverse of `capture_rng`. The CUDA state goes to `device` only; checkpoints from before this
-    rule hold a list with one state per visible GPU, of which this rank's own (by index) is used."""
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    cuda = state.get("cuda")
-    if cuda is None or device is None or device.type != "cuda":
-        return  # saved on CPU, or resumed on CPU: no GPU stream to continue
-    if isinstance(cuda, (list, tuple)):  # old form: every visible GPU's state
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index >= len(cuda):
-            warn(
-                f"the checkpoint holds CUDA RNG states for {len(cuda)} GPU(s), none for {device}; "
-                f"its dropout stream starts afresh"
-            )
-            return
-        cuda = cuda[index]
-    torch.cuda.set_rng_state(cuda, device)
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "counters": {"nan_total": self.nan_total, "nan_consecutive": self.nan_consecutive, "elapsed": self.elapsed},
+            "window": dict(self.window),
+            "best": self.best,
+            "early_stop": {
+                "metric": self.metric,
+                "best_step": self.best_step,
+                "bad_evals": self.bad_evals,
+                "last_eval_step": self.last_eval_step,
+            },
+        }
 
-
-def _plain(obj: Any) -> Any:
-    """Tuples -> lists recursively (weights_only unpickling accepts both; lists keep it obvious)."""
-    if isinstance(obj, (tuple, list)):
-        return [_plain(o) for o in obj]
-    return obj
-
-
-# -- state files ------------------------------------------------------------------------------------
-
-
-def save_state(path: str | Path, state: dict[str, Any]) -> Path:
-    return atomic_write(path, lambda tmp: torch.save(state, tmp))
-
-
-def load_state(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"training state not found: {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, bad pickle, disallowed global: all mean "unusable file"
-        raise CheckpointError(
-            f"corrupted or truncated training state {path}: {type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}"
-        ) from None
-    if not isinstance(state, dict) or "step" not in state:
-        raise CheckpointError(f"{path} is not an aiayn training state")
-    return state
-
-
-def warn(msg: str) -> None:
-    print(f"warning: {msg}", file=sys.stderr, flush=True)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        c = state["counters"]
+        self.nan_total, self.nan_consecutive = int(c["nan_total"]), int(c["nan_consecutive"])
+        self.elapsed = float(c["elapsed"])
+        self.window = {**_empty_window(), **state["window"]}
+        early = state["early_stop"]
+        if early["metric"] != self.metric:  # train.patience_metric changed: a best of another metric is no guide
+            self.best, self.best_step, self.bad_evals = None, -1, 0
+        else:
+            self.best, self.best_step, self.bad_evals = state["best"], int(early["best_step"]), int(early["bad_evals"])
+        self.last_eval_step = int(early["last_eval_step"])

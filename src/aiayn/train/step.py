@@ -18,8 +18,8 @@ import torch
 
 from aiayn.distributed import DistInfo, StopVote, all_reduce_sum
 from aiayn.train.runtime import TrainingError, sum_stats
+from aiayn.train.state import TrainState
 from aiayn.train.tasks import Task
-from aiayn.train.train_state import TrainState
 
 
 @dataclasses.dataclass
@@ -40,7 +40,7 @@ class Flags:
     """Stop requests the update shares with the other ranks in its one host sync."""
 
     stop: bool = False  # SIGTERM / Ctrl-C seen (on any rank, once summed)
-    late: bool = False  # train.max_minutes used up (on any rank, once summed)
+    out_of_time: bool = False  # train.max_minutes used up (on any rank, once summed)
 
 
 class TrainStep:
@@ -104,10 +104,10 @@ class TrainStep:
         # The update's one host sync: loss sums, the stop requests and time budget (decided by all ranks
         # together, at the same update), the gradient norm, which DDP made equal on every rank, so its sum
         # over ranks is finite exactly when it is, and the global token count.
-        loss_total, nll_total, stop, late, gnorm_sum, global_tokens = sum_stats(
+        loss_total, nll_total, stop, out_of_time, gnorm_sum, global_tokens = sum_stats(
             [loss_sum, nll_sum, float(flags.stop), float(over_budget()), gnorm, local_tokens], self.device
         )
-        flags.stop, flags.late = flags.stop or bool(stop), flags.late or bool(late)
+        flags.stop, flags.out_of_time = flags.stop or bool(stop), flags.out_of_time or bool(out_of_time)
 
         finite_loss = math.isfinite(loss_total)
         ok = finite_loss and math.isfinite(gnorm_sum)

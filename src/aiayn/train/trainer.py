@@ -30,6 +30,7 @@ from aiayn.data.prepare import with_run_tokenizer
 from aiayn.model import build_model
 from aiayn.train import rundir, tasks
 from aiayn.train.batches import Batches
+from aiayn.train.checkpoint_files import capture_rng, warn
 from aiayn.train.checkpointing import CheckpointManager, RNGState, init_source, load_initial_weights
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.optim import ConfiguredAdam, build_optimizer
@@ -45,9 +46,8 @@ from aiayn.train.runtime import (
     set_deterministic,
 )
 from aiayn.train.schedule import noam_lr
-from aiayn.train.state import capture_rng, warn
+from aiayn.train.state import TrainState
 from aiayn.train.step import Flags, StepResult, TrainStep, skipped_update
-from aiayn.train.train_state import TrainState
 from aiayn.train.validate import Validator
 
 check_run_dir = rundir.check_run_dir
@@ -216,7 +216,7 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         stopped_early = False
         try:
-            while s.step < c.max_steps and not self.flags.stop and not self.flags.late:
+            while s.step < c.max_steps and not self.flags.stop and not self.flags.out_of_time:
                 # where this update starts, for a stop in its middle (cheap: no device sync, a few kB)
                 rollback = (self.iterator.state_dict(), capture_rng(self.device)) if self.update_freq > 1 else None
                 micro = self.batches.take(self.update_freq)

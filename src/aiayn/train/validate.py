@@ -15,8 +15,8 @@ from aiayn import distributed
 from aiayn.checkpoint import save_weights
 from aiayn.distributed import DistInfo
 from aiayn.train.metrics import MetricsWriter
+from aiayn.train.state import TrainState
 from aiayn.train.tasks import Task
-from aiayn.train.train_state import TrainState
 
 
 def validate(task: Task, model: torch.nn.Module) -> dict[str, Any]:
