@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiayn.classification import Classifier, scores
 from aiayn.data import multi30k
 from aiayn.data.io import read_lines
+from aiayn.decode.classifier import Classifier
+from aiayn.scoring import scores
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGS = ("en", "de", "fr", "cs")

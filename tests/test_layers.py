@@ -33,7 +33,6 @@ LAYERS: list[tuple[str, ...]] = [
         "aiayn.export",
         "aiayn.quickstart",
         "aiayn.evaluate",
-        "aiayn.classification",
     ),
     # 7 the command line: every parser (aiayn.cli.*), which reaches across packages, e.g.
     #   `aiayn evaluate` -> aiayn.evaluate

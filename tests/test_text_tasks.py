@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from aiayn.classification import Classifier
 from aiayn.cli import main as cli
 from aiayn.config import Config, ConfigError, ModelConfig
 from aiayn.data.encoded import EncodedSplit
@@ -25,6 +24,7 @@ from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines
 from aiayn.data.text_batching import MaskingCollate, TextCollate
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode.classifier import Classifier
 from aiayn.model import EncoderOnly
 from aiayn.train import train
 from aiayn.train.tasks import spec_for
@@ -133,7 +133,7 @@ def test_pooled_classification_is_the_same_alone_and_padded_in_a_batch_of_pairs(
 
 
 def test_class_scores_match_hand_counts():
-    from aiayn.classification import scores
+    from aiayn.scoring import scores
 
     gold = ["a", "a", "a", "b", "b", "c"]
     pred = ["a", "a", "b", "b", "c", "c"]

@@ -310,3 +310,36 @@ def load_for_attention(path: str) -> tuple[Transformer, Tokenizer]:
 
     translator = Translator.load(path, device="cpu")
     return translator.model, translator.tokenizer
+
+
+def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) -> Path:
+    """A confusion-matrix heat map (rows gold, columns predicted; each cell's count written in it)."""
+    import numpy as np
+
+    m = np.asarray(s["confusion"])
+    names = [_text(x) for x in s["labels"]]
+    size = 2.0 + 0.45 * len(names)
+    fig = _figure(size + 1.0, size, dpi)
+    ax = fig.add_subplot(1, 1, 1)
+    rows = m.sum(1, keepdims=True)
+    share = np.divide(m, rows, out=np.zeros(m.shape), where=rows > 0)  # colour: share of the gold row
+    image = ax.imshow(share, vmin=0.0, vmax=1.0, cmap="Blues")
+    for i in range(len(names)):
+        for j in range(len(names)):
+            ax.text(
+                j,
+                i,
+                str(m[i, j]),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if share[i, j] > 0.5 else "black",
+            )
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    ax.set_title(f"accuracy {s['accuracy']:.3f}, macro F1 {s['macro_f1']:.3f}", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
+    fig.subplots_adjust(left=0.25, bottom=0.25, right=0.88, top=0.9)
+    return _save(fig, out)

@@ -1,4 +1,4 @@
-"""`aiayn classify`: label texts with a classifier run (parsing only; the work is in aiayn.classification)."""
+"""`aiayn classify`: label texts with a classifier run (parsing only; the work is in aiayn.decode.classifier)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=8192, help="tokens per batch")
 
     def run(a: argparse.Namespace) -> int:
-        from aiayn.classification import Classifier, ClassifyError, format_scores, plot_confusion, scores
+        from aiayn.decode.classifier import Classifier, ClassifyError
         from aiayn.fileio import atomic_write
+        from aiayn.scoring import format_scores, scores
+        from aiayn.viz import plot_confusion
 
         clf = Classifier.load(a.checkpoint, a.device)
         ex = clf.read(a.input)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -16,54 +15,14 @@ from torch import Tensor
 
 from aiayn.config import Config, DataConfig, ModelConfig
 from aiayn.data.batching import BatchIterator
-from aiayn.data.errors import DataError
-from aiayn.data.text import ENCODER_SPECIALS, PreparedText
-from aiayn.data.text_batching import TextBatch, TextCollate
+from aiayn.data.text import PreparedText
+from aiayn.data.text_batching import TextBatch
+from aiayn.decode.classifier import classify_logits, encoder_collate
 from aiayn.distributed import DistInfo
 from aiayn.fileio import atomic_write
+from aiayn.scoring import class_scores, confusion_matrix
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
 from aiayn.train.tasks.spec import Autocast, TaskSpec, TrainBatches, register, sentence_batches
-
-
-def encoder_collate(tokenizer: Any, labels: np.ndarray | None = None) -> TextCollate:
-    """BERT's [CLS] a [SEP] (b [SEP]) layout with `tokens` counting examples."""
-    cls_id, sep_id = tokenizer.piece_id(ENCODER_SPECIALS[1]), tokenizer.piece_id(ENCODER_SPECIALS[2])
-    if cls_id is None or sep_id is None:
-        raise DataError(
-            f"the tokenizer {tokenizer.path} lacks the pieces {list(ENCODER_SPECIALS)} the encoder-only tasks need"
-        )
-    return TextCollate(labels, cls_id=cls_id, sep_id=sep_id, per_example=True)
-
-
-def confusion_matrix(gold: Sequence[int] | np.ndarray, pred: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
-    """(n, n) counts: row = gold class, column = predicted class."""
-    m = np.zeros((n, n), dtype=np.int64)
-    np.add.at(m, (np.asarray(gold, dtype=np.int64), np.asarray(pred, dtype=np.int64)), 1)
-    return m
-
-
-def class_scores(m: np.ndarray) -> dict[str, Any]:
-    """Accuracy, per-class precision / recall / F1 / support (lists) and their macro F1 from a confusion
-    matrix. A class never predicted has precision 0 (and F1 0), as scikit-learn's zero_division=0."""
-    tp = np.diag(m).astype(np.float64)
-    predicted, support = m.sum(0).astype(np.float64), m.sum(1).astype(np.float64)
-    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
-    recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
-    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(tp), where=precision + recall > 0)
-    total = m.sum()
-    return {
-        "accuracy": float(tp.sum() / total) if total else 0.0,
-        "precision": precision.tolist(),
-        "recall": recall.tolist(),
-        "f1": f1.tolist(),
-        "support": support.astype(int).tolist(),
-        "macro_f1": float(f1.mean()) if len(f1) else 0.0,
-    }
-
-
-def classify_logits(model: torch.nn.Module, b: TextBatch) -> Tensor:
-    """(B, n_classes) logits of a batch already on the model's device."""
-    return model(b.ids, b.segments, classify=True)  # through forward: a DDP wrapper syncs its gradients
 
 
 class ClassifyTask:

@@ -7,7 +7,8 @@ labels, accuracy, per-class precision / recall / F1, macro F1 and a confusion-ma
 
 Input lines are the training TSV's: LABEL<TAB>TEXT (or LABEL<TAB>A<TAB>B for a run trained on sentence
 pairs), or the same without the label. The run's RUN/labels.json (written when training starts) names
-the classes in id order and says whether the run reads pairs.
+the classes in id order and says whether the run reads pairs. Scores: aiayn.scoring; the confusion-matrix
+picture: aiayn.viz.plot_confusion.
 """
 
 from __future__ import annotations
@@ -16,20 +17,36 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights
 from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
+from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines
+from aiayn.data.text import ENCODER_SPECIALS
+from aiayn.data.text_batching import TextBatch, TextCollate
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import AiaynError
-from aiayn.train.tasks.classify import class_scores, classify_logits, confusion_matrix, encoder_collate
-from aiayn.viz import _figure, _save, _text
+
+
+def encoder_collate(tokenizer: Any, labels: np.ndarray | None = None) -> TextCollate:
+    """BERT's [CLS] a [SEP] (b [SEP]) layout with `tokens` counting examples."""
+    cls_id, sep_id = tokenizer.piece_id(ENCODER_SPECIALS[1]), tokenizer.piece_id(ENCODER_SPECIALS[2])
+    if cls_id is None or sep_id is None:
+        raise DataError(
+            f"the tokenizer {tokenizer.path} lacks the pieces {list(ENCODER_SPECIALS)} the encoder-only tasks need"
+        )
+    return TextCollate(labels, cls_id=cls_id, sep_id=sep_id, per_example=True)
+
+
+def classify_logits(model: torch.nn.Module, b: TextBatch) -> Tensor:
+    """(B, n_classes) logits of a batch already on the model's device."""
+    return model(b.ids, b.segments, classify=True)  # through forward: a DDP wrapper syncs its gradients
 
 
 class ClassifyError(AiaynError, ValueError):
@@ -145,54 +162,3 @@ class Classifier:
                 raise ClassifyError(f"{path}: labels {unknown} are not this run's ({', '.join(self.labels)})")
         texts = [f[1:] if labelled else f for f in fields]
         return Examples([t[0] for t in texts], [t[1] for t in texts] if self.pairs else None, gold)
-
-
-def scores(gold: list[str], predicted: list[str], labels: list[str]) -> dict[str, Any]:
-    """Accuracy, per-class precision / recall / F1 / support, macro F1 and the confusion matrix."""
-    index = {name: i for i, name in enumerate(labels)}
-    m = confusion_matrix([index[g] for g in gold], [index[p] for p in predicted], len(labels))
-    return {**class_scores(m), "labels": list(labels), "confusion": m.tolist(), "n": len(gold)}
-
-
-def format_scores(s: dict[str, Any]) -> str:
-    width = max(8, *(len(x) for x in s["labels"]))
-    rows = [
-        f"accuracy {s['accuracy']:.4f} ({s['n']} examples)",
-        "",
-        f"{'label':<{width}}  precision  recall     f1  support",
-    ]
-    for name, p, r, f, n in zip(s["labels"], s["precision"], s["recall"], s["f1"], s["support"]):
-        rows.append(f"{name:<{width}}  {p:9.4f}  {r:6.4f}  {f:.4f}  {n:7d}")
-    rows += ["", f"macro F1 {s['macro_f1']:.4f}"]
-    return "\n".join(rows)
-
-
-def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) -> Path:
-    """A confusion-matrix heat map (rows gold, columns predicted; each cell's count written in it)."""
-    m = np.asarray(s["confusion"])
-    names = [_text(x) for x in s["labels"]]
-    size = 2.0 + 0.45 * len(names)
-    fig = _figure(size + 1.0, size, dpi)
-    ax = fig.add_subplot(1, 1, 1)
-    rows = m.sum(1, keepdims=True)
-    share = np.divide(m, rows, out=np.zeros(m.shape), where=rows > 0)  # colour: share of the gold row
-    image = ax.imshow(share, vmin=0.0, vmax=1.0, cmap="Blues")
-    for i in range(len(names)):
-        for j in range(len(names)):
-            ax.text(
-                j,
-                i,
-                str(m[i, j]),
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="white" if share[i, j] > 0.5 else "black",
-            )
-    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("gold")
-    ax.set_title(f"accuracy {s['accuracy']:.3f}, macro F1 {s['macro_f1']:.3f}", fontsize=9)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
-    fig.subplots_adjust(left=0.25, bottom=0.25, right=0.88, top=0.9)
-    return _save(fig, out)
