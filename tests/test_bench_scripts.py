@@ -1,7 +1,6 @@
 """The benchmark scripts still run against today's code: each at its smallest setting, as a real process.
-(Not here: those that need a trained run or another checkout: serve_load, serve_batcher, compile_step's
-compile, packed_multi30k, text_classification, data_identity, word_cache, openmp_pools' translate mode;
-and, at tens of seconds each, openmp_pools' ct2 and ct2-alone modes.)
+(Not here: serve_load, which needs a trained run and minutes of load; examples/text_classification.py,
+which trains eight runs.)
 
 A benchmark is run by hand, weeks apart, so an API change (a trainer method gone, a renamed helper)
 otherwise surfaces only when someone needs the numbers. These runs take seconds and check that each
@@ -16,8 +15,6 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,18 +37,13 @@ def json_lines(out: str) -> list[dict]:
     return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 
-def test_checkpoint_save_writes_into_a_new_directory(home, tmp_path):
-    new = str(tmp_path / "new")
-    out = run("checkpoint_save.py", "--preset", "tiny", "--vocab", "500", "--repeat", "1", "--dir", new, home=home)
+def test_kernels_compare_the_loss_and_restricted_attention_with_torch(home):
+    out = run("kernels.py", "loss", "--n", "64", "--vocab", "100", "--repeats", "1", "--threads", "1", home=home)
     (row,) = json_lines(out)
-    assert row["preset"] == "tiny" and row["weights_bytes"] > 0 and row["state_bytes"] > row["weights_bytes"]
-
-
-def test_loss_and_restricted_attention_compare_with_torch(home):
-    out = run("loss.py", "--n", "64", "--vocab", "100", "--repeats", "1", "--threads", "1", home=home)
-    assert "F.cross_entropy / aiayn:" in out
-    out = run("restricted_attention.py", "--n", "64", "--window", "8", "--threads", "1", home=home)
-    assert {"windowed", "full"} <= {r["method"] for r in json_lines(out)}
+    assert row["kernel"] == "loss" and row["n"] == 64 and row["peer_over_aiayn"] > 0
+    out = run("kernels.py", "attention", "--n", "64", "--window", "8", "--threads", "1", home=home)
+    rows = json_lines(out)
+    assert {r["method"] for r in rows} == {"windowed", "band-mask", "full"} and all(r["ms"] > 0 for r in rows)
 
 
 def test_throughput_and_the_profile_run_every_task(home, tmp_path):
@@ -87,16 +79,6 @@ def test_data_scale_prepares_a_synthetic_corpus(home, tmp_path):
     assert row["cached"] is True and row["cached_start_s"] < row["cold_wall_s"]  # the second start finds the cache
 
 
-def test_data_throughput_on_the_embedded_corpus(home):
-    assert run("data_throughput.py", "--corpus", "embedded", "--epochs", "1", home=home).strip()
-
-
-@pytest.mark.needs_mirror
-def test_train_step_times_the_trainers_step(home):
-    out = run("train_step.py", "--max-tokens", "512", "--updates", "1", "--warmup", "1", "--threads", "1", home=home)
-    assert "update" in out
-
-
 def test_lm_char_trains_the_decoder_only_model(home, tmp_path):
     rng = random.Random(0)
     words = "to be or not that is the question whether tis nobler in mind suffer".split()
@@ -114,21 +96,6 @@ def test_lm_char_trains_the_decoder_only_model(home, tmp_path):
     assert row["aiayn"]["steps"] == 2 and row["aiayn"]["val_loss_full"] > 0
 
 
-def test_packed_weight_benchmarks_compare_every_variant(home):
-    out = run(
-        "packed_linear.py",
-        *("--sizes", "tiny", "--rows", "4", "--threads", "1", "--rounds", "1", "--min-seconds", "0.01"),
-        home=home,
-    )
-    assert "one decoder step's products: F.linear" in out and "aiayn-packed" in out
-    out = run(
-        "packed_decode.py",
-        *("--size", "tiny", "--task", "greedy", "--rounds", "1", "--threads", "1", "--decode-len", "3"),
-        home=home,
-    )
-    assert "same outputs as plain" in out
-
-
 def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
     result = tmp_path / "isolated.json"
     out = run(
@@ -140,13 +107,3 @@ def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
     assert "aiayn/ct2-float32 = " in out
     figures = json.loads(result.read_text())
     assert len(figures["tokens_per_s"]["aiayn"]) == 2 and min(figures["tokens_per_s"]["ct2-float32"]) > 0
-
-
-def test_few_query_attention_compares_sdpa_with_the_explicit_path(home):
-    out = run("few_query_attention.py", "--queries", "1,4", "--threads", "1", "--sentences", "4", home=home)
-    assert out.count("queries/row: SDPA") == 2
-
-
-def test_openmp_pools_times_an_add_with_one_and_two_pools(home):
-    out = run("openmp_pools.py", "threads", home=home)
-    assert "worker thread after main ran one: add" in out and "main thread after it ended: add" in out

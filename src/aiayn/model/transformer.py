@@ -123,8 +123,7 @@ class Transformer(nn.Module):
         the (B, 1, T, T) causal & padding mask at real positions (masks.py). With `attention` (plots)
         the explicit `decoder_mask` is used. With `keep`, (n,) int64 indices into the B*T positions
         (row-major), only those positions are projected: logits (n, V). Training keeps the non-pad
-        targets and so skips the pre-softmax projection and the loss on padding (12-15% of
-        Multi30k's target positions at 4,096-token batches, bench/train_step.py); the trainer
+        targets and so skips the pre-softmax projection and the loss on padding; the trainer
         computes the indices on the host, so CUDA needs no sync.
         """
         cross_kv = [cast(DecoderLayer, layer).cross_attn.project(memory) for layer in self.decoder]

@@ -13,7 +13,7 @@ The datasets are built through the project's data layer (multi30k.locate_langs, 
 TSVs under --data; the runs go under --runs; test scores (the run's best validation-accuracy weights)
 and wall times into --out. Runs already finished are reused, so the script resumes where it stopped.
 
-    AIAYN_DATA_DIR=/path/to/multi30k python bench/text_classification.py --data data/text_classification \
+    AIAYN_DATA_DIR=/path/to/multi30k python examples/text_classification.py --data data/text_classification \
         --runs runs/text_classification
 """
 
