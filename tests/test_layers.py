@@ -147,3 +147,13 @@ def test_argument_parsing_lives_in_the_cli_package_only():
             )
             bad += [f"{path.relative_to(SRC)}:{node.lineno}" for n in names if n.split(".")[0] == "argparse"]
     assert not bad, "argparse outside aiayn.cli: " + ", ".join(bad)
+
+
+def test_every_lazy_export_resolves():
+    """A package's lazy names load from the module they point to (a moved module breaks them otherwise)."""
+    import importlib
+
+    for path in sorted((SRC / "aiayn").rglob("__init__.py")):
+        package = importlib.import_module(module_name(path))
+        for name in getattr(package, "_EXPORTS", {}):
+            assert getattr(package, name) is not None, f"{package.__name__}.{name}"

@@ -478,7 +478,8 @@ def test_a_ddp_update_waits_for_the_device_once_and_scales_exactly(monkeypatch):
     mc = ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
     torch.manual_seed(0)
     base = Transformer(mc)
-    task = TranslationTask(mc, None, torch.device("cpu"), label_smoothing=0.1, max_tokens=1000)
+    run = Config.load(None, {"optim.label_smoothing": 0.1, "data.max_tokens": 1000})
+    task = TranslationTask(run, mc, None, torch.device("cpu"))
 
     def update(world: int) -> tuple[torch.nn.Module, object, list[str]]:
         model = copy.deepcopy(base)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import torch
-
-from aiayn.config import Config, DataConfig, ModelConfig
+from aiayn.config import Config, DataConfig
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.train.tasks import TaskSpec, TranslationTask, register
-from aiayn.train.tasks.spec import Autocast, sentence_batches
+from aiayn.train.tasks.spec import sentence_batches
 
 
 def prepare_reversal(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepared:
@@ -31,21 +29,13 @@ def prepare_reversal(cfg: Config, data: DataConfig, run_dir: Path | None) -> Pre
     return prepare(own, run_dir)
 
 
-def build(
-    cfg: Config, model_config: ModelConfig, prepared: Prepared, device: torch.device, autocast: Autocast
-) -> TranslationTask:
-    return TranslationTask(
-        model_config, prepared, device, label_smoothing=0.0, max_tokens=cfg.data.max_tokens, autocast=autocast
-    )
-
-
 SPEC = register(
     TaskSpec(
         name="reverse",
         model_kind="encoder-decoder",
         prepare=prepare_reversal,
         train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
-        build=build,
+        build=TranslationTask,
         longest_row=lambda cfg: (cfg.data.max_len + 1, "data.max_len letters + EOS", "data.max_len"),
         default_metric=lambda cfg: "loss",
     )

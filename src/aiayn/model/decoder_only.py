@@ -27,18 +27,7 @@ class DecoderOnly(nn.Module):
         self.config = c = config
         tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         self.embed = Embedding(tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
-        args = (
-            c.d_model,
-            c.n_heads,
-            c.head_dim,
-            c.d_ff,
-            c.dropout,
-            c.attention_dropout,
-            c.norm,
-            c.value_dim,
-            c.attention_window,
-        )
-        self.layers = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_decoder_layers))
+        self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_decoder_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
         init_parameters(self, c.d_model)

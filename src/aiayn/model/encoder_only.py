@@ -32,18 +32,7 @@ class EncoderOnly(nn.Module):
         tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         self.embed = Embedding(tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.segment_embed = nn.Embedding(2, c.d_model)  # sentence A / B of a pair (BERT)
-        args = (
-            c.d_model,
-            c.n_heads,
-            c.head_dim,
-            c.d_ff,
-            c.dropout,
-            c.attention_dropout,
-            c.norm,
-            c.value_dim,
-            c.attention_window,
-        )
-        self.layers = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
+        self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.norm = nn.LayerNorm(c.d_model) if c.norm == "pre" else nn.Identity()
         # masked-token head: transform, then the tied embedding matrix plus a bias (BERT's)
         self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.LayerNorm(c.d_model))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from aiayn.config import ModelConfig
 from aiayn.model.attention import CrossAttention, SelfAttention
 from aiayn.model.cache import KV, DecoderCache
 
@@ -38,26 +39,20 @@ class Residual(nn.Module):
         return x + self.dropout(y) if self.pre else self.norm(x + self.dropout(y))
 
 
+def self_attention(c: ModelConfig) -> SelfAttention:
+    """h heads of d_k (d_v) each over the whole sequence, or a neighbourhood of r (Table 1's restricted)."""
+    return SelfAttention(c.d_model, c.n_heads, c.head_dim, c.attention_dropout, c.value_dim, c.attention_window)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention, then FFN (§3.1). Under a causal mask, with a cache, it is also the block of a
     decoder-only model (the decoder layer without encoder-decoder attention)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_head: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        norm: str,
-        d_value: int | None = None,
-        window: int | None = None,
-    ) -> None:
+    def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value, window)
-        self.ffn = FeedForward(d_model, d_ff)
-        self.r1, self.r2 = (Residual(d_model, dropout, norm) for _ in range(2))
+        self.self_attn = self_attention(c)
+        self.ffn = FeedForward(c.d_model, c.d_ff)
+        self.r1, self.r2 = (Residual(c.d_model, c.dropout, c.norm) for _ in range(2))
 
     def forward(
         self,
@@ -75,23 +70,12 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, then FFN (§3.1)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_head: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        norm: str,
-        d_value: int | None = None,
-        window: int | None = None,
-    ) -> None:
+    def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, attention_dropout, d_value, window)
-        self.cross_attn = CrossAttention(d_model, n_heads, d_head, attention_dropout, d_value)
-        self.ffn = FeedForward(d_model, d_ff)
-        self.r1, self.r2, self.r3 = (Residual(d_model, dropout, norm) for _ in range(3))
+        self.self_attn = self_attention(c)
+        self.cross_attn = CrossAttention(c.d_model, c.n_heads, c.head_dim, c.attention_dropout, c.value_dim)
+        self.ffn = FeedForward(c.d_model, c.d_ff)
+        self.r1, self.r2, self.r3 = (Residual(c.d_model, c.dropout, c.norm) for _ in range(3))
 
     def forward(
         self,

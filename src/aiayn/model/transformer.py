@@ -51,7 +51,6 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = c = config
-        d_head = c.head_dim
 
         # §3.4: one embedding matrix shared by source, target and the pre-softmax projection.
         src_tokens = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
@@ -59,19 +58,8 @@ class Transformer(nn.Module):
         self.src_embed = Embedding(src_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
         self.tgt_embed = Embedding(tgt_tokens, Positions(c.positional, c.max_positions, c.d_model), c.dropout)
 
-        args = (
-            c.d_model,
-            c.n_heads,
-            d_head,
-            c.d_ff,
-            c.dropout,
-            c.attention_dropout,
-            c.norm,
-            c.value_dim,
-            c.attention_window,
-        )
-        self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(c.n_encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(c.n_decoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         # Pre-LN stacks end with a LayerNorm; post-LN outputs are normalised already.
         pre = c.norm == "pre"
         self.encoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()

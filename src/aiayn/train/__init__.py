@@ -1,4 +1,4 @@
-"""Training (paper §5): label-smoothed loss, the warm-up schedule, the loop, checkpoints, averaging.
+"""Training (paper §5): label-smoothed loss, the warm-up schedule, the loop, checkpoints (averaging: aiayn.averaging).
 
 Names are imported lazily (PEP 562) so `aiayn.cli.train` loads without torch (fast `aiayn --help`).
 """
@@ -16,14 +16,11 @@ _EXPORTS = {
     "label_smoothed_nll": "loss",
     "noam_lr": "schedule",
     "noam_scheduler": "schedule",
-    "average_checkpoints": "average",
-    "average_last": "average",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from aiayn.averaging import average_checkpoints, average_last
     from aiayn.train.loss import label_smoothed_nll
     from aiayn.train.runtime import TrainingError
     from aiayn.train.schedule import noam_lr, noam_scheduler

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,16 +32,14 @@ class ClassifyTask:
 
     def __init__(
         self,
+        cfg: Config,
         model_config: ModelConfig,
         prepared: PreparedText,
         device: torch.device,
-        *,
-        label_smoothing: float,
-        max_tokens: int,
-        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        autocast: Autocast = contextlib.nullcontext,
     ) -> None:
-        self.model_config, self.prepared, self.device = model_config, prepared, device
-        self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
+        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
+        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
         self.names = list(prepared.label_names)
 
     def tokens(self, batch: TextBatch) -> int:
@@ -104,26 +101,13 @@ def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: t
     return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
 
 
-def build(
-    cfg: Config, model_config: ModelConfig, prepared: PreparedText, device: torch.device, autocast: Autocast
-) -> ClassifyTask:
-    return ClassifyTask(
-        model_config,
-        prepared,
-        device,
-        label_smoothing=cfg.optim.label_smoothing,
-        max_tokens=cfg.data.max_tokens,
-        autocast=autocast,
-    )
-
-
 SPEC = register(
     TaskSpec(
         name="classify",
         model_kind="encoder-only",
         prepare=prepare,
         train_batches=train_batches,
-        build=build,
+        build=ClassifyTask,
         longest_row=encoder_row,
         default_metric=lambda cfg: "accuracy",
         metrics=("accuracy",),

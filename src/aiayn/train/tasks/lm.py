@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +42,15 @@ class LMTask:
 
     def __init__(
         self,
+        cfg: Config,
         model_config: ModelConfig,
         prepared: PreparedText,
         device: torch.device,
-        *,
-        label_smoothing: float,
-        block_size: int | None,
-        batch_size: int,
-        max_tokens: int,
-        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        autocast: Autocast = contextlib.nullcontext,
     ) -> None:
-        self.model_config, self.prepared, self.device = model_config, prepared, device
-        self.label_smoothing, self.block_size, self.batch_size = label_smoothing, block_size, batch_size
-        self.max_tokens, self.autocast = max_tokens, autocast
+        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
+        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
+        self.block_size, self.batch_size = cfg.task.block_size, cfg.task.batch_size
 
     def tokens(self, batch: TextBatch) -> int:
         return batch.tokens
@@ -111,21 +107,6 @@ def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: t
     return BlockIterator(stream, cfg.task.block_size, cfg.task.batch_size, cfg.train.seed, dist.rank, dist.world_size)
 
 
-def build(
-    cfg: Config, model_config: ModelConfig, prepared: PreparedText, device: torch.device, autocast: Autocast
-) -> LMTask:
-    return LMTask(
-        model_config,
-        prepared,
-        device,
-        label_smoothing=cfg.optim.label_smoothing,
-        block_size=cfg.task.block_size,
-        batch_size=cfg.task.batch_size,
-        max_tokens=cfg.data.max_tokens,
-        autocast=autocast,
-    )
-
-
 def longest_row(cfg: Config) -> tuple[int, str, str]:
     if cfg.task.block_size is not None:
         return cfg.task.block_size, "task.block_size", "task.block_size"
@@ -157,7 +138,7 @@ SPEC = register(
         model_kind="decoder-only",
         prepare=prepare,
         train_batches=train_batches,
-        build=build,
+        build=LMTask,
         longest_row=longest_row,
         default_metric=lambda cfg: "loss",
         micro_batch_tokens=micro_batch_tokens,

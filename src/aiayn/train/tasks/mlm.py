@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -47,19 +46,15 @@ class MLMTask:
 
     def __init__(
         self,
+        cfg: Config,
         model_config: ModelConfig,
         prepared: PreparedText,
         device: torch.device,
-        *,
-        task: TaskConfig,
-        label_smoothing: float,
-        max_tokens: int,
-        seed: int,
-        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        autocast: Autocast = contextlib.nullcontext,
     ) -> None:
-        self.model_config, self.prepared, self.device = model_config, prepared, device
-        self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
-        self.valid_collate = masking_collate(prepared, task, seed)
+        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
+        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
+        self.valid_collate = masking_collate(prepared, cfg.task, cfg.train.seed)
 
     def tokens(self, batch: MaskedBatch) -> int:
         return batch.tokens
@@ -109,28 +104,13 @@ def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: t
     return sentence_batches(cfg, prepared, dist, device, collate_fn=masking_collate(prepared, cfg.task, cfg.train.seed))
 
 
-def build(
-    cfg: Config, model_config: ModelConfig, prepared: PreparedText, device: torch.device, autocast: Autocast
-) -> MLMTask:
-    return MLMTask(
-        model_config,
-        prepared,
-        device,
-        task=cfg.task,
-        label_smoothing=cfg.optim.label_smoothing,
-        max_tokens=cfg.data.max_tokens,
-        seed=cfg.train.seed,
-        autocast=autocast,
-    )
-
-
 SPEC = register(
     TaskSpec(
         name="mlm",
         model_kind="encoder-only",
         prepare=prepare_lines,
         train_batches=train_batches,
-        build=build,
+        build=MLMTask,
         longest_row=encoder_row,
         default_metric=lambda cfg: "loss",
         metrics=("accuracy",),

@@ -89,7 +89,7 @@ class TaskSpec:
     model_kind: str  # the stack it trains: encoder-decoder | decoder-only | encoder-only
     prepare: Callable[[Config, DataConfig, Path | None], PreparedData]
     train_batches: Callable[[Config, Any, DistInfo, torch.device], TrainBatches]
-    build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]
+    build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
     longest_row: Callable[[Config], tuple[int, str, str]]
     default_metric: Callable[[Config], str]
     metrics: tuple[str, ...] = ()  # validation numbers train.patience_metric may name besides loss

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,20 +24,16 @@ class TranslationTask:
 
     def __init__(
         self,
+        cfg: Config,
         model_config: ModelConfig,
         prepared: Prepared,
         device: torch.device,
-        *,
-        label_smoothing: float,
-        max_tokens: int,
-        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-        compiled: bool = False,
-        eval_bleu: bool = True,
-        eval_max_sentences: int = 0,
+        autocast: Autocast = contextlib.nullcontext,
     ) -> None:
-        self.model_config, self.prepared, self.device = model_config, prepared, device
-        self.label_smoothing, self.max_tokens, self.autocast = label_smoothing, max_tokens, autocast
-        self.compiled, self.eval_bleu, self.eval_max_sentences = compiled, eval_bleu, eval_max_sentences
+        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
+        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
+        t = cfg.train
+        self.compiled, self.eval_bleu, self.eval_max_sentences = t.compile, t.eval_bleu, t.eval_max_sentences
 
     def tokens(self, batch: Any) -> int:
         return batch.tgt_tokens
@@ -86,29 +81,13 @@ class TranslationTask:
         return float(score(hyps, list(ref[:n]))["bleu"])
 
 
-def build(
-    cfg: Config, model_config: ModelConfig, prepared: Prepared, device: torch.device, autocast: Autocast
-) -> TranslationTask:
-    return TranslationTask(
-        model_config,
-        prepared,
-        device,
-        label_smoothing=cfg.optim.label_smoothing,
-        max_tokens=cfg.data.max_tokens,
-        autocast=autocast,
-        compiled=cfg.train.compile,
-        eval_bleu=cfg.train.eval_bleu,
-        eval_max_sentences=cfg.train.eval_max_sentences,
-    )
-
-
 SPEC = register(
     TaskSpec(
         name="translate",
         model_kind="encoder-decoder",
         prepare=lambda cfg, data, run_dir: prepare(data, run_dir),
         train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
-        build=build,
+        build=TranslationTask,
         longest_row=lambda cfg: (
             cfg.data.max_len + 1,
             "data.max_len subwords + EOS, or BOS + data.max_len",
