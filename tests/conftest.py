@@ -3,8 +3,8 @@
 The Multi30k mirror rule (one rule, enforced here rather than by a list):
 - a test that reads the mirror is marked `needs_mirror`; only such a test sees `$AIAYN_DATA_DIR`
   (in its own process and in every process it starts) and may call `multi30k_mirror()`;
-- every other test runs as on a new user's machine: no `$AIAYN_DATA_DIR`, and the Multi30k and
-  Tiny Shakespeare download addresses point at a closed port on 127.0.0.1, so a test that reads
+- every other test runs as on a new user's machine: no `$AIAYN_DATA_DIR`, and the Multi30k, Tiny
+  Shakespeare and CRAFT download addresses point at a closed port on 127.0.0.1, so a test that reads
   either corpus without the mark fails at once, with or without a network, instead of passing here
   and failing on a machine without the mirror;
 - without the mirror a marked test skips with a one-line reason; under CI it fails instead, so a CI
@@ -119,11 +119,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _suite_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One AIAYN_HOME for the whole run, and the corpus downloads pointed at a closed port."""
-    saved = {k: os.environ.get(k) for k in ("AIAYN_HOME", "AIAYN_MULTI30K_URL", "AIAYN_TINYSHAKESPEARE_URL")}
+    urls = {
+        "AIAYN_MULTI30K_URL": CLOSED_URL + "multi30k/",
+        "AIAYN_TINYSHAKESPEARE_URL": CLOSED_URL + "tinyshakespeare/input.txt",
+        "AIAYN_CRAFT_URL": CLOSED_URL + "craft/",
+    }
+    saved = {k: os.environ.get(k) for k in ("AIAYN_HOME", *urls)}
     os.environ["AIAYN_HOME"] = str(tmp_path_factory.mktemp("aiayn-home"))
-    os.environ["AIAYN_MULTI30K_URL"] = CLOSED_URL + "multi30k/"
-    os.environ["AIAYN_TINYSHAKESPEARE_URL"] = CLOSED_URL + "tinyshakespeare/input.txt"
-    os.environ.pop("AIAYN_TINYSHAKESPEARE", None)  # a local copy of the corpus: no test may depend on one
+    os.environ.update(urls)
+    for local_copy in ("AIAYN_TINYSHAKESPEARE", "AIAYN_CRAFT_DIR"):  # no test may depend on one
+        os.environ.pop(local_copy, None)
     yield
     for k, v in saved.items():
         if v is None:

@@ -116,7 +116,11 @@ class DataConfig:
 
     # parallel text (task translate): multi30k | files | embedded | wmt14 (`aiayn data get wmt14` first);
     # text (tasks lm, mlm, classify): text (files) | multi30k (data.text_langs) | tinyshakespeare
-    corpus: Literal["multi30k", "files", "embedded", "wmt14", "text", "tinyshakespeare"] = "multi30k"
+    # trees (task parse): craft (data.data_dir, else $AIAYN_CRAFT_DIR, cache, download) | wsj (data.ptb_root)
+    #   | trees (data.train_src / valid_src / test_src: bracketed tree files)
+    corpus: Literal["multi30k", "files", "embedded", "wmt14", "text", "tinyshakespeare", "craft", "wsj", "trees"] = (
+        "multi30k"
+    )
     src_lang: str = "de"
     tgt_lang: str = "en"
     data_dir: str | None = None  # offline mirror laid out like Multi30k; else $AIAYN_DATA_DIR, cache, download
@@ -147,6 +151,7 @@ class DataConfig:
     text_unit: Literal["line", "document"] = "line"  # document: all the text is one stream (newlines kept)
     valid_fraction: float = 0.1  # document without text_valid: the last share of the training characters
     tokenizer: Literal["bpe", "char"] = "bpe"  # char: one piece per character (nothing normalised)
+    ptb_root: str | None = None  # corpus wsj: LDC99T42's root (parsed/mrg/wsj/NN/*.mrg): 02-21 / 22 / 23
 
     def __post_init__(self) -> None:
         if self.tokenizer not in ("bpe", "char"):
@@ -185,6 +190,7 @@ class TaskConfig:
     mask_prob: float = 0.15  # mlm: share of the non-special tokens chosen for prediction (BERT)
     mask_token: float = 0.8  # ... of which this share becomes [MASK]
     random_token: float = 0.1  # ... and this share a random token (the rest stays as it was)
+    tree_leaves: Literal["pos", "xx", "words"] = "pos"  # parse: what stands for a word in the linearised tree
 
     def __post_init__(self) -> None:
         if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:
@@ -270,7 +276,7 @@ class TrainConfig:
     # The best weights by that metric are RUN/best.safetensors whether or not patience is set.
     patience: int = 0
     # auto = translate: bleu with eval_bleu, else validation loss; classify: accuracy; lm, mlm: validation loss
-    patience_metric: Literal["auto", "bleu", "loss", "accuracy"] = "auto"
+    patience_metric: Literal["auto", "bleu", "loss", "accuracy", "f1"] = "auto"
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     threads: int | None = None  # torch CPU threads (None = torch default)
@@ -284,9 +290,9 @@ class TrainConfig:
             raise ConfigError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
             raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
-        if self.patience_metric not in ("auto", "bleu", "loss", "accuracy"):
+        if self.patience_metric not in ("auto", "bleu", "loss", "accuracy", "f1"):
             raise ConfigError(
-                f"train.patience_metric must be auto | bleu | loss | accuracy, not {self.patience_metric!r}"
+                f"train.patience_metric must be auto | bleu | loss | accuracy | f1, not {self.patience_metric!r}"
             )
         if self.patience_metric == "bleu" and not self.eval_bleu:
             raise ConfigError("train.patience_metric=bleu needs train.eval_bleu=true")

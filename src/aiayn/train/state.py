@@ -8,7 +8,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-HIGHER_IS_BETTER = {"bleu": True, "loss": False, "accuracy": True}  # the metrics train.patience_metric may name
+HIGHER_IS_BETTER = {
+    "bleu": True,
+    "loss": False,
+    "accuracy": True,
+    "f1": True,
+}  # the metrics train.patience_metric may name
 
 
 def _empty_window() -> dict[str, float]:
