@@ -31,25 +31,45 @@ class Progress:
         c = self.c
         self._t0, self._elapsed0 = time.perf_counter(), self.state.elapsed
         self.t_window = self._t0 - self.state.window["seconds"]  # a resumed window keeps its pre-stop time
-        # A time budget (train.max_minutes) makes max_steps a mere cap: then the bar counts steps and the
-        # description says the budget, instead of an ETA towards a step count that will not be reached.
-        timed = c.max_minutes is not None
-        self.bar = (
-            tqdm(
-                total=None if timed else c.max_steps,
+        self.stats = ""
+        # A time budget (train.max_minutes) makes max_steps a mere cap: the bar then runs over the budget's
+        # seconds (resumes included), with the steps in its text. Only a terminal gets a bar; elsewhere
+        # (CI, `| tee`) a line at every train.log_every replaces a carriage-return stream.
+        self.budget = 60 * c.max_minutes if c.max_minutes is not None else None
+        shown = self.main and c.progress and sys.stderr.isatty()
+        self.bar = None
+        if shown and self.budget is not None:
+            self.bar = tqdm(
+                total=self.budget,
+                initial=min(self._elapsed0, self.budget),
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=1.0,
+                bar_format="train: {percentage:3.0f}%|{bar}| {desc}",  # desc: the clock, steps, loss
+            )
+        elif shown:
+            self.bar = tqdm(
+                total=c.max_steps,
                 initial=self.state.step,
                 unit="step",
                 file=sys.stderr,
                 dynamic_ncols=True,
                 mininterval=1.0,
-                desc=f"train ({c.max_minutes:g} min)" if timed else "train",
+                desc="train",
             )
-            if self.main and c.progress
-            else None
-        )
+
+    def clock(self) -> str:
+        """`5:12 of 15:00, 9:48 left`: the time budget so far (resumes included)."""
+        assert self.budget is not None
+        e = min(self.elapsed(), self.budget)
+        return f"{_minutes(e)} of {_minutes(self.budget)}, {_minutes(self.budget - e)} left"
 
     def close(self) -> None:
         if self.bar is not None:
+            if self.budget is not None:  # the last drawing: where the run ended on the budget's bar
+                self.bar.n = min(self.elapsed(), self.budget)
+                self.bar.set_description_str(f"{self.clock()}, step {self.state.step}{self.stats}", refresh=False)
+                self.bar.refresh()
             self.bar.close()
 
     def elapsed(self) -> float:
@@ -66,8 +86,13 @@ class Progress:
         self.t_window = time.perf_counter()  # keep evaluation time out of tokens/s
 
     def updated(self) -> None:
-        if self.bar is not None:
+        if self.bar is None:
+            return
+        if self.budget is None:
             self.bar.update(1)
+            return
+        self.bar.update(max(0.0, min(self.elapsed(), self.budget) - self.bar.n))  # drawn at most once a second
+        self.bar.set_description_str(f"{self.clock()}, step {self.state.step}{self.stats}", refresh=False)
 
     def log(self, lr: float, epoch: int) -> None:
         w, now = self.state.window, time.perf_counter()
@@ -86,11 +111,21 @@ class Progress:
         self.last_train = rec
         self.state.reset_window()
         self.t_window = now
-        if self.bar is not None:
+        if self.bar is not None and self.budget is None:
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
+        elif self.bar is not None:
+            self.stats = f", loss {loss:.3f}, lr {lr:.2e}, {rec['tokens_per_s']:.0f} tok/s"
         elif self.main:
+            where = f" | {self.clock()}" if self.budget is not None else ""
+            steps = "" if self.budget is not None else f"/{self.c.max_steps}"
             print(
-                f"step {self.state.step} | loss {loss:.3f} | nll {nll:.3f} | lr {lr:.2e} | "
-                f"{rec['tokens_per_s']:.0f} tok/s",
+                f"step {self.state.step}{steps} | loss {loss:.3f} | nll {nll:.3f} | lr {lr:.2e} | "
+                f"{rec['tokens_per_s']:.0f} tok/s{where}",
                 flush=True,
             )
+
+
+def _minutes(seconds: float) -> str:
+    """`m:ss`, or `h:mm:ss` from an hour on."""
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
