@@ -279,6 +279,7 @@ class TrainConfig:
     patience_metric: Literal["auto", "bleu", "loss", "accuracy", "f1"] = "auto"
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
+    tensorboard: bool = False  # also write metrics.jsonl's records as TensorBoard events in RUN/tensorboard
     threads: int | None = None  # torch CPU threads (None = torch default)
     dist_timeout_s: float = 600  # how long a collective waits for the slowest rank before failing
     # Deterministic kernels only (torch.use_deterministic_algorithms; an op without one raises), for

@@ -28,15 +28,22 @@ class MetricsError(AiaynError, ValueError):
 
 
 class MetricsWriter:
-    """Appends records to RUN/metrics.jsonl; only rank 0 writes (`enabled`)."""
+    """Appends records to RUN/metrics.jsonl; only rank 0 writes (`enabled`). With `tensorboard`, every
+    numeric field of every record is also a TensorBoard scalar `<kind>/<field>` in RUN/tensorboard/."""
 
-    def __init__(self, run_dir: str | os.PathLike, enabled: bool) -> None:
+    def __init__(self, run_dir: str | os.PathLike, enabled: bool, tensorboard: bool = False) -> None:
         self.path, self.enabled = Path(run_dir) / FILE_NAME, enabled
+        self.tensorboard = tensorboard and enabled
+        self.events: Any = None  # the SummaryWriter, opened by truncate (every run starts with one)
 
     def truncate(self, step: int) -> None:
-        """Drop records after `step` (written before a crash, replayed by the resumed run)."""
+        """Drop records after `step` (written before a crash, replayed by the resumed run). TensorBoard's
+        event files cannot be cut: the new writer marks `step + 1` as a restart, and readers drop the
+        earlier files' events from there on, so a replayed step is never shown twice."""
         if not self.enabled:
             return
+        if self.tensorboard:
+            self._open_events(step)
         keep = []
         if self.path.is_file():
             for line in self.path.read_text().splitlines():
@@ -54,7 +61,24 @@ class MetricsWriter:
         if self.enabled:
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+            if self.events is not None:
+                for name, value in fields.items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        self.events.add_scalar(f"{kind}/{name}", value, step)
         return rec
+
+    def _open_events(self, step: int) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise MetricsError("train.tensorboard needs tensorboard: pip install 'aiayn[tensorboard]'") from None
+        self.close()
+        self.events = SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=step + 1, flush_secs=10)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
 
 def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:

@@ -68,7 +68,7 @@ class Trainer:
         self.amp = resolve_amp(c.amp, self.device)
         if c.threads:
             torch.set_num_threads(c.threads)
-        self.metrics = MetricsWriter(self.run_dir, self.main)
+        self.metrics = MetricsWriter(self.run_dir, self.main, c.tensorboard)
         self.spec = tasks.spec_for(config)  # the task's own checks, before any data work
         self.state = TrainState(metric=tasks.patience_metric(config, self.spec))
         self.flags = Flags()
@@ -248,6 +248,7 @@ class Trainer:
             for sig, h in handlers.items():
                 signal.signal(sig, h)
             self.progress.close()
+            self.metrics.close()
         if interrupted and self.main:
             print(
                 f"interrupted at step {s.step}; checkpoint saved to {self.ckpt.last_saved}\n"
