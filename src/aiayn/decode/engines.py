@@ -129,14 +129,14 @@ class CTranslate2Engine:
         c = self.config
         self._banned = [[self.vocabulary[c.pad_id]], [self.vocabulary[c.bos_id]]]
 
-    def limits(self, sources: Sequence[Sequence[Any]], d: DecodeConfig) -> list[int]:
+    def limits(self, sources: Sequence[Sequence[Any]], max_len_a: float, max_len_b: float) -> list[int]:
         """aiayn.decode.search.max_lengths: floor(a * (pieces + EOS) + b), capped by the positions."""
         cap = self.config.max_positions - 1
-        return [min(max(math.floor(d.max_len_a * (len(s) + 1) + d.max_len_b), 0), cap) for s in sources]
+        return [min(max(math.floor(max_len_a * (len(s) + 1) + max_len_b), 0), cap) for s in sources]
 
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
         pieces = [[self.vocabulary[i] for i in ids] for ids in sources]
-        limits = self.limits(sources, d)
+        limits = self.limits(sources, d.max_len_a, d.max_len_b)
         if d.beam == 1 and n_best == 1:  # one call to the longest limit + EOS, each output cut to its own
             res = self.translator.translate_batch(
                 pieces,
