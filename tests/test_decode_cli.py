@@ -65,26 +65,28 @@ def test_translator_api_keeps_order_and_handles_odd_input(run_dir, capsys, engin
     assert all(s[0][1] >= s[1][1] >= s[2][1] and s[2][1] < 0 for s in scored)  # best first, log-prob scores
 
 
-def test_load_from_weights_file_finds_spm_in_parent(run_dir):
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_load_from_weights_file_finds_spm_in_parent(run_dir, engine):
     from aiayn import Translator
 
-    t = Translator.load(run_dir / "checkpoints" / "step_00000005.safetensors", device="cpu")
-    assert t.translate([LINES[0]], beam=2, max_len_b=3) == Translator.load(run_dir, "cpu").translate(
+    t = Translator.load(run_dir / "checkpoints" / "step_00000005.safetensors", device="cpu", engine=engine)
+    assert t.translate([LINES[0]], beam=2, max_len_b=3) == Translator.load(run_dir, "cpu", engine=engine).translate(
         [LINES[0]], beam=2, max_len_b=3
     )
 
 
-def test_translate_pipe_line_for_line(run_dir):
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_translate_pipe_line_for_line(run_dir, engine):
     from aiayn import Translator
 
     raw = b"Ein Hund rennt.\r\n\nA dog \xff\xfe runs.\n" + " ".join(["Hund"] * 80).encode() + b"\nno newline at end"
-    r = aiayn("translate", "-c", str(run_dir), "--beam", "4", *SEARCH, stdin=raw)
+    r = aiayn("translate", "-c", str(run_dir), "--beam", "4", "--engine", engine, *SEARCH, stdin=raw)
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode("utf-8").split("\n")
     assert out[-1] == "" and len(out) - 1 == 5  # one output line per input line
     assert out[1] == ""
     assert b"input line 4 has" in r.stderr and b"truncated" in r.stderr
-    expect = Translator.load(run_dir, "cpu").translate(
+    expect = Translator.load(run_dir, "cpu", engine=engine).translate(
         [x.decode("utf-8", "replace").rstrip("\r") for x in raw.split(b"\n")], beam=4, max_len_b=4
     )
     assert out[:-1] == expect
