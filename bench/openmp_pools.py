@@ -129,7 +129,7 @@ def translate_child(run: str, mode: str) -> None:
     held: dict[str, object] = {}
 
     def load() -> None:
-        held["t"] = Translator.load(run, "cpu")
+        held["t"] = Translator.load(run, "cpu", engine="torch")
 
     def decode() -> None:
         t = held["t"]

@@ -2,7 +2,7 @@
 
     AIAYN_DATA_DIR=... python bench/packed_multi30k.py RUN_DIR [--threads 2] [--rounds 2]
 
-Translator.load(RUN, "cpu") (nn.Linear) against Translator.load(RUN, "cpu", packed=True) (the decoder's
+Translator.load(RUN, "cpu", engine="torch") (nn.Linear) against Translator.load(RUN, "cpu", packed=True) (the decoder's
 weights packed by aiayn.model.cpu_layout), greedy and beam 4 (length penalty 0.6), rounds in
 alternating order: how many output lines differ, sacreBLEU of each against the test references, and
 the wall and process CPU time of each whole translation.
@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     data = os.environ["AIAYN_DATA_DIR"]
     lines = gzip.open(os.path.join(data, "test_2016_flickr.de.gz"), "rt", encoding="utf-8").read().splitlines()
     refs = gzip.open(os.path.join(data, "test_2016_flickr.en.gz"), "rt", encoding="utf-8").read().splitlines()
-    engines = {"plain": Translator.load(args.run, "cpu"), "packed": Translator.load(args.run, "cpu", packed=True)}
+    engines = {
+        "plain": Translator.load(args.run, "cpu", engine="torch"),
+        "packed": Translator.load(args.run, "cpu", packed=True),
+    }
     for beam in (1, 4):
         out: dict[str, list[str]] = {}
         wall: dict[str, list[float]] = {name: [] for name in engines}
