@@ -393,7 +393,10 @@ t0 = float(sys.argv[2])
 while time.time() < t0:
     time.sleep(0.005)
 out, built = cached_export(sys.argv[1])
-print(out, built)
+from aiayn import Translator
+t = Translator.load(sys.argv[1], "cpu")
+assert t.engine == "ctranslate2" and t.searcher.model_dir == out
+print(out, built, t.translate(["alpha bravo charlie"], beam=1)[0].replace(" ", "_"))
 """
 
 
@@ -410,6 +413,6 @@ def test_two_processes_starting_at_once_export_once(setup: dict, tmp_path: Path)
     ]
     outs = [p.communicate(timeout=120)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    assert outs[0][0] == outs[1][0]
+    assert outs[0][0] == outs[1][0] and outs[0][2] == outs[1][2]  # one export, the same translation
     assert sorted(o[1] for o in outs) == ["False", "True"]  # one exported, the other waited and reused it
     assert len([p for p in (run / "ct2").iterdir() if p.is_dir()]) == 1
