@@ -5,8 +5,8 @@
     t = Translator.load("a/", ensemble=["b/"], average_last=10)   # two runs' averages, decoded together
     t.translate(["Ein Hund rennt."])             # -> ["A dog runs."], the run's decode settings
     t.translate(["Ein Hund rennt."], beam=1)     # one setting overridden for this call (greedy)
-    t = Translator.load("run/", int8=True)       # CPU, int8 weights (aiayn.model.int8)
-    t = Translator.load("run/", packed=True)     # CPU float32, weights packed once for MKL (aiayn.model.cpu_layout)
+    t = Translator.load("run/", int8=True)       # CPU, int8 weights (CTranslate2's; torch: aiayn.model.int8)
+    t = Translator.load("run/", packed=True)     # torch, CPU float32, weights packed for MKL (aiayn.model.cpu_layout)
     t = Translator.load("run/", engine="torch")  # our PyTorch search, not CTranslate2 (engine="auto")
     t.engine, t.engine_reason                    # -> "ctranslate2", "CPU, ctranslate2 4.8.5 installed"
 
