@@ -695,3 +695,25 @@ def test_a_stream_refuses_keys_that_do_not_match_its_sources(random_backend) -> 
         with pytest.raises(ValueError, match="one key"):
             stream.add(sources, keys)
     assert stream.rows == 0
+
+
+def test_serve_takes_one_engine_switch_and_backend_as_its_old_name() -> None:
+    import argparse
+
+    from aiayn.cli.serve import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["serve", "-c", "r"]).engine == "auto"
+    assert parser.parse_args(["serve", "-c", "r", "--engine", "torch"]).engine == "torch"
+    assert parser.parse_args(["serve", "-c", "r", "--backend", "ctranslate2"]).engine == "ctranslate2"
+
+
+def test_load_backend_follows_the_engine_choice(run_dir: Path) -> None:
+    from aiayn.serve.backends import CTranslate2Backend, TorchBackend, load_backend
+
+    auto = load_backend("auto", run_dir, device="cpu", threads=1)
+    assert isinstance(auto, CTranslate2Backend) and auto.translator.engine_reason.startswith("CPU, ctranslate2 ")
+    assert auto.stream() is None  # CTranslate2 decodes whole batches
+    torch_ = load_backend("torch", run_dir, device="cpu", threads=1)
+    assert type(torch_) is TorchBackend and torch_.translator.engine == "torch"

@@ -21,8 +21,35 @@ def _labels(pieces: Sequence[str]) -> list[str]:
     return [p.replace("\u2581", " ").strip() or p for p in pieces]
 
 
-class TorchBackend:
-    """The PyTorch model through `Translator`: what `aiayn translate` computes, batch for batch."""
+class _TranslatorBackend:
+    """What both engines' backends do alike: a `Translator` (aiayn.decode.translator) decodes, so the
+    answers are what `aiayn translate` computes with that engine, batch for batch."""
+
+    translator: Any
+    tokenizer: Any
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        limit = self.translator.max_input_len
+        return [min(len(ids) + 1, limit) for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])]
+
+    def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
+        nbest = self.translator.translate_scored(
+            texts,
+            beam=opts.beam,
+            length_penalty=opts.length_penalty,
+            max_len_a=opts.max_len_a,
+            max_len_b=opts.max_len_b,
+            n_best=opts.n_best,
+        )
+        # Target piece counts (for tokens/s) by re-encoding: Translator returns text, and the
+        # pieces of decoded text are the generated pieces up to rare normalisation differences.
+        return [
+            [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
+        ]
+
+
+class TorchBackend(_TranslatorBackend):
+    """The PyTorch model through `Translator`'s torch engine (continuous batching, attention maps)."""
 
     name = "torch"
 
@@ -46,25 +73,6 @@ class TorchBackend:
             torch.set_num_threads(n)
         self.tokenizer = self.translator.tokenizer
         self.config = self.translator.model.config
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        limit = self.translator.max_input_len
-        return [min(len(ids) + 1, limit) for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])]
-
-    def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
-        nbest = self.translator.translate_scored(
-            texts,
-            beam=opts.beam,
-            length_penalty=opts.length_penalty,
-            max_len_a=opts.max_len_a,
-            max_len_b=opts.max_len_b,
-            n_best=opts.n_best,
-        )
-        # Target piece counts (for tokens/s) by re-encoding: Translator returns text, and the
-        # pieces of decoded text are the generated pieces up to rare normalisation differences.
-        return [
-            [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
-        ]
 
     def stream(self) -> TorchStream | None:
         """A continuous greedy batch over the model (None for an ensemble: the batcher then decodes
@@ -150,7 +158,7 @@ class TorchStream:
         self.engine.clear()
 
 
-class CTranslate2Backend(TorchBackend):
+class CTranslate2Backend(_TranslatorBackend):
     """The CTranslate2 engine through `Translator` (aiayn.decode.engines.CTranslate2Engine): a run
     directory or weights file (its cached export, aiayn.export.cached_export) or an exported directory.
     Greedy output equals the PyTorch backend's token for token; beam search re-ranks CTranslate2's
@@ -174,6 +182,9 @@ class CTranslate2Backend(TorchBackend):
     def stream(self) -> None:
         """No continuous batching: the batcher decodes whole batches."""
         return None
+
+    def close(self) -> None:
+        pass
 
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
         """CTranslate2's own attention output (its alignment: averaged heads of the last layer)."""
