@@ -19,6 +19,10 @@ The sentencepiece model is copied beside the CTranslate2 files as `spm.model`, s
     tr = ctranslate2.Translator("OUT_DIR")
     out = tr.translate_batch([sp.encode(line, out_type=str)], beam_size=4, length_penalty=...)
     sp.decode(out[0].hypotheses[0])
+
+`cached_export` is the same export as an artifact of the run, for Translator's CTranslate2 engine
+(aiayn.decode.engines): written once into RUN/ct2/<key>/, keyed by the content of the weights it came
+from, and reused.
 """
 
 from __future__ import annotations
