@@ -39,7 +39,7 @@ from aiayn.decode.engines import (
     CTranslate2Engine,
     SearchEngine,
     TorchEngine,
-    auto_device,  # noqa: F401 (re-exported: callers import it from here)
+    auto_device,
     choose_engine,
     is_ctranslate2_export,
 )
