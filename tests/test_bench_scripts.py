@@ -107,3 +107,32 @@ def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
     assert "aiayn/ct2-float32 = " in out
     figures = json.loads(result.read_text())
     assert len(figures["tokens_per_s"]["aiayn"]) == 2 and min(figures["tokens_per_s"]["ct2-float32"]) > 0
+
+
+def test_translate_times_each_engine_in_a_fresh_process(home, tmp_path):
+    import torch
+
+    from aiayn.checkpoint import save_weights
+    from aiayn.config import ModelConfig
+    from aiayn.data.tokenizer import Tokenizer
+    from aiayn.model import Transformer
+
+    lines = ["Ein Hund rennt.", "Zwei Männer spielen.", "Eine Frau liest.", "", "Ein Kind schläft."]
+    run_dir = tmp_path / "run"
+    tok = Tokenizer.train(lines * 40, run_dir / "spm.model", vocab_size=320, threads=1)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size)).eval()
+    save_weights(model, run_dir / "best.safetensors")
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "r.json"
+    args = ["--rounds", "1", "--warmup", "2", "--beam", "2", "--threads", "1", "--json", str(out)]
+    printed = run("translate.py", str(run_dir), str(src), str(ref), *args, home=home)
+    rows = json_lines(printed)
+    assert [r["engine"] for r in rows] == ["torch", "ctranslate2", "torch-int8", "ctranslate2-int8"], printed
+    assert [r["decoded_by"] for r in rows] == ["torch", "ctranslate2", "torch", "ctranslate2"]
+    for r in rows:
+        assert r["sentences"] == 5 and 0 < r["decode_s"] < r["command_s"] and r["pieces_per_s"] > 0
+        assert 0 <= r["bleu"] <= 100
+    assert json.loads(out.read_text()) == rows

@@ -41,11 +41,12 @@ def aiayn(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, timeout=120)
 
 
-def test_translator_api_keeps_order_and_handles_odd_input(run_dir, capsys):
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_translator_api_keeps_order_and_handles_odd_input(run_dir, capsys, engine):
     from aiayn import Translator
 
-    t = Translator.load(run_dir, device="cpu")
-    assert t.device.type == "cpu"
+    t = Translator.load(run_dir, device="cpu", engine=engine)
+    assert t.device.type == "cpu" and t.engine == engine
     long_line = " ".join(["Hund"] * 80)  # far beyond 32 positions
     lines = [LINES[1], "", "   ", LINES[0], "\udcff\x00 \u200b 😀", long_line, LINES[2]]
     out = t.translate(lines, beam=4, max_len_b=4)
@@ -60,28 +61,32 @@ def test_translator_api_keeps_order_and_handles_odd_input(run_dir, capsys):
     assert t.translate(lines, beam=1, max_len_b=4) == [t.translate([x], beam=1, max_len_b=4)[0] for x in lines]
     nbest = t.translate(LINES[:2], beam=3, n_best=3, max_len_b=4)
     assert [len(n) for n in nbest] == [3, 3] and nbest[0][0] == out[3]
+    scored = t.translate_scored(LINES[:2], beam=3, n_best=3, max_len_b=4)
+    assert all(s[0][1] >= s[1][1] >= s[2][1] and s[2][1] < 0 for s in scored)  # best first, log-prob scores
 
 
-def test_load_from_weights_file_finds_spm_in_parent(run_dir):
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_load_from_weights_file_finds_spm_in_parent(run_dir, engine):
     from aiayn import Translator
 
-    t = Translator.load(run_dir / "checkpoints" / "step_00000005.safetensors", device="cpu")
-    assert t.translate([LINES[0]], beam=2, max_len_b=3) == Translator.load(run_dir, "cpu").translate(
+    t = Translator.load(run_dir / "checkpoints" / "step_00000005.safetensors", device="cpu", engine=engine)
+    assert t.translate([LINES[0]], beam=2, max_len_b=3) == Translator.load(run_dir, "cpu", engine=engine).translate(
         [LINES[0]], beam=2, max_len_b=3
     )
 
 
-def test_translate_pipe_line_for_line(run_dir):
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_translate_pipe_line_for_line(run_dir, engine):
     from aiayn import Translator
 
     raw = b"Ein Hund rennt.\r\n\nA dog \xff\xfe runs.\n" + " ".join(["Hund"] * 80).encode() + b"\nno newline at end"
-    r = aiayn("translate", "-c", str(run_dir), "--beam", "4", *SEARCH, stdin=raw)
+    r = aiayn("translate", "-c", str(run_dir), "--beam", "4", "--engine", engine, *SEARCH, stdin=raw)
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode("utf-8").split("\n")
     assert out[-1] == "" and len(out) - 1 == 5  # one output line per input line
     assert out[1] == ""
     assert b"input line 4 has" in r.stderr and b"truncated" in r.stderr
-    expect = Translator.load(run_dir, "cpu").translate(
+    expect = Translator.load(run_dir, "cpu", engine=engine).translate(
         [x.decode("utf-8", "replace").rstrip("\r") for x in raw.split(b"\n")], beam=4, max_len_b=4
     )
     assert out[:-1] == expect
@@ -181,14 +186,22 @@ def test_int8_api_and_translate_flag(run_dir):
     from aiayn import Translator
     from aiayn.model.int8 import is_int8
 
-    t8 = Translator.load(run_dir, int8=True)  # no device: int8 means the CPU
+    t8 = Translator.load(run_dir, int8=True, engine="torch")  # no device: int8 means the CPU
     assert t8.device.type == "cpu" and is_int8(t8.model)
-    assert not is_int8(Translator.load(run_dir, "cpu").model)
+    assert not is_int8(Translator.load(run_dir, "cpu", engine="torch").model)
     expect = t8.translate(LINES[:3], beam=4, max_len_b=4)
     assert len(expect) == 3 and all(isinstance(x, str) for x in expect)
-    r = aiayn("translate", "-c", str(run_dir), "--int8", "--beam", "4", *SEARCH, stdin="\n".join(LINES[:3]).encode())
+    stdin = "\n".join(LINES[:3]).encode()
+    r = aiayn("translate", "-c", str(run_dir), "--int8", "--engine", "torch", "--beam", "4", *SEARCH, stdin=stdin)
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout.decode("utf-8").split("\n")[:-1] == expect
+    # The default engine: CTranslate2's int8 (compute_type int8) on an int8 export
+    ct8 = Translator.load(run_dir, int8=True)
+    assert ct8.engine == "ctranslate2" and ct8.searcher.compute_type == "int8"
+    assert "int8" in (ct8.searcher.model_dir / "source.json").read_text()
+    r = aiayn("translate", "-c", str(run_dir), "--int8", "--beam", "4", *SEARCH, stdin=stdin)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode("utf-8").split("\n")[:-1] == ct8.translate(LINES[:3], beam=4, max_len_b=4)
 
 
 def test_translator_packed_option_gives_the_same_translations(run_dir):
@@ -196,9 +209,11 @@ def test_translator_packed_option_gives_the_same_translations(run_dir):
     from aiayn.model.cpu_layout import is_packed, mkl_packing_available, pack_linear
 
     packs = mkl_packing_available() and pack_linear(torch.nn.Linear(8, 8)) is not None  # see test_cpu_layout
-    fast, plain = Translator.load(run_dir, "cpu", packed=True), Translator.load(run_dir, "cpu")
+    fast, plain = Translator.load(run_dir, "cpu", packed=True), Translator.load(run_dir, "cpu", engine="torch")
+    assert fast.engine == "torch" and "packed" in fast.engine_reason  # auto: a torch engine option
     assert is_packed(fast.model) == packs and not is_packed(plain.model)  # opt-in
-    assert not is_packed(Translator.load(run_dir, int8=True, packed=True).model)  # int8: its own linears
+    int8 = Translator.load(run_dir, int8=True, packed=True, engine="torch")
+    assert not is_packed(int8.model)  # int8: its own linears
     for beam in (1, 4):
         assert fast.translate(LINES, beam=beam, max_len_b=6) == plain.translate(LINES, beam=beam, max_len_b=6)
     r = aiayn("translate", "-c", str(run_dir), "--pack", "--beam", "4", *SEARCH, stdin="\n".join(LINES[:3]).encode())
@@ -245,7 +260,7 @@ def greedy_run(run_dir, tmp_path, monkeypatch):
     import shutil
 
     from aiayn.config import Config
-    from aiayn.decode import translator as tr
+    from aiayn.decode import engines as tr
 
     run = tmp_path / "greedy_run"
     shutil.copytree(run_dir, run)
@@ -275,7 +290,7 @@ def test_translator_load_decodes_with_the_runs_decode_section(greedy_run):
     from aiayn.config import DecodeConfig
 
     run, decode, calls = greedy_run
-    t = Translator.load(run, device="cpu")
+    t = Translator.load(run, device="cpu", engine="torch")
     assert t.decode == decode and t.max_tokens == 100
     t.translate([LINES[0]])
     assert calls == [("greedy", 1.0, 4)]
@@ -285,7 +300,7 @@ def test_translator_load_decodes_with_the_runs_decode_section(greedy_run):
     calls.clear()
     t = Translator.load(run / "best.safetensors", device="cpu")  # a weights file in the run: the same
     assert t.decode == decode
-    t = Translator.load(run, device="cpu", decode=DecodeConfig(beam=2, max_len_b=3))
+    t = Translator.load(run, device="cpu", decode=DecodeConfig(beam=2, max_len_b=3), engine="torch")
     t.translate([LINES[0]])
     assert calls == [("beam", 2, 0.6, 1.0, 3)]
 
@@ -301,7 +316,7 @@ def test_translate_command_hands_the_resolved_config_to_the_translator(greedy_ru
     src.write_text(LINES[0] + "\n", encoding="utf-8")
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    io = ["--input", str(src), "--output", str(tmp_path / "out.txt"), "--device", "cpu"]
+    io = ["--input", str(src), "--output", str(tmp_path / "out.txt"), "--device", "cpu", "--engine", "torch"]
     a = parser.parse_args(["translate", "-c", str(run), *io])
     assert a.run(a) == 0
     assert calls == [("greedy", 1.0, 4)]

@@ -227,3 +227,192 @@ def test_a_model_with_d_v_unlike_d_k_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="no restricted self-attention; this model's attention_window is 4"):
         save_ctranslate2(windowed, [f"t{i}" for i in range(8)], tmp_path / "ct2")
     assert not (tmp_path / "ct2").exists()
+
+
+# -- the engines behind Translator, on the trained run ----------------------------------------------
+
+
+def _texts(setup: dict) -> list[str]:
+    """The fixture's sources as text (what a user would give Translator)."""
+    tok = setup["tok"]
+    return [tok.decode([i for i in row if i > EOS_ID]) for row in setup["src"].tolist()]
+
+
+def _copy_run(setup: dict, dest: Path) -> Path:
+    shutil.copytree(setup["run"], dest, ignore=shutil.ignore_patterns("ct2"))
+    return dest
+
+
+def test_auto_picks_ctranslate2_on_the_cpu_and_torch_where_it_cannot(setup: dict, tmp_path: Path) -> None:
+    from aiayn import Translator
+    from aiayn.decode.engines import choose_engine
+    from aiayn.errors import AiaynError
+
+    run = _copy_run(setup, tmp_path / "run")
+    t = Translator.load(run, device="cpu")
+    assert (t.engine, t.engine_reason) == ("ctranslate2", f"CPU, ctranslate2 {ctranslate2.__version__} installed")
+    t = Translator.load(run, device="cpu", engine="torch")
+    assert (t.engine, t.engine_reason) == ("torch", "asked for")
+    engine, why = choose_engine("auto", run, ensemble=[run])
+    assert engine == "torch" and why == "an ensemble of 2 models: CTranslate2 decodes one model"
+    assert choose_engine("auto", run, packed=True)[0] == "torch"
+    with pytest.raises(AiaynError, match="cannot decode .*ensemble"):
+        Translator.load(run, device="cpu", ensemble=[run], engine="ctranslate2")
+
+    windowed = tmp_path / "windowed"
+    windowed.mkdir()
+    shutil.copyfile(run / "spm.model", windowed / "spm.model")
+    cfg = ModelConfig.preset("tiny", setup["tok"].vocab_size, attention_window=3)
+    save_weights(Transformer(cfg).eval(), windowed / "best.safetensors", step=1)
+    t = Translator.load(windowed, device="cpu")
+    assert t.engine == "torch" and t.engine_reason == (
+        "restricted self-attention (attention_window 3): CTranslate2 has none"
+    )
+    assert t.translate(["alpha bravo"], beam=2, max_len_b=3)  # torch decodes it
+
+    ct2 = Translator.load(setup["ct2_dir"])  # an exported directory: only CTranslate2 runs it
+    assert (ct2.engine, ct2.engine_reason) == ("ctranslate2", "a CTranslate2 export")
+    with pytest.raises(AiaynError, match="CTranslate2 export"):
+        Translator.load(setup["ct2_dir"], engine="torch")
+
+
+def _aiayn(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, timeout=120)
+
+
+def test_translate_prints_one_engine_line(setup: dict, tmp_path: Path) -> None:
+    run = _copy_run(setup, tmp_path / "run")
+    stdin = ("\n".join(_texts(setup)[:3]) + "\n").encode()
+    r = _aiayn("translate", "-c", str(run), "--beam", "1", stdin=stdin)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stderr.decode().splitlines() == [
+        f"engine: ctranslate2 (CPU, ctranslate2 {ctranslate2.__version__} installed; --engine torch for PyTorch)"
+    ]
+    t = _aiayn("translate", "-c", str(run), "--beam", "1", "--engine", "torch", stdin=stdin)
+    assert t.stderr.decode().splitlines() == ["engine: torch (--engine torch)"]
+    assert t.stdout == r.stdout  # greedy: the same text from both engines
+    e = _aiayn("translate", "-c", str(run), str(run), "--beam", "2", stdin=stdin)  # an ensemble
+    assert e.stderr.decode().splitlines()[0] == "engine: torch (an ensemble of 2 models: CTranslate2 decodes one model)"
+
+
+def test_greedy_is_token_for_token_the_same_on_both_engines(setup: dict, tmp_path: Path) -> None:
+    from aiayn import Translator
+
+    run = _copy_run(setup, tmp_path / "run")
+    ours, theirs = Translator.load(run, "cpu", engine="torch"), Translator.load(run, "cpu", engine="ctranslate2")
+    lines = _texts(setup) + ["", " ".join(WORDS * 4)]  # an empty line, one that runs to its limit
+    for a, b in ((1.0, 20), (0.0, 3), (0.5, 0), (1.0, 50)):
+        enc = [ours.tokenizer.encode(x) for x in lines]
+        d = ours.search_config(beam=1, max_len_a=a, max_len_b=b)
+        want = ours.searcher.search([e for e in enc if e], d, 1)
+        got = theirs.searcher.search([e for e in enc if e], d, 1)
+        assert [h[0][0] for h in got] == [h[0][0] for h in want], (a, b)
+        out = theirs.translate(lines, beam=1, max_len_a=a, max_len_b=b)
+        assert out == ours.translate(lines, beam=1, max_len_a=a, max_len_b=b)
+        assert out[-2] == ""
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_and_n_best_agree_with_our_search(setup: dict, tmp_path: Path, alpha: float) -> None:
+    """The same hypotheses, scored by our formula (sum log p / GNMT lp, EOS counted), best first."""
+    from aiayn import Translator
+
+    run = _copy_run(setup, tmp_path / "run")
+    ours, theirs = Translator.load(run, "cpu", engine="torch"), Translator.load(run, "cpu", engine="ctranslate2")
+    lines = _texts(setup) + [""]
+    for b in (20, 2):  # ends with EOS; cut by the limit (forced EOS, scored exactly)
+        kw = dict(beam=4, length_penalty=alpha, max_len_a=1.0, max_len_b=b)
+        want, got = ours.translate_scored(lines, n_best=3, **kw), theirs.translate_scored(lines, n_best=3, **kw)
+        assert got[-1] == [("", got[-1][0][1])] or got[-1][0][0] == ""  # empty line -> empty output
+        for w, g in zip(want[:-1], got[:-1]):
+            assert len(g) == 3 and [s for _, s in g] == sorted((s for _, s in g), reverse=True)
+            assert g[0][0] == w[0][0], (alpha, b)
+            assert g[0][1] == pytest.approx(w[0][1], rel=1e-2, abs=1e-3)
+        assert theirs.translate(lines, **kw) == [h[0][0] for h in got]
+
+
+def test_the_export_is_cached_in_the_run_and_rebuilt_when_the_weights_change(setup: dict, tmp_path: Path) -> None:
+    from aiayn import Translator
+    from aiayn.export import cached_export
+
+    run = _copy_run(setup, tmp_path / "run")
+    first, built = cached_export(run)
+    assert built and first.parent == run / "ct2" and (first / "model.bin").is_file()
+    stamp = (first / "model.bin").stat().st_mtime_ns
+    again, built = cached_export(run)
+    assert (again, built) == (first, False) and (first / "model.bin").stat().st_mtime_ns == stamp
+    assert Translator.load(run, "cpu").searcher.model_dir == first  # the Translator reuses it
+    assert [p.name for p in (run / "ct2").iterdir() if p.name.startswith(".")] == []  # no temp dir left
+
+    # New weights (same file name): a new key, a new export; the old one is not taken for it.
+    torch.manual_seed(3)
+    other = Transformer(setup["model"].config).eval()
+    ckpt = next((run / "checkpoints").glob("*.safetensors"))
+    save_weights(other, ckpt, step=300)
+    fresh, built = cached_export(run)
+    assert built and fresh != first
+    t = Translator.load(run, "cpu")
+    assert t.searcher.model_dir == fresh
+    assert t.translate(["alpha bravo"], beam=1) == Translator.load(run, "cpu", engine="torch").translate(
+        ["alpha bravo"], beam=1
+    )
+    int8, built = cached_export(run, quantization="int8")  # quantization is part of the key
+    assert built and int8 not in (first, fresh)
+
+
+def test_averaged_weights_are_exported(setup: dict, tmp_path: Path) -> None:
+    from aiayn import Translator
+
+    run = _copy_run(setup, tmp_path / "run")
+    torch.manual_seed(4)
+    save_weights(Transformer(setup["model"].config).eval(), run / "checkpoints" / "step_00000400.safetensors", step=400)
+    for step in (300, 400):  # list_checkpoints wants the training state beside the weights
+        (run / "checkpoints" / f"step_{step:08d}.state.pt").write_bytes(b"")
+    ct2 = Translator.load(run, "cpu", average_last=2)
+    assert ct2.engine == "ctranslate2" and '"average_last": 2' in (ct2.searcher.model_dir / "source.json").read_text()
+    ours = Translator.load(run, "cpu", average_last=2, engine="torch")
+    lines = _texts(setup)[:6]
+    assert ct2.translate(lines, beam=1, max_len_b=5) == ours.translate(lines, beam=1, max_len_b=5)
+
+
+def test_a_run_it_cannot_write_into_exports_under_aiayn_home(setup: dict, tmp_path: Path, monkeypatch) -> None:
+    from aiayn.export import cached_export
+
+    run = _copy_run(setup, tmp_path / "run")
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    (run / "ct2").write_text("")  # RUN/ct2 cannot be made (a read-only run fails the same way, but not as root)
+    out, built = cached_export(run)
+    assert built and out.parent == tmp_path / "home" / "ct2"
+    assert cached_export(run) == (out, False)  # found there next time
+
+
+_LOAD = """
+import sys, time
+from aiayn.export import cached_export
+t0 = float(sys.argv[2])
+while time.time() < t0:
+    time.sleep(0.005)
+out, built = cached_export(sys.argv[1])
+from aiayn import Translator
+t = Translator.load(sys.argv[1], "cpu")
+assert t.engine == "ctranslate2" and t.searcher.model_dir == out
+print(out, built, t.translate(["alpha bravo charlie"], beam=1)[0].replace(" ", "_"))
+"""
+
+
+def test_two_processes_starting_at_once_export_once(setup: dict, tmp_path: Path) -> None:
+    import os
+    import time
+
+    run = _copy_run(setup, tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    start = str(time.time() + 4)  # both past their imports, then released together
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _LOAD, str(run), start], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0][0] == outs[1][0] and outs[0][2] == outs[1][2]  # one export, the same translation
+    assert sorted(o[1] for o in outs) == ["False", "True"]  # one exported, the other waited and reused it
+    assert len([p for p in (run / "ct2").iterdir() if p.is_dir()]) == 1

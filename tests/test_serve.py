@@ -91,7 +91,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def translator(run_dir: Path):
     from aiayn import Translator
 
-    return Translator.load(run_dir, device="cpu")
+    return Translator.load(run_dir, device="cpu", engine="torch")  # what the torch backend serves
 
 
 def _free_socket() -> socket.socket:
@@ -394,7 +394,7 @@ def test_api_key_enforced(torch_backend, translator) -> None:
 def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServer) -> None:
     from aiayn.serve import CTranslate2Backend
 
-    ct2 = CTranslate2Backend(run_dir, threads=1)  # a run directory: exported on the fly
+    ct2 = CTranslate2Backend(run_dir, threads=1)  # a run directory: its cached export
     srv = _serve(ct2, max_wait_ms=5)
     try:
         lines = SOURCES + ["Hund " * 60, "Ein Hund", "", "Frau Frau Frau"]  # the 60-word line hits the positions
@@ -409,7 +409,7 @@ def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServe
         assert len(att["layers"][0]) == len(att["target_tokens"])
     finally:
         srv.stop()
-    assert ct2._tmp is None or not Path(ct2._tmp).exists()  # the on-the-fly export is removed at shutdown
+    assert ct2.engine.model_dir.parent == run_dir / "ct2"  # written once into the run, reused
 
 
 def test_attention_endpoint(server: ThreadServer, translator) -> None:
@@ -423,7 +423,11 @@ def test_attention_endpoint(server: ThreadServer, translator) -> None:
         assert all(abs(sum(row) - 1) < 1e-2 for row in m)
 
 
-def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path, translator) -> None:
+def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path) -> None:
+    from aiayn import Translator
+
+    default = Translator.load(run_dir, device="cpu")
+    assert default.engine == "ctranslate2"
     sock = _free_socket()
     port = sock.getsockname()[1]
     sock.close()
@@ -471,14 +475,17 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path, transla
         proc.send_signal(signal.SIGTERM)
         t.join(30)
         assert result["r"].status_code == 200
-        assert [x["text"] for x in result["r"].json()["translations"]] == translator.translate(SOURCES[:4])
+        # The default engine (auto): CTranslate2 on the CPU, as Translator.load's default.
+        assert [x["text"] for x in result["r"].json()["translations"]] == default.translate(SOURCES[:4])
         # uvicorn re-raises the SIGTERM it caught once shutdown is done: the process ends by it.
         assert proc.wait(30) in (0, -signal.SIGTERM)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert b"Traceback" not in proc.stderr.read()
+    err = proc.stderr.read()
+    assert b"Traceback" not in err
+    assert err.decode().splitlines()[0].startswith("engine: ctranslate2 (CPU, ctranslate2 ")  # one line, first
 
 
 @pytest.mark.needs_browser
@@ -688,3 +695,25 @@ def test_a_stream_refuses_keys_that_do_not_match_its_sources(random_backend) -> 
         with pytest.raises(ValueError, match="one key"):
             stream.add(sources, keys)
     assert stream.rows == 0
+
+
+def test_serve_takes_one_engine_switch_and_backend_as_its_old_name() -> None:
+    import argparse
+
+    from aiayn.cli.serve import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["serve", "-c", "r"]).engine == "auto"
+    assert parser.parse_args(["serve", "-c", "r", "--engine", "torch"]).engine == "torch"
+    assert parser.parse_args(["serve", "-c", "r", "--backend", "ctranslate2"]).engine == "ctranslate2"
+
+
+def test_load_backend_follows_the_engine_choice(run_dir: Path) -> None:
+    from aiayn.serve.backends import CTranslate2Backend, TorchBackend, load_backend
+
+    auto = load_backend("auto", run_dir, device="cpu", threads=1)
+    assert isinstance(auto, CTranslate2Backend) and auto.translator.engine_reason.startswith("CPU, ctranslate2 ")
+    assert auto.stream() is None  # CTranslate2 decodes whole batches
+    torch_ = load_backend("torch", run_dir, device="cpu", threads=1)
+    assert type(torch_) is TorchBackend and torch_.translator.engine == "torch"

@@ -6,7 +6,7 @@ Multi30k / WMT-2014 protocol). The scoring functions are re-exported here under 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +56,15 @@ def evaluate_run(
     int8: bool = False,
     packed: bool = False,
     decode: DecodeConfig | None = None,
+    engine: str = "auto",
+    on_load: Callable[[Translator], None] | None = None,
     **search: Any,
 ) -> dict[str, Any]:
     """Translate a split of the run's data (or --src) and score it against its references;
     `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
     `int8`: decode with int8 weights on the CPU; `packed`: float32 decoder weights packed for MKL on
-    the CPU; both as in Translator.load.
+    the CPU; both as in Translator.load, as is `engine`. `on_load`: called with the Translator once it
+    is loaded (the command line says which engine decodes).
 
     Search settings: `decode` (None: the run's config.yaml `decode` section, else DecodeConfig()),
     then `max_tokens` and the `search` keywords of `Translator.translate` (beam, length_penalty,
@@ -104,7 +107,10 @@ def evaluate_run(
             packed=packed,
             decode=decode,
             max_tokens=max_tokens,
+            engine=engine,
         )
+        if on_load is not None:
+            on_load(translator)
         hyps = translator.translate(src_lines, **search)
     if output is not None:
         Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

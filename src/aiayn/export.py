@@ -19,19 +19,27 @@ The sentencepiece model is copied beside the CTranslate2 files as `spm.model`, s
     tr = ctranslate2.Translator("OUT_DIR")
     out = tr.translate_batch([sp.encode(line, out_type=str)], beam_size=4, length_penalty=...)
     sp.decode(out[0].hypotheses[0])
+
+`cached_export` is the same export as an artifact of the run, for Translator's CTranslate2 engine
+(aiayn.decode.engines): written once into RUN/ct2/<key>/, keyed by the content of the weights it came
+from, and reused.
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
+import hashlib
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from aiayn.checkpoint import find_tokenizer, load_translation_model
+from aiayn.checkpoint import find_tokenizer, load_translation_model, resolve_weights
 from aiayn.config import ConfigError
 from aiayn.data.tokenizer import Tokenizer
 
@@ -172,3 +180,123 @@ def save_ctranslate2(
 
     _AiaynConverter().convert(str(out_dir), quantization=quantization, force=force)
     return Path(out_dir)
+
+
+# -- the export as a cached artifact of a run ------------------------------------------------------
+
+CACHE_DIR = "ct2"  # inside the run directory: RUN/ct2/<key>/
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def export_sources(path: str | os.PathLike, average_last: int = 0) -> list[Path]:
+    """The weights files an export of `path` is made from: the run's best (or newest) weights, or with
+    `average_last` K the run's last K step checkpoints."""
+    if average_last:
+        from aiayn.averaging import last_checkpoints
+
+        if not Path(path).is_dir():
+            raise ConfigError(f"--average-last needs a run directory, got {path}")
+        return last_checkpoints(path, average_last)
+    return [resolve_weights(path)]
+
+
+def export_key(weights: list[Path], spm_file: Path, average_last: int, quantization: str | None) -> str:
+    """A content key: what the exported files depend on (the weights' and tokenizer's bytes, the
+    settings, and the CTranslate2 version whose converter wrote them)."""
+    import ctranslate2
+
+    parts = {
+        "weights": [_sha256(w) for w in weights],
+        "spm": _sha256(spm_file),
+        "average_last": average_last,
+        "quantization": quantization or "float32",
+        "ctranslate2": ctranslate2.__version__,
+        "format": 1,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _writable_root(candidates: list[Path]) -> Path | None:
+    for root in candidates:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = Path(tempfile.mkdtemp(prefix=".probe.", dir=root))
+            probe.rmdir()
+            return root
+        except OSError:
+            continue
+    return None
+
+
+def cached_export(path: str | os.PathLike, average_last: int = 0, quantization: str | None = None) -> tuple[Path, bool]:
+    """The CTranslate2 export of the run (or weights file) at `path`, built once and reused:
+    (its directory, whether this call built it).
+
+    It lives in RUN/ct2/<key>/, `key` hashing the weights it came from (see `export_key`), so new
+    weights (a better best.safetensors, another average) get a new export and unchanged ones reuse
+    theirs. A run directory that cannot be written falls back to $AIAYN_HOME/ct2/<key>/, then to a
+    temporary directory removed at exit. The export is written into a temporary directory beside
+    its final place and renamed there when complete (nothing half-written is ever found), under a
+    file lock so that processes starting together export once and the others wait for it."""
+    from aiayn.data.multi30k import aiayn_home
+    from aiayn.fileio import file_lock
+
+    spm_file = find_tokenizer(path)
+    weights = export_sources(path, average_last)
+    key = export_key(weights, spm_file, average_last, quantization)
+    run_dir = Path(path) if Path(path).is_dir() else spm_file.parent
+    for place in (run_dir / CACHE_DIR, aiayn_home() / CACHE_DIR):
+        if (place / key / "model.bin").is_file():
+            return place / key, False
+    root = _writable_root([run_dir / CACHE_DIR, aiayn_home() / CACHE_DIR])
+    if root is None:
+        tmp = Path(tempfile.mkdtemp(prefix="aiayn-ct2-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        return _export(weights, spm_file, average_last, quantization, tmp / key), True
+    final = root / key
+    with file_lock(root / f"{key}.lock", "another process is exporting this model for CTranslate2; waiting for it"):
+        if (final / "model.bin").is_file():  # exported by the process we waited for
+            return final, False
+        for stale in root.glob(f".{key}.tmp*"):  # left by an exporter killed while holding the lock
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp", dir=root))
+        try:
+            _export(weights, spm_file, average_last, quantization, tmp / "model")
+            (tmp / "model" / "source.json").write_text(
+                json.dumps(
+                    {
+                        "weights": [str(w) for w in weights],
+                        "average_last": average_last,
+                        "quantization": quantization or "float32",
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
+            try:
+                os.rename(tmp / "model", final)
+            except OSError:  # another machine sharing this directory published the same key first
+                if not (final / "model.bin").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final, True
+
+
+def _export(weights: list[Path], spm_file: Path, average_last: int, quantization: str | None, out: Path) -> Path:
+    if average_last:
+        from aiayn.averaging import average_checkpoints
+
+        model: Any = average_checkpoints(weights).eval()
+        if model.config.kind != "encoder-decoder":
+            raise ConfigError(f"{weights[-1]} holds a {model.config.kind} model, not a translation model")
+    else:
+        model = load_translation_model(weights[0], "cpu")
+    return export_ctranslate2(model, out, spm_file=spm_file, quantization=quantization)

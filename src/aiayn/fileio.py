@@ -1,10 +1,14 @@
-"""Atomic file writes, torch-free so every layer (config, metrics, checkpoints) can use them."""
+"""Atomic file writes and an inter-process file lock, torch-free so every layer (config, metrics,
+checkpoints, caches) can use them."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -28,3 +32,23 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Pat
     finally:
         os.close(dir_fd)
     return path
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike, waiting: str | None = None) -> Iterator[None]:
+    """An exclusive lock on `path` (fcntl.flock; released by the OS if this process dies), for processes
+    of one machine that build the same cache. `waiting`: printed to stderr when another process holds
+    it, so a user sees why nothing happens."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                print(f"aiayn: {waiting} ({path})", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiayn import viz
 from aiayn.averaging import average_run
-from aiayn.checkpoint import list_checkpoints
+from aiayn.checkpoint import list_checkpoints, load_translation_model
 from aiayn.config import Config
 from aiayn.data import multi30k, prepare
 from aiayn.data.io import read_lines
@@ -119,17 +119,18 @@ def run(
     outputs = translator.translate(samples, beam=beam)
     for s, t in zip(samples, outputs):
         print(f"  {s}  ->  {t}")
-    result["pictures"] = _pictures(run_dir, translator, samples[0], outputs[0])
+    result["pictures"] = _pictures(run_dir, translator, weights, samples[0], outputs[0])
     return result
 
 
-def _pictures(run_dir: Path, translator, sentence: str, translation: str) -> list[str]:
+def _pictures(run_dir: Path, translator, weights: Path, sentence: str, translation: str) -> list[str]:
     try:
         curves = viz.plot_runs([run_dir], run_dir / "plots" / "training.png")
-        # The heat map of the translation printed above (beam search), not a greedy one of its own.
-        amap = viz.attention_map(
-            translator.model, translator.tokenizer, sentence, target_ids=translator.tokenizer.encode(translation)
-        )
+        # The heat map of the translation printed above (beam search), not a greedy one of its own; read
+        # from our model, whichever engine translated.
+        model = translator.model if translator.engine == "torch" else load_translation_model(weights, "cpu")
+        ids = translator.tokenizer.encode(translation)
+        amap = viz.attention_map(model, translator.tokenizer, sentence, target_ids=ids)
         heat = viz.plot_attention(amap, run_dir / "plots" / "attention.png", kind="cross")
     except AiaynError as e:  # matplotlib missing: the numbers above are the result, say how to get pictures
         print(f"no pictures: {e}", file=sys.stderr)

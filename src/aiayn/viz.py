@@ -308,7 +308,7 @@ def _colors(n: int) -> list:
 def load_for_attention(path: str) -> tuple[Transformer, Tokenizer]:
     from aiayn.decode import Translator
 
-    translator = Translator.load(path, device="cpu")
+    translator = Translator.load(path, device="cpu", engine="torch")  # attention maps need our model
     return translator.model, translator.tokenizer
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn.cli.translate import add_engine_arg
 from aiayn.config import DecodeConfig
 
 
@@ -45,7 +46,10 @@ def _serve(a: argparse.Namespace) -> int:
         body_limit=a.max_body_bytes,
         api_key=a.api_key,
     )
-    backend = load_backend(a.backend, a.checkpoint, device=a.device, threads=a.threads)
+    from aiayn.cli.translate import say_engine
+
+    backend = load_backend(a.engine, a.checkpoint, device=a.device, threads=a.threads)
+    say_engine(backend.translator)
     app = create_app(backend, settings)
     print(
         f"aiayn serve: {a.checkpoint} ({backend.name}, {settings.source_lang}->{settings.target_lang}, beam {beam}) "
@@ -72,13 +76,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="RUN",
-        help="run directory or weights file; with --backend ctranslate2 also an exported directory",
+        help="run directory, weights file, or a CTranslate2 export (aiayn export --ctranslate2)",
     )
+    add_engine_arg(p)
+    # The switch's old name, kept so existing command lines keep working.
     p.add_argument(
         "--backend",
-        default="torch",
-        choices=["torch", "ctranslate2"],
-        help="torch (default) or ctranslate2 (an exported directory, or RUN exported on the fly)",
+        dest="engine",
+        choices=["auto", "torch", "ctranslate2"],
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="default 5000 (LibreTranslate's)")
@@ -104,7 +111,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="continuous",
         choices=["continuous", "whole"],
         help="continuous (default): greedy searches join and leave a running batch at every decoder "
-        "step (PyTorch backend); whole: every batch is decoded to its end before the next starts",
+        "step (torch engine; CTranslate2 decodes whole batches); whole: every batch is decoded to its end "
+        "before the next starts",
     )
     p.add_argument(
         "--char-limit",

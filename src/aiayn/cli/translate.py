@@ -7,7 +7,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from aiayn.config import DecodeConfig
 
@@ -61,8 +61,12 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
         help=f"batch budget: source tokens x beam (default: the run's decode.max_tokens, else {d.max_tokens})",
     )
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present; cpu with --int8)")
+    add_engine_arg(p)
     p.add_argument(
-        "--int8", action="store_true", help="int8 weights (one scale per output row) and int8 matrix products; CPU only"
+        "--int8",
+        action="store_true",
+        help="int8 weights (one scale per output row) and int8 matrix products; CPU only (CTranslate2: "
+        "compute_type int8)",
     )
     p.add_argument(
         "--pack",
@@ -70,6 +74,27 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
         help="float32 on the CPU: the decoder's weights packed once for MKL's matrix product, as CTranslate2 "
         "does (1-8%% faster, one more copy of those weights)",
     )
+
+
+def add_engine_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "torch", "ctranslate2"],
+        help="what decodes: auto (default) = CTranslate2 on the CPU when installed and the model allows "
+        "(one model, full attention), else PyTorch; the choice and its reason go to stderr",
+    )
+
+
+def engine_line(engine: str, reason: str) -> str:
+    """The one stderr line that says which engine decodes and why."""
+    if engine == "ctranslate2" and reason != "asked for":
+        return f"engine: ctranslate2 ({reason}; --engine torch for PyTorch)"
+    return f"engine: {engine} ({'--engine ' + engine if reason == 'asked for' else reason})"
+
+
+def say_engine(t: Any) -> None:
+    print(engine_line(t.engine, t.engine_reason), file=sys.stderr, flush=True)
 
 
 def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -114,7 +139,10 @@ def _translate(a: argparse.Namespace) -> int:
         raise AiaynError(f"input file not found: {a.input}")
     first, more = _members(a)
     assert first is not None  # -c is required here
-    t = Translator.load(first, device=a.device, ensemble=more, int8=a.int8, decode=decode, packed=a.pack)
+    t = Translator.load(
+        first, device=a.device, ensemble=more, int8=a.int8, decode=decode, packed=a.pack, engine=a.engine
+    )
+    say_engine(t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
     bar = None
@@ -169,6 +197,8 @@ def _evaluate(a: argparse.Namespace) -> int:
         int8=a.int8,
         packed=a.pack,
         decode=decode,
+        engine=a.engine,
+        on_load=say_engine,
     )
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -44,7 +43,7 @@ from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder
-from aiayn.fileio import atomic_write
+from aiayn.fileio import atomic_write, file_lock
 
 SPLITS = ("train", "valid", "test")
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
@@ -255,22 +254,8 @@ def _lock_path(stamp: str) -> Path:
     return multi30k.aiayn_home() / "locks" / f"{stamp}.lock"
 
 
-@contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """An exclusive lock on `path` (released by the OS if this process dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(
-                f"aiayn: another process is preparing this corpus; waiting for it ({path})", file=sys.stderr, flush=True
-            )
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def _lock(path: Path) -> AbstractContextManager[None]:
+    return file_lock(path, "another process is preparing this corpus; waiting for it")
 
 
 def _spm_model_bytes(cfg: DataConfig) -> bytes:

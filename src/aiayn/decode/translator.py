@@ -5,8 +5,16 @@
     t = Translator.load("a/", ensemble=["b/"], average_last=10)   # two runs' averages, decoded together
     t.translate(["Ein Hund rennt."])             # -> ["A dog runs."], the run's decode settings
     t.translate(["Ein Hund rennt."], beam=1)     # one setting overridden for this call (greedy)
-    t = Translator.load("run/", int8=True)       # CPU, int8 weights (aiayn.model.int8)
-    t = Translator.load("run/", packed=True)     # CPU float32, weights packed once for MKL (aiayn.model.cpu_layout)
+    t = Translator.load("run/", int8=True)       # CPU, int8 weights (CTranslate2's; torch: aiayn.model.int8)
+    t = Translator.load("run/", packed=True)     # torch, CPU float32, weights packed for MKL (aiayn.model.cpu_layout)
+    t = Translator.load("run/", engine="torch")  # our PyTorch search, not CTranslate2 (engine="auto")
+    t.engine, t.engine_reason                    # -> "ctranslate2", "CPU, ctranslate2 4.8.5 installed"
+
+Two engines search (aiayn.decode.engines): `auto` (the default) decodes with CTranslate2 on the CPU
+when it is installed and runs the model, from the run's cached export (aiayn.export.cached_export),
+and with our PyTorch search otherwise (a GPU, restricted attention, an ensemble, packed weights);
+`engine_reason` says why, in words. The engines agree token for token on greedy search; beam search
+is CTranslate2's, re-ranked with our length penalty (see CTranslate2Engine).
 
 Search settings come from one `DecodeConfig` held by the Translator (`t.decode`): the run's config.yaml
 `decode` section with `load`, else DecodeConfig()'s defaults (paper §6.1); a keyword given to
@@ -19,6 +27,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,24 +35,18 @@ import torch
 from aiayn.checkpoint import find_in_run
 from aiayn.config import Config, DecodeConfig
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode.engines import (
+    CTranslate2Engine,
+    SearchEngine,
+    TorchEngine,
+    auto_device,
+    choose_engine,
+    is_ctranslate2_export,
+)
 from aiayn.decode.ensemble import load_members
-from aiayn.decode.search import beam_search, greedy_search
 from aiayn.errors import AiaynError
 from aiayn.model.cpu_layout import pack_for_cpu
 from aiayn.model.int8 import quantize_int8
-
-
-def auto_device(device: str | torch.device | None = None) -> torch.device:
-    """None or "auto" -> CUDA when present, else CPU; otherwise the named device (checked)."""
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise AiaynError(f"bad device {device!r}: {e}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise AiaynError(f"device {device!r} requested but CUDA is not available")
-    return dev
 
 
 def _clean(line: str) -> str:
@@ -60,32 +63,45 @@ def run_decode_config(path: str | os.PathLike) -> DecodeConfig:
 
 class Translator:
     """A model + its tokenizer + the search settings it decodes with (`decode`; its `max_tokens` bounds
-    a batch: padded source tokens x beam). `max_tokens`, when given, overrides `decode.max_tokens`."""
+    a batch: padded source tokens x beam). `max_tokens`, when given, overrides `decode.max_tokens`.
+    `model`: a PyTorch model (or Ensemble), decoded by our search, or a `SearchEngine`.
+    `engine` / `engine_reason`: which engine decodes and why, in words (nothing is printed)."""
 
     def __init__(
         self,
-        model,
+        model: torch.nn.Module | SearchEngine,
         tokenizer: Tokenizer,
         device: str | torch.device | None = None,
         max_tokens: int | None = None,
         max_input_len: int | None = None,
         decode: DecodeConfig | None = None,
+        engine_reason: str = "",
     ) -> None:
-        on = next(model.parameters()).device
-        # device=None: keep a model already on an accelerator; else CUDA when present.
-        self.device = on if device is None and on.type != "cpu" else auto_device(device)
-        self.model = model.to(self.device)
+        self.searcher: SearchEngine = TorchEngine(model, device) if isinstance(model, torch.nn.Module) else model
+        self.engine: str = self.searcher.name
+        self.engine_reason = engine_reason or "a model given to Translator"
+        self.device = self.searcher.device
         self.tokenizer = tokenizer
-        if tokenizer.vocab_size > model.config.vocab_size:
+        config = self.searcher.config
+        if tokenizer.vocab_size > config.vocab_size:
             raise AiaynError(
                 f"tokenizer has {tokenizer.vocab_size} pieces but the model only "
-                f"{model.config.vocab_size}: wrong spm.model for this checkpoint?"
+                f"{config.vocab_size}: wrong spm.model for this checkpoint?"
             )
         decode = decode or DecodeConfig()
         self.decode = decode if max_tokens is None else dataclasses.replace(decode, max_tokens=max_tokens)
         # Source pieces + EOS must fit the model's positions.
-        limit = model.config.max_positions
+        limit = config.max_positions
         self.max_input_len = min(max_input_len or limit, limit)
+
+    @property
+    def model(self) -> Any:
+        """The PyTorch model the torch engine decodes (attention maps, continuous batching need it)."""
+        if not isinstance(self.searcher, TorchEngine):
+            raise AiaynError(
+                f"this Translator decodes with {self.engine}, which holds no PyTorch model: load it with engine='torch'"
+            )
+        return self.searcher.model
 
     @property
     def max_tokens(self) -> int:
@@ -102,24 +118,45 @@ class Translator:
         int8: bool = False,
         decode: DecodeConfig | None = None,
         packed: bool = False,
+        engine: str = "auto",
+        threads: int = 0,
         **kw,
     ) -> Translator:
-        """From a run directory (best.safetensors, else the newest checkpoint) or a weights file.
+        """From a run directory (best.safetensors, else the newest checkpoint), a weights file, or a
+        CTranslate2 export (`aiayn export --ctranslate2`).
         `decode`: the search settings; None reads the run's config.yaml `decode` section (DecodeConfig()
         when there is none). `ensemble`: more runs/weights decoded together with `path`
         (decode.ensemble); `average_last` K: each run's last K step checkpoints averaged (§6.1) instead
         of its best weights. `int8`: decode with int8 weights, one scale per output row
-        (aiayn.model.int8); CPU only, so device=None means the CPU then. `packed`: the decoder's float32
-        weights packed once for MKL's matrix product, as CTranslate2 does (aiayn.model.cpu_layout): 1-8 %
-        faster decoding on the CPU (docs/benchmarks.md) for one more copy of those weights; logits may
-        differ from nn.Linear's in the last bits. Ignored with int8, off the CPU and without MKL."""
-        dev = auto_device("cpu" if int8 and device is None else device)
+        (aiayn.model.int8, or CTranslate2's int8); CPU only, so device=None means the CPU then. `packed`:
+        the decoder's float32 weights packed once for MKL's matrix product, as CTranslate2 does
+        (aiayn.model.cpu_layout): 1-8 % faster decoding on the CPU (docs/benchmarks.md) for one more copy
+        of those weights; logits may differ from nn.Linear's in the last bits. Ignored with int8, off the
+        CPU and without MKL; a torch engine option. `engine`: auto, torch or ctranslate2
+        (aiayn.decode.engines.choose_engine). `threads`: CTranslate2's intra-op threads (0: its default)."""
+        if int8 and device is None:
+            device = "cpu"
+        name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, packed=packed)
+        if decode is None:
+            decode = run_decode_config(path)
+        if name == "ctranslate2":
+            if is_ctranslate2_export(path):
+                model_dir = Path(path)
+            else:
+                from aiayn.export import cached_export
+
+                model_dir, _ = cached_export(path, average_last=average_last, quantization="int8" if int8 else None)
+            where = "cpu" if device is None or str(device) == "auto" else str(device)
+            searcher = CTranslate2Engine(model_dir, where, compute_type="int8" if int8 else "default", threads=threads)
+            spm = model_dir / "spm.model"
+            return cls(searcher, Tokenizer(spm), decode=decode, engine_reason=reason, **kw)
+        dev = auto_device(device)
         model, spm = load_members([path, *ensemble], dev, average_last)
         if int8:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
         elif packed:  # off the CPU or without MKL nothing is packed (cpu_layout.pack_linear)
             model = pack_for_cpu(model)  # likewise after averaging; the model is ours, changed in place
-        return cls(model, Tokenizer(spm), dev, decode=decode if decode is not None else run_decode_config(path), **kw)
+        return cls(model, Tokenizer(spm), dev, decode=decode, engine_reason=reason, **kw)
 
     def search_config(
         self,
@@ -195,21 +232,7 @@ class Translator:
         d: DecodeConfig,
         n_best: int,
     ) -> None:
-        eos, pad = self.model.config.eos_id, self.model.config.pad_id
-        S = max(len(encoded[i]) for i in batch) + 1
-        src = torch.full((len(batch), S), pad, dtype=torch.long)  # (B, S) pieces + EOS, right-padded
-        for r, i in enumerate(batch):
-            src[r, : len(encoded[i]) + 1] = torch.tensor(encoded[i] + [eos])
-        src = src.to(self.device)
-        was_training = self.model.training
-        self.model.eval()  # the trainer validates with its live model: restore its mode after
-        try:
-            if d.beam == 1 and n_best == 1:
-                hyps = [[(ids, float("nan"))] for ids in greedy_search(self.model, src, d.max_len_a, d.max_len_b)]
-            else:
-                hyps = beam_search(self.model, src, d.beam, d.length_penalty, d.max_len_a, d.max_len_b, n_best)
-        finally:
-            self.model.train(was_training)
+        hyps = self.searcher.search([encoded[i] for i in batch], d, n_best)
         for i, nbest in zip(batch, hyps):
             results[i] = [(_one_line(self.tokenizer.decode(ids)), score) for ids, score in nbest]
 

@@ -1,4 +1,4 @@
-"""What `aiayn serve` decodes with: the PyTorch model (Translator) or a CTranslate2 export.
+"""What `aiayn serve` decodes with: a Translator on either engine (aiayn.decode.engines), PyTorch or CTranslate2.
 
 Both offer `count_tokens`, `translate` (n-best with scores and target piece counts) and
 `attention` (encoder-decoder attention of one sentence's translation, for the web page).
@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from aiayn.errors import AiaynError
@@ -24,31 +21,12 @@ def _labels(pieces: Sequence[str]) -> list[str]:
     return [p.replace("\u2581", " ").strip() or p for p in pieces]
 
 
-class TorchBackend:
-    """The PyTorch model through `Translator`: what `aiayn translate` computes, batch for batch."""
+class _TranslatorBackend:
+    """What both engines' backends do alike: a `Translator` (aiayn.decode.translator) decodes, so the
+    answers are what `aiayn translate` computes with that engine, batch for batch."""
 
-    name = "torch"
-
-    def __init__(
-        self, run: str | os.PathLike, device: str | None = None, max_tokens: int | None = None, threads: int = 0
-    ) -> None:
-        """`max_tokens` None: the run's decode.max_tokens (Translator.load reads the run's DecodeConfig)."""
-        import torch
-
-        from aiayn.decode.translator import Translator
-
-        n = threads if threads > 0 else torch.get_num_threads()  # the batcher thread's intra-op pool size
-        # Loaded on one intra-op thread. A thread that has run a parallel torch op keeps an OpenMP thread
-        # pool for as long as it lives, and with two pools on the same cores libgomp stops spin-waiting:
-        # every small op of the batcher's worker thread would then pay a thread wake-up (docs/serving.md).
-        # So only the worker runs parallel ops.
-        torch.set_num_threads(1)
-        try:
-            self.translator = Translator.load(run, device=device, max_tokens=max_tokens)
-        finally:
-            torch.set_num_threads(n)
-        self.tokenizer = self.translator.tokenizer
-        self.config = self.translator.model.config
+    translator: Any
+    tokenizer: Any
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         limit = self.translator.max_input_len
@@ -68,6 +46,33 @@ class TorchBackend:
         return [
             [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
         ]
+
+
+class TorchBackend(_TranslatorBackend):
+    """The PyTorch model through `Translator`'s torch engine (continuous batching, attention maps)."""
+
+    name = "torch"
+
+    def __init__(
+        self, run: str | os.PathLike, device: str | None = None, max_tokens: int | None = None, threads: int = 0
+    ) -> None:
+        """`max_tokens` None: the run's decode.max_tokens (Translator.load reads the run's DecodeConfig)."""
+        import torch
+
+        from aiayn.decode.translator import Translator
+
+        n = threads if threads > 0 else torch.get_num_threads()  # the batcher thread's intra-op pool size
+        # Loaded on one intra-op thread. A thread that has run a parallel torch op keeps an OpenMP thread
+        # pool for as long as it lives, and with two pools on the same cores libgomp stops spin-waiting:
+        # every small op of the batcher's worker thread would then pay a thread wake-up (docs/serving.md).
+        # So only the worker runs parallel ops.
+        torch.set_num_threads(1)
+        try:
+            self.translator = Translator.load(run, device=device, max_tokens=max_tokens, engine="torch")
+        finally:
+            torch.set_num_threads(n)
+        self.tokenizer = self.translator.tokenizer
+        self.config = self.translator.model.config
 
     def stream(self) -> TorchStream | None:
         """A continuous greedy batch over the model (None for an ensemble: the batcher then decodes
@@ -153,98 +158,49 @@ class TorchStream:
         self.engine.clear()
 
 
-class CTranslate2Backend:
-    """A CTranslate2 model directory (from `aiayn export --ctranslate2`), or a run exported on the fly.
-
-    Greedy output equals the PyTorch backend's token for token: CTranslate2 gets one batch-wide
-    decoding limit, so it decodes up to the longest per-sentence limit + EOS and each hypothesis is
-    cut to its own limit, which is what our greedy search's forced EOS gives (argmax decoding is
-    prefix-stable). Beam search agrees on well-trained models but is not promised identical.
-    """
+class CTranslate2Backend(_TranslatorBackend):
+    """The CTranslate2 engine through `Translator` (aiayn.decode.engines.CTranslate2Engine): a run
+    directory or weights file (its cached export, aiayn.export.cached_export) or an exported directory.
+    Greedy output equals the PyTorch backend's token for token; beam search re-ranks CTranslate2's
+    hypotheses with our length penalty (see CTranslate2Engine)."""
 
     name = "ctranslate2"
 
-    def __init__(self, path: str | os.PathLike, device: str = "cpu", threads: int = 0) -> None:
-        try:
-            import ctranslate2
-        except ImportError:
-            raise AiaynError("--backend ctranslate2 needs ctranslate2: pip install 'aiayn[serve]'") from None
-        from aiayn.data.tokenizer import Tokenizer
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", threads: int = 0, reason: str = "") -> None:
+        from aiayn.decode.engines import ctranslate2_version
+        from aiayn.decode.translator import Translator
 
-        path = Path(path)
-        self._tmp: str | None = None
-        if not (path / "model.bin").is_file():  # a run directory or weights file: export it now
-            from aiayn.export import export_ctranslate2
+        if ctranslate2_version() is None:
+            raise AiaynError("the ctranslate2 engine needs ctranslate2: pip install ctranslate2")
+        self.translator = Translator.load(path, device=device, engine="ctranslate2", threads=threads)
+        if reason:
+            self.translator.engine_reason = reason
+        self.tokenizer = self.translator.tokenizer
+        self.config = self.translator.searcher.config
+        self.engine: Any = self.translator.searcher
 
-            self._tmp = tempfile.mkdtemp(prefix="aiayn-ct2-")
-            path = export_ctranslate2(path, Path(self._tmp) / "model")
-        if not (path / "spm.model").is_file():
-            raise AiaynError(f"no spm.model in {path}: export with `aiayn export --ctranslate2`")
-        self.tokenizer = Tokenizer(path / "spm.model")
-        self.translator = ctranslate2.Translator(str(path), device=device, intra_threads=threads)
-        import json
+    def stream(self) -> None:
+        """No continuous batching: the batcher decodes whole batches."""
+        return None
 
-        cfg = json.loads((path / "config.json").read_text())
-        self.eos = cfg.get("eos_token", "</s>")
-        # The same input/output limits as the PyTorch model: its positions (export writes them).
-        meta = path / "aiayn_model.json"
-        self.max_input_len = int(json.loads(meta.read_text())["max_positions"]) if meta.is_file() else 1024
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        ids = self.tokenizer.encode_batch([_clean(t) for t in texts])
-        return [min(len(i) + 1, self.max_input_len) for i in ids]
-
-    def _pieces(self, texts: Sequence[str]) -> list[list[str]]:
-        sp = self.tokenizer.sp
-        return [
-            [sp.id_to_piece(i) for i in ids[: self.max_input_len - 1]]
-            for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])
-        ]
-
-    def _limits(self, sources: list[list[str]], opts: SearchOptions) -> list[int]:
-        # aiayn.decode.search.max_lengths: floor(a * (pieces + EOS) + b), capped by the positions.
-        return [
-            min(max(int(math.floor(opts.max_len_a * (len(s) + 1) + opts.max_len_b)), 0), self.max_input_len - 1)
-            for s in sources
-        ]
-
-    def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
-        sources = self._pieces(texts)
-        out: list[list[Hypothesis]] = [[("", float("nan"), 0)] for _ in texts]
-        idx = [i for i, s in enumerate(sources) if s]
-        if not idx:
-            return out
-        limits = self._limits([sources[i] for i in idx], opts)
-        res = self.translator.translate_batch(
-            [sources[i] for i in idx],
-            beam_size=opts.beam,
-            length_penalty=opts.length_penalty,
-            num_hypotheses=opts.n_best,
-            max_decoding_length=max(limits) + 1,
-            return_scores=opts.beam > 1,
-        )
-        for i, lim, r in zip(idx, limits, res):
-            hyps = []
-            for h, pieces in enumerate(r.hypotheses):
-                pieces = [p for p in pieces if p != self.eos][:lim]
-                score = float(r.scores[h]) if opts.beam > 1 and r.scores else float("nan")
-                text = self.tokenizer.sp.decode_pieces(pieces).replace("\n", " ").replace("\r", " ")
-                hyps.append((text, score, len(pieces) + 1))
-            out[i] = hyps
-        return out
+    def close(self) -> None:
+        pass
 
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
         """CTranslate2's own attention output (its alignment: averaged heads of the last layer)."""
-        src = self._pieces([sentence])[0]
-        lim = self._limits([src], opts)[0]
-        r = self.translator.translate_batch(
+        engine = self.engine
+        ids = self.tokenizer.encode(_clean(sentence))[: self.translator.max_input_len - 1]  # cut as Translator cuts
+        src = [engine.vocabulary[i] for i in ids]
+        lim = engine.limits([src], opts.max_len_a, opts.max_len_b)[0]
+        r = engine.translator.translate_batch(
             [src],
             beam_size=opts.beam,
             length_penalty=opts.length_penalty,
             max_decoding_length=lim + 1,
+            max_input_length=0,
             return_attention=True,
         )[0]
-        pieces = [p for p in r.hypotheses[0] if p != self.eos][:lim]
+        pieces = [p for p in r.hypotheses[0] if p != engine.vocabulary[self.config.eos_id]][:lim]
         att = [[round(float(x), 4) for x in row] for row in r.attention[0][: len(pieces) + 1]]
         # CTranslate2 reports a row per generated piece, with or without the EOS step by version.
         tgt = (_labels(pieces) + ["</s>"])[: len(att)]
@@ -256,10 +212,6 @@ class CTranslate2Backend:
             "layer_names": ["CTranslate2 alignment (last layer)"],
         }
 
-    def close(self) -> None:
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
 
 def _clean(line: str) -> str:
     # As Translator does: lone surrogates crash sentencepiece.
@@ -267,9 +219,14 @@ def _clean(line: str) -> str:
 
 
 def load_backend(kind: str, run: str | os.PathLike, device: str | None = None, threads: int = 0) -> Any:
-    """`torch` or `ctranslate2` serving the run (or exported directory) at `run`."""
-    if kind == "torch":
-        return TorchBackend(run, device=device, threads=threads)
-    if kind == "ctranslate2":
-        return CTranslate2Backend(run, device=device if device not in (None, "auto") else "cpu", threads=threads)
-    raise AiaynError(f"--backend must be torch or ctranslate2, not {kind!r}")
+    """The backend serving the run (or exported directory) at `run`: `kind` is an engine, auto, torch
+    or ctranslate2 (aiayn.decode.engines.choose_engine); its `translator.engine_reason` says why."""
+    from aiayn.decode.engines import choose_engine
+
+    engine, reason = choose_engine(kind, run, device=device)
+    if engine == "torch":
+        backend: Any = TorchBackend(run, device=device, threads=threads)
+        backend.translator.engine_reason = reason
+        return backend
+    where = device if device not in (None, "auto") else "cpu"
+    return CTranslate2Backend(run, device=where, threads=threads, reason=reason)

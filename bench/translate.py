@@ -1,0 +1,123 @@
+"""Whole files through each decoding engine, each in a fresh process: what a user of `aiayn translate` gets.
+
+    python bench/translate.py RUN SRC [REF] [--engines torch,ctranslate2,torch-int8,ctranslate2-int8]
+                              [--beam 4] [--threads 2] [--rounds 3] [--json out.json]
+
+Per engine and round, one new process loads the run (Translator.load(RUN, "cpu", engine=..., int8=...);
+CTranslate2's export is built before the first round, so no round pays for it), translates the first
+`--warmup` lines, then the whole file once, timed. Engines run in alternating order from round to round
+(one order forwards, the next backwards) so a drift of the machine does not favour one engine.
+Reported per engine, medians over the rounds: decode_s (the timed pass, inside the process), command_s
+(the whole process: start, imports, load, warm-up, decode), sentences/s and output pieces/s of the
+timed pass, and sacreBLEU against REF when given. One JSON object per engine on stdout; --json also
+writes them all to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENGINES = ("torch", "ctranslate2", "torch-int8", "ctranslate2-int8")
+
+
+def _worker(a: argparse.Namespace) -> int:
+    """One engine, one round: load, warm up, translate the file once; JSON on stdout."""
+    import torch
+
+    from aiayn import Translator
+
+    torch.set_num_threads(a.threads)
+    engine, _, int8 = a.worker.partition("-")
+    lines = Path(a.src).read_text(encoding="utf-8").splitlines()
+    t = Translator.load(a.run, "cpu", engine=engine, int8=bool(int8), threads=a.threads)
+    t.translate(lines[: a.warmup], beam=a.beam)
+    start = time.perf_counter()
+    out = t.translate(lines, beam=a.beam)
+    decode_s = time.perf_counter() - start
+    Path(a.out).write_text("".join(x + "\n" for x in out), encoding="utf-8")
+    pieces = sum(len(ids) + 1 for ids in t.tokenizer.encode_batch(out))  # generated pieces + EOS
+    print(json.dumps({"decode_s": decode_s, "sentences": len(lines), "pieces": pieces, "engine": t.engine}))
+    return 0
+
+
+def _round(a: argparse.Namespace, name: str, out: Path) -> dict:
+    cmd = [sys.executable, __file__, a.run, a.src, "--worker", name, "--out", str(out)]
+    cmd += ["--beam", str(a.beam), "--threads", str(a.threads), "--warmup", str(a.warmup)]
+    start = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    command_s = time.perf_counter() - start
+    if p.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{p.stderr[-3000:]}")
+    row = json.loads(p.stdout.strip().splitlines()[-1])
+    row["command_s"] = command_s
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run")
+    p.add_argument("src")
+    p.add_argument("ref", nargs="?")
+    p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=16, help="lines translated before the timed pass")
+    p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        return _worker(a)
+    names = [e for e in a.engines.split(",") if e]
+    unknown = [e for e in names if e not in ENGINES]
+    if unknown:
+        p.error(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    from aiayn.export import cached_export
+
+    for name in names:  # the exports are artifacts of the run: built once, outside the timed rounds
+        if name.startswith("ctranslate2"):
+            cached_export(a.run, quantization="int8" if name.endswith("int8") else None)
+    rows: dict[str, list[dict]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            for name in names[:: 1 if r % 2 == 0 else -1]:
+                rows[name].append(_round(a, name, Path(tmp) / f"{name}.txt"))
+        results = []
+        for name in names:
+            runs = rows[name]
+            decode_s = statistics.median(x["decode_s"] for x in runs)
+            row = {
+                "engine": name,
+                "decoded_by": runs[0]["engine"],
+                "beam": a.beam,
+                "threads": a.threads,
+                "rounds": a.rounds,
+                "sentences": runs[0]["sentences"],
+                "decode_s": round(decode_s, 3),
+                "command_s": round(statistics.median(x["command_s"] for x in runs), 3),
+                "sentences_per_s": round(runs[0]["sentences"] / decode_s, 1),
+                "pieces_per_s": round(statistics.median(x["pieces"] / x["decode_s"] for x in runs), 1),
+            }
+            if a.ref:
+                import sacrebleu
+
+                hyps = (Path(tmp) / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+                refs = Path(a.ref).read_text(encoding="utf-8").splitlines()
+                row["bleu"] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+            print(json.dumps(row), flush=True)
+            results.append(row)
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

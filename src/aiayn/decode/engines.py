@@ -1,0 +1,285 @@
+"""The engines behind `Translator`: our PyTorch search (aiayn.decode.search) or CTranslate2.
+
+Translator cleans, tokenizes and cuts the input lines, answers empty ones, batches by `decode.max_tokens`
+and detokenizes; an engine only searches: source ids (pieces, no EOS) -> per sentence the n-best
+(ids without BOS/EOS, score), best first, with the search settings of one `DecodeConfig`. The server's
+backends (aiayn.serve.backends) decode through a Translator too, so both engines live here once.
+
+`choose_engine` decides which one decodes a run (`engine="auto"`): CTranslate2 on the CPU when it is
+installed and runs the model (one encoder-decoder model, full attention, d_v = d_k), else torch, with
+the reason in words. CTranslate2 decodes the run's export (aiayn.export.cached_export), written once into
+the run directory and reused.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from aiayn.config import DecodeConfig, ModelConfig
+from aiayn.decode.search import beam_search, greedy_search
+from aiayn.errors import AiaynError
+
+Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
+# CTranslate2's beam search with a length penalty stops once beam x PATIENCE hypotheses have finished;
+# ours stops when no live beam can still win. Stopping after `beam` (patience 1) missed our winner on
+# 14 of 1,000 Multi30k test sentences (beam 4, length penalty 1), after 2 x beam on none, for about a
+# quarter more decoding time (see CTranslate2Engine).
+PATIENCE = 2
+ENGINES = ("auto", "torch", "ctranslate2")
+
+
+class SearchEngine(Protocol):
+    name: str
+    config: ModelConfig  # special ids and max_positions (bounds inputs and outputs)
+    device: torch.device
+
+    def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses: ...
+
+
+def auto_device(device: str | torch.device | None = None) -> torch.device:
+    """None or "auto" -> CUDA when present, else CPU; otherwise the named device (checked)."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise AiaynError(f"bad device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise AiaynError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+class TorchEngine:
+    """Our batched greedy and beam search (aiayn.decode.search) on a PyTorch model or `Ensemble`."""
+
+    name = "torch"
+
+    def __init__(self, model: Any, device: str | torch.device | None = None) -> None:
+        on = next(model.parameters()).device
+        # device=None: keep a model already on an accelerator; else CUDA when present.
+        self.device = on if device is None and on.type != "cpu" else auto_device(device)
+        self.model = model.to(self.device)
+        self.config: ModelConfig = model.config  # type: ignore[assignment]
+
+    def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
+        eos, pad = self.config.eos_id, self.config.pad_id
+        S = max(len(ids) for ids in sources) + 1
+        src = torch.full((len(sources), S), pad, dtype=torch.long)  # (B, S) pieces + EOS, right-padded
+        for r, ids in enumerate(sources):
+            src[r, : len(ids) + 1] = torch.tensor(ids + [eos])
+        src = src.to(self.device)
+        was_training = self.model.training
+        self.model.eval()  # the trainer validates with its live model: restore its mode after
+        try:
+            if d.beam == 1 and n_best == 1:
+                return [[(ids, float("nan"))] for ids in greedy_search(self.model, src, d.max_len_a, d.max_len_b)]
+            return beam_search(self.model, src, d.beam, d.length_penalty, d.max_len_a, d.max_len_b, n_best)
+        finally:
+            self.model.train(was_training)
+
+
+class CTranslate2Engine:
+    """A CTranslate2 model directory (`aiayn export --ctranslate2`, or a run's cached export) searched
+    with our settings.
+
+    What each setting means here, against aiayn.decode.search:
+    - max length: floor(max_len_a * (pieces + EOS) + max_len_b) pieces before EOS, capped by the
+      positions. Greedy: one call decodes to the batch's longest limit + EOS and each output is cut to
+      its own limit, which is our greedy output token for token (argmax decoding is prefix-stable, and
+      our forced EOS ends the same prefix). Beam: one call per limit, so each sentence stops at its own.
+    - pad and BOS are never generated (suppressed, as our searches do).
+    - beam search: CTranslate2's keeps the best k non-EOS of the 2k best candidates and finishes the EOS
+      candidates ranked within the top k, as ours does, so both see the same finished hypotheses. Its
+      length penalty is another formula (sum log p / |Y|^alpha): it is asked for every hypothesis that
+      finishes until 2k have (`PATIENCE`), their sum of log-probs is recovered from its score (|Y| counts
+      EOS in both) and they are re-ranked by ours, GNMT's sum log p / ((5 + |Y|) / 6)^alpha. Hypotheses
+      that reach the limit without EOS, which our search ends with a forced EOS, are scored exactly (EOS
+      included) by CTranslate2's teacher-forced `score_batch`. With length penalty 0 both rank by the
+      sum of log-probs and stop when the best candidate has finished.
+      Reproduced, not promised identical: ours stops only when no live beam can still win, so it may
+      find a longer winner after 2k hypotheses have finished; at the limit CTranslate2 ends only the
+      live beams within its top k; near-ties can fall either way (float sums differ in the last bits),
+      and CTranslate2's beam scores run slightly above the exact sum of log-probs (tests/test_export.py).
+      On the quickstart model (Multi30k test, 1,000 sentences, beam 4) the outputs were identical at
+      length penalty 1 and differed on one sentence at 0.6, where CTranslate2's hypothesis had the
+      better score by our own formula; BLEU did not move.
+    - scores: as ours, sum log p / lp(|Y|) (greedy: nan).
+    """
+
+    name = "ctranslate2"
+
+    def __init__(
+        self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default", threads: int = 0
+    ) -> None:
+        import ctranslate2
+
+        d = Path(model_dir)
+        meta = d / "aiayn_model.json"
+        if not meta.is_file():
+            raise AiaynError(f"{d} has no aiayn_model.json: export it with `aiayn export --ctranslate2`")
+        self.model_dir = d
+        self.config = ModelConfig.from_dict(json.loads(meta.read_text()))
+        self.vocabulary: list[str] = json.loads((d / "shared_vocabulary.json").read_text())
+        self.ids = {p: i for i, p in enumerate(self.vocabulary)}
+        self.device = torch.device(device)
+        self.compute_type = compute_type
+        self.translator = ctranslate2.Translator(
+            str(d), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
+        )
+        c = self.config
+        self._banned = [[self.vocabulary[c.pad_id]], [self.vocabulary[c.bos_id]]]
+
+    def limits(self, sources: Sequence[Sequence[Any]], max_len_a: float, max_len_b: float) -> list[int]:
+        """aiayn.decode.search.max_lengths: floor(a * (pieces + EOS) + b), capped by the positions."""
+        cap = self.config.max_positions - 1
+        return [min(max(math.floor(max_len_a * (len(s) + 1) + max_len_b), 0), cap) for s in sources]
+
+    def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
+        pieces = [[self.vocabulary[i] for i in ids] for ids in sources]
+        limits = self.limits(sources, d.max_len_a, d.max_len_b)
+        if d.beam == 1 and n_best == 1:  # one call to the longest limit + EOS, each output cut to its own
+            res = self.translator.translate_batch(
+                pieces,
+                beam_size=1,
+                max_decoding_length=max(limits) + 1,
+                max_input_length=0,  # Translator has cut the inputs to the positions
+                suppress_sequences=self._banned,
+            )
+            return [[([self.ids[p] for p in r.hypotheses[0]][:lim], math.nan)] for r, lim in zip(res, limits)]
+        alpha, eos = d.length_penalty, self.config.eos_id
+        out: Hypotheses = [[] for _ in sources]
+        unscored: list[tuple[int, int]] = []  # (sentence, hypothesis) that reached the limit without EOS
+        by_limit: dict[int, list[int]] = {}
+        for i, lim in enumerate(limits):
+            by_limit.setdefault(lim, []).append(i)
+        for lim, group in by_limit.items():  # one decoding limit per call: each sentence's own
+            if lim == 0:  # nothing but the forced EOS
+                for i in group:
+                    unscored.append((i, 0))
+                    out[i].append(([], math.nan))
+                continue
+            res = self.translator.translate_batch(
+                [pieces[i] for i in group],
+                beam_size=d.beam,
+                # alpha 0 ranks as ours does; else every finished hypothesis comes back, to re-rank
+                num_hypotheses=n_best if alpha == 0 else d.beam * PATIENCE,
+                patience=1 if alpha == 0 else PATIENCE,
+                length_penalty=alpha,
+                max_decoding_length=lim,
+                max_input_length=0,
+                suppress_sequences=self._banned,
+                return_end_token=True,
+                return_scores=True,
+            )
+            for i, r in zip(group, res):
+                for h, hyp in enumerate(r.hypotheses):
+                    ids = [self.ids[p] for p in hyp]
+                    if ids and ids[-1] == eos:  # its score divides by (pieces + EOS)^alpha
+                        out[i].append((ids[:-1], float(r.scores[h]) * len(ids) ** alpha))
+                    else:  # at the limit: our search ends it with EOS, which it scores
+                        unscored.append((i, len(out[i])))
+                        out[i].append((ids, math.nan))
+        if unscored:
+            exact = self.translator.score_batch(
+                [pieces[i] for i, _ in unscored],
+                [[self.vocabulary[t] for t in out[i][h][0]] for i, h in unscored],
+                max_input_length=0,
+            )
+            for (i, h), sc in zip(unscored, exact):
+                out[i][h] = (out[i][h][0], float(sum(sc.log_probs)))
+        for i, hyps in enumerate(out):  # our length penalty: GNMT's, |Y| counting EOS
+            ranked = sorted(((logp / ((5.0 + len(ids) + 1) / 6.0) ** alpha, ids) for ids, logp in hyps), reverse=True)
+            out[i] = [(ids, score) for score, ids in ranked[:n_best]]
+        return out
+
+
+def ctranslate2_version() -> str | None:
+    """The installed ctranslate2's version, None when it is not importable."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        return None
+    try:
+        return importlib.metadata.version("ctranslate2")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def is_ctranslate2_export(path: str | os.PathLike) -> bool:
+    return (Path(path) / "model.bin").is_file() and (Path(path) / "aiayn_model.json").is_file()
+
+
+def _model_config(path: str | os.PathLike) -> ModelConfig:
+    from aiayn.checkpoint import resolve_weights, weights_config
+
+    if is_ctranslate2_export(path):
+        return ModelConfig.from_dict(json.loads((Path(path) / "aiayn_model.json").read_text()))
+    return weights_config(resolve_weights(path))
+
+
+def ctranslate2_obstacle(
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device | None = None,
+    ensemble: Sequence[str | os.PathLike] = (),
+    packed: bool = False,
+    on_cuda_too: bool = False,
+) -> str | None:
+    """Why CTranslate2 cannot (or, for `auto`, should not) decode this run, in words; None when it can."""
+    if ctranslate2_version() is None:
+        return "ctranslate2 is not installed"
+    if ensemble:
+        return f"an ensemble of {len(ensemble) + 1} models: CTranslate2 decodes one model"
+    if packed:
+        return "packed weights are a PyTorch engine option"
+    if not on_cuda_too and auto_device(device).type != "cpu":
+        return f"{auto_device(device)} device: the CTranslate2 engine decodes on the CPU"
+    c = _model_config(path)
+    if c.kind != "encoder-decoder":
+        return f"a {c.kind} model: CTranslate2 decodes encoder-decoder models"
+    if c.attention_window is not None:
+        return f"restricted self-attention (attention_window {c.attention_window}): CTranslate2 has none"
+    if c.value_dim != c.head_dim:
+        return f"d_v = {c.value_dim} unlike d_k = {c.head_dim}: CTranslate2 needs them equal"
+    return None
+
+
+def choose_engine(
+    engine: str,
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device | None = None,
+    ensemble: Sequence[str | os.PathLike] = (),
+    packed: bool = False,
+) -> tuple[str, str]:
+    """(the engine that decodes `path`, why): `engine` is auto, torch or ctranslate2. auto: CTranslate2
+    on the CPU when nothing stands in its way (`ctranslate2_obstacle`), else torch; an engine named
+    that cannot decode the run is an error."""
+    if engine not in ENGINES:
+        raise AiaynError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if is_ctranslate2_export(path):
+        if engine == "torch":
+            raise AiaynError(f"{path} is a CTranslate2 export: the torch engine needs a run directory or weights file")
+        if ctranslate2_version() is None:
+            raise AiaynError(f"{path} is a CTranslate2 export and ctranslate2 is not installed")
+        return "ctranslate2", "a CTranslate2 export"
+    if engine == "torch":
+        return "torch", "asked for"
+    why = ctranslate2_obstacle(
+        path, device=device, ensemble=ensemble, packed=packed, on_cuda_too=engine == "ctranslate2"
+    )
+    if engine == "ctranslate2":
+        if why is not None:
+            raise AiaynError(f"the ctranslate2 engine cannot decode {path}: {why}")
+        return "ctranslate2", "asked for"
+    if why is not None:
+        return "torch", why
+    where = auto_device(device).type.upper()
+    return "ctranslate2", f"{where}, ctranslate2 {ctranslate2_version()} installed"
