@@ -1,4 +1,5 @@
-"""Training and decoding throughput of aiayn side by side with its peers (issue 7).
+"""Synthetic throughput: training and decoding of random-weight models side by side with peers. For what a
+user's own trained model decodes at, use bench/translate.py (whole files, one process per engine).
 
     python bench/throughput.py                          # small size, all peers, 3 repeats, 2 threads
     python bench/throughput.py --size base --repeats 3 --train-batches 1
@@ -38,10 +39,9 @@ state, caches, allocator slack. torch's CPU allocator is plain malloc, so tracem
 
 CTranslate2 in the same process slows torch down: once it has decoded, torch's small parallel ops run
 several times slower for as long as its translator lives (its OpenMP calls land in torch's runtime from
-a thread of its own: docs/benchmarks.md), so the aiayn engines' decoding
-figures here are low whenever the ct2 peers run beside them (the ct2 figures are not affected). The
-decoding ratios against CTranslate2 that issue 26 judges come from bench/isolated_decode.py, one process
-per engine; the ratios printed here against ct2 carry no verdict.
+a thread of its own: docs/benchmarks.md), so the aiayn engines' decoding figures here are low whenever
+the ct2 peers run beside them (the ct2 figures are not affected): the ratios printed against ct2 carry
+no verdict. Engines are compared one process each by bench/translate.py.
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ TRAIN_ENGINES = ["aiayn", "torch", "hf"]
 DECODE_ENGINES = ["aiayn", "aiayn-packed", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
 # + our int8 and packed-weight decoders beside CT2's
 PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8", "aiayn-packed"]}
-GOALS = {  # issue 7: ratio aiayn / peer that must hold on CPU
+GOALS = {  # ratio aiayn / peer that must hold on CPU
     ("train", "hf"): 1.3,
     ("train", "torch"): 1.0,
     ("beam", "hf"): 3.0,
-}  # the decoding goals against CTranslate2 (issue 26): bench/isolated_decode.py, see above
+}  # decoding against CTranslate2: bench/translate.py, see above
 INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
 PACKED = ("aiayn-packed", "ct2-float32")  # compared with each other (aiayn-packed's row), beside aiayn/ct2-float32
 

@@ -96,19 +96,6 @@ def test_lm_char_trains_the_decoder_only_model(home, tmp_path):
     assert row["aiayn"]["steps"] == 2 and row["aiayn"]["val_loss_full"] > 0
 
 
-def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
-    result = tmp_path / "isolated.json"
-    out = run(
-        "isolated_decode.py",
-        *("--size", "tiny", "--task", "beam", "--engines", "aiayn,ct2-float32", "--rounds", "2", "--runs", "1"),
-        *("--threads", "1", "--decode-len", "3", "--out", str(result)),
-        home=home,
-    )
-    assert "aiayn/ct2-float32 = " in out
-    figures = json.loads(result.read_text())
-    assert len(figures["tokens_per_s"]["aiayn"]) == 2 and min(figures["tokens_per_s"]["ct2-float32"]) > 0
-
-
 def test_translate_times_each_engine_in_a_fresh_process(home, tmp_path):
     import torch
 

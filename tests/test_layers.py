@@ -21,8 +21,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("aiayn.checkpoint", "aiayn.averaging"),
     # 3 corpora, tokenizer, batches
     ("aiayn.data",),
-    # 4 search over a model; scoring of its output
-    ("aiayn.decode", "aiayn.scoring"),
+    # 4 search over a model (with our search or CTranslate2 on the run's export); scoring of its output
+    ("aiayn.decode", "aiayn.export", "aiayn.scoring"),
     # 5 training
     ("aiayn.train",),
     # 6 serving and tools
@@ -30,7 +30,6 @@ LAYERS: list[tuple[str, ...]] = [
         "aiayn.serve",
         "aiayn.viz",
         "aiayn.ablation",
-        "aiayn.export",
         "aiayn.quickstart",
         "aiayn.evaluate",
     ),
