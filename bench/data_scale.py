@@ -156,7 +156,15 @@ def main() -> None:
     ap.add_argument("--src", default=None, help="import aiayn from this directory (e.g. an older checkout's src)")
     a = ap.parse_args()
     text = sentences(a.sentences)
-    base = Path(a.corpus_dir or tempfile.mkdtemp(prefix="aiayn-synth-"))
+    with tempfile.TemporaryDirectory(prefix="aiayn-scale-") as scratch:  # removed at the end, corpora kept only
+        rows = measure(a, text, Path(a.corpus_dir or Path(scratch) / "corpora"), Path(scratch))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def measure(a: argparse.Namespace, text: dict, base: Path, scratch: Path) -> list[dict]:
+    """One row per corpus size: a cold preparation and a cached start, each in a fresh process with an
+    $AIAYN_HOME of its own under `scratch`."""
     rows = []
     for n in a.pairs:
         files = make_corpus(n, base / f"pairs{n}", text)
@@ -168,7 +176,7 @@ def main() -> None:
             "max_tokens": a.max_tokens,
             **files,
         }
-        home = tempfile.mkdtemp(prefix="aiayn-home-")
+        home = str(scratch / f"home{n}")
         cold = run_child(cfg, home, a.workers, plan=False, src=a.src)
         warm = run_child(cfg, home, a.workers, plan=True, src=a.src)
         disk = sum(f.stat().st_size for f in Path(home, "prepared").rglob("*") if f.is_file())
@@ -192,8 +200,7 @@ def main() -> None:
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
 
 
 if __name__ == "__main__":
