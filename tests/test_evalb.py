@@ -351,7 +351,8 @@ CORNERS = [
     ("(S (A (X )) (B (Y b)))", "(S (A (X )) (B (Y b)))"),  # "(X )": a word "" tagged X
     ("(S (NP-SBJ=2 (NN-X a)) (, ,) (PRT (RP up)))", "(S (NP (NN a)) (ADVP (: ,) (RP up)))"),
     ("(S (NP (NNS dogs) ('' ')) (VP (VB run)))", "(S (NP (NNS dogs) (POS ')) (VP (VB run)))"),  # quote fix
-    ("(S (`` ') (NP (NN a)) (VP (VB b) ('' ')))", "(S (POS ') (NP (NN a) (POS ')) (VP (VB b)))"),
+    ("(S (`` ') (NP (NN a)) (VP (VB b) ('' ')))", "(S (POS ') (NP (NN a) (POS ')) (VP (VB b)))"),  # not the same
+    ("(S (`` ') (NP (NN a)) (VP (VB b) ('' ')))", "(S (POS ') (NP (NN a)) (VP (VB b) (POS ')))"),  # two fixed
     ("(S\t(A a)\r(B b))", "(S (A a) (B b))"),  # C's spaces
 ]
 
@@ -361,7 +362,9 @@ def test_corner_cases_match_the_c_program(evalb_c: Path, tmp_path: Path) -> None
     gold, test = [g for g, _ in CORNERS], [t for _, t in CORNERS]
     extra = {"EQ_LABEL": "EQ_LABEL ADVP PRT\nEQ_LABEL NP NML\nEQ_LABEL NML QP\n" + QUOTES_PRM}
     assert_same_as_c(evalb_c, gold, test, prm(**extra), tmp_path)
-    assert evaluate(gold, test, Params.parse(prm(**extra))).sentences[0].matched == 3
+    ev = evaluate(gold, test, Params.parse(prm(**extra)))
+    assert ev.sentences[0].matched == 3
+    assert [s.status for s in ev.sentences[6:9]] == [0, 1, 0] and ev.sentences[8].words == 4
 
 
 def drop_a_word(line: str) -> str:
@@ -553,3 +556,51 @@ def test_f1_wants_as_many_trees_on_both_sides() -> None:
         f1(["(S (A a))"], [])
     assert f1(["(X a)"], ["(X a)"]) == (0.0, 0.0)  # EVALB prints -nan: nothing to score
     assert "Bracketing FMeasure       =   -nan" in report(["(X a)"], ["(X a)"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the shared-data rule of tests/conftest.py
+
+RULE_TESTS = """
+import pytest
+from conftest import shared_data
+
+
+def test_forgets_the_mark():
+    shared_data("evalb")
+
+
+@pytest.mark.needs_shared
+def test_marked_reads_it():
+    assert (shared_data("evalb") / "evalb.c").read_text() == "int main;"
+
+
+@pytest.mark.needs_shared
+def test_marked_wants_what_is_not_there():
+    shared_data("nothing-here")
+"""
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_shared_data_needs_the_mark_and_skips_or_fails_without_the_data(tmp_path: Path, ci: str) -> None:
+    import os
+    import sys
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(Path(__file__).with_name("conftest.py"), suite / "conftest.py")
+    (suite / "test_new.py").write_text(RULE_TESTS)
+    (tmp_path / "shared" / "evalb").mkdir(parents=True)
+    (tmp_path / "shared" / "evalb" / "evalb.c").write_text("int main;")
+
+    def run(shared: Path) -> str:
+        env = {**os.environ, "AIAYN_SHARED_DATA": str(shared), "CI": ci, "PYTHONPATH": str(suite)}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rfs", "test_new.py"]
+        return subprocess.run(cmd, cwd=suite, env=env, capture_output=True, text=True, timeout=240).stdout
+
+    out = run(tmp_path / "shared")
+    assert "test_forgets_the_mark reads the shared reference data but is not marked needs_shared" in out, out
+    assert ("2 failed, 1 passed" if ci else "1 failed, 1 passed, 1 skipped") in out, out
+    out = run(tmp_path / "no-such-dir")  # no data at all: every marked test skips, or fails under CI
+    assert ("1 failed, 2 errors" if ci else "1 failed, 2 skipped") in out, out  # CI: failed at setup
+    assert "shared reference data" in out
