@@ -354,6 +354,7 @@ CORNERS = [
     ("(S (`` ') (NP (NN a)) (VP (VB b) ('' ')))", "(S (POS ') (NP (NN a) (POS ')) (VP (VB b)))"),  # not the same
     ("(S (`` ') (NP (NN a)) (VP (VB b) ('' ')))", "(S (POS ') (NP (NN a)) (VP (VB b) (POS ')))"),  # two fixed
     ("(S\t(A a)\r(B b))", "(S (A a) (B b))"),  # C's spaces
+    ("(S (A (X a)) (B (Y b)))", "(S (A (X a)) (B (Y b))"),  # unbalanced: an error sentence, but scored and printed
 ]
 
 
@@ -365,6 +366,16 @@ def test_corner_cases_match_the_c_program(evalb_c: Path, tmp_path: Path) -> None
     ev = evaluate(gold, test, Params.parse(prm(**extra)))
     assert ev.sentences[0].matched == 3
     assert [s.status for s in ev.sentences[6:9]] == [0, 1, 0] and ev.sentences[8].words == 4
+    assert (ev.sentences[10].status, ev.sentences[10].matched, ev.sentences[10].test_brackets) == (1, 2, 3)
+    # fgets reads 4999 bytes at a time: a tree of exactly 4999 bytes leaves its "\n" as an empty line of its own
+    # (a longer one is cut in the middle, which the C program then reads past the end of its buffer)
+    head = "(S " + " ".join(f"(NN x{i}{'x' * 80})" for i in range(56)) + " (NN "
+    pad = 4999 - len(head) - len("))")
+    assert 0 < pad < 100  # words under 100 bytes, or C's word[] overflows
+    long = head + "y" * pad + "))"
+    lines = ["(A (B a))", long, "(A (B a))"]
+    assert_same_as_c(evalb_c, lines, lines, prm(), tmp_path)
+    assert [s.status for s in evaluate_files(tmp_path / "gold", tmp_path / "test").sentences] == [0, 0, 2, 0]
 
 
 def drop_a_word(line: str) -> str:

@@ -140,10 +140,10 @@ class Params:
         DELETE_LABEL value may even hold spaces); numbers are read with atoi; EQ_LABEL / EQ_WORD need
         exactly two words. An unknown key or a malformed pair is ignored, as EVALB ignores it after a
         warning on stderr (logged here)."""
-        values: dict[str, object] = {}
+        numbers: dict[str, int] = {}
         lists: dict[str, list[str]] = {"DELETE_LABEL": [], "DELETE_LABEL_FOR_LENGTH": [], "QUOTE_LABEL": []}
         pairs: dict[str, list[tuple[str, str]]] = {"EQ_LABEL": [], "EQ_WORD": []}
-        for number, raw in enumerate(text.splitlines(), 1):
+        for number, raw in enumerate(text.split("\n"), 1):  # fgets: lines end at '\n' only
             # `for(i=strlen(buff)-1; i>0 && isspace(buff[i]); i--)`: never the first character
             line = raw[:1] + raw[1:].rstrip(_C_SPACE)
             if line.startswith("#") or len(line) < 3:
@@ -155,7 +155,7 @@ class Params:
             if not value:
                 log.warning("Empty value in parameter file (%d)", number)
             if key in ("DEBUG", "MAX_ERROR", "CUTOFF_LEN", "LABELED"):
-                values[key] = _atoi(value)
+                numbers[key] = _atoi(value)
             elif key in lists:
                 lists[key].append(value)
             elif key in pairs:
@@ -167,10 +167,10 @@ class Params:
             else:
                 log.warning("Unknown keyword (%s) in parameter file", line)
         return cls(
-            debug=int(values.get("DEBUG", 0)),  # type: ignore[call-overload]
-            max_error=int(values.get("MAX_ERROR", 10)),  # type: ignore[call-overload]
-            cutoff_len=int(values.get("CUTOFF_LEN", 40)),  # type: ignore[call-overload]
-            labeled=values.get("LABELED", 1) != 0,  # C tests `F_label==0`: any other number is labeled
+            debug=numbers.get("DEBUG", 0),
+            max_error=numbers.get("MAX_ERROR", 10),
+            cutoff_len=numbers.get("CUTOFF_LEN", 40),
+            labeled=numbers.get("LABELED", 1) != 0,  # C tests `F_label==0`: any other number is labeled
             delete_labels=tuple(lists["DELETE_LABEL"]),
             delete_labels_for_length=tuple(lists["DELETE_LABEL_FOR_LENGTH"]),
             quote_labels=tuple(lists["QUOTE_LABEL"]),
@@ -632,7 +632,8 @@ def f1(gold_trees: Sequence[str], test_trees: Sequence[str], params: Params | No
         raise AiaynError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
     params = dataclasses.replace(Params.collins() if params is None else params, max_error=None)
     ev = evaluate(gold_trees, test_trees, params)
-    return tuple(0.0 if math.isnan(t.fmeasure) else t.fmeasure for t in (ev.all, ev.cutoff))  # type: ignore[return-value]
+    all_f1, cutoff_f1 = ev.all.fmeasure, ev.cutoff.fmeasure
+    return (0.0 if math.isnan(all_f1) else all_f1), (0.0 if math.isnan(cutoff_f1) else cutoff_f1)
 
 
 def read_trees(text: str) -> list[str]:
