@@ -3,11 +3,14 @@ on thousands of real CRAFT trees with seeded perturbations, and properties of br
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import platform
 import random
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -442,8 +445,6 @@ def test_identical_trees_score_100(t: Tree) -> None:
 def test_swapping_gold_and_test_swaps_recall_and_precision(labeled: bool, pair: tuple[Tree, Tree]) -> None:
     """Matching is one to one and (with COLLINS.prm's EQ_LABEL, an equivalence) label equality symmetric,
     so the matched count is the same either way round."""
-    import dataclasses
-
     params = dataclasses.replace(Params.collins(), labeled=labeled)
     a, b = show(pair[0]), show(pair[1])
     ab, ba = evaluate([a], [b], params), evaluate([b], [a], params)
@@ -509,15 +510,9 @@ def test_duplicate_brackets_match_one_to_one() -> None:
 
 def test_eq_label_and_eq_word() -> None:
     assert one("(S (PRT (RP up)) (VB b))", "(S (ADVP (RP up)) (VB b))").matched == 2
-    params = dataclasses_replace(Params.collins(), eq_words=(("This", "this"),))
+    params = dataclasses.replace(Params.collins(), eq_words=(("This", "this"),))
     assert one("(S (X This) (Y b))", "(S (X this) (Y b))", params).status == 0
     assert one("(S (X This) (Y b))", "(S (X this) (Y b))").status == 1
-
-
-def dataclasses_replace(p: Params, **kw) -> Params:
-    import dataclasses
-
-    return dataclasses.replace(p, **kw)
 
 
 def test_length_counts_deleted_punctuation_but_not_traces() -> None:
@@ -595,9 +590,6 @@ def test_marked_wants_what_is_not_there():
 
 @pytest.mark.parametrize("ci", ["", "true"])
 def test_shared_data_needs_the_mark_and_skips_or_fails_without_the_data(tmp_path: Path, ci: str) -> None:
-    import os
-    import sys
-
     suite = tmp_path / "suite"
     suite.mkdir()
     shutil.copy(Path(__file__).with_name("conftest.py"), suite / "conftest.py")

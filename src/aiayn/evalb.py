@@ -26,10 +26,16 @@ builds the C program and compares the two on real CRAFT trees). What is ported, 
 - [7].5 duplicate brackets match one to one: each gold bracket, in order, takes the first unmatched test
   bracket with the same span and an equal label (EQ_LABEL pairs are equal, both ways).
 - the 2006 bug fix (README top): with QUOTE_LABEL lines, a quote-like word (' " /) whose tag is deleted
-  on one side but not on the other is put back where it was, so the lengths agree again.
+  on one side but not on the other is put back where it was, so the lengths agree again. COLLINS.prm has
+  no QUOTE_LABEL line: under it, ('' ') in gold against (POS ') in the test is still a length mismatch.
 - errors: a length or word mismatch makes a sentence an error sentence (status 1), an empty test line a
   skipped one (status 2); both are printed and left out of the totals. MAX_ERROR: as `evalb.c`, the run
   stops (no summary, `Evaluation.aborted`) at the error after MAX_ERROR + 1 errors.
+
+Worth knowing when reading EVALB's numbers: the unlabeled root of "( (S ...) )" is a bracket labelled ""
+that COLLINS.prm does not delete, so it is scored (give both sides the same root, or TOP); a test tree
+with a word where a bracket belongs ("(NP a b)") makes EVALB call Error() until it exits; only C's six
+ASCII spaces separate tokens (CRAFT has U+00A0, U+2009, U+200A inside words).
 
 Not reproduced: DEBUG output (`-d`, `DEBUG 1`), and what the C program does past its fixed arrays (more
 than 200 words or brackets in a sentence, labels of 30 or words of 100 bytes or more, 20 quote terms):
