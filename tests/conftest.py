@@ -10,6 +10,11 @@ The Multi30k mirror rule (one rule, enforced here rather than by a list):
 - without the mirror a marked test skips with a one-line reason; under CI it fails instead, so a CI
   run that was meant to cover the real-data tests cannot report green for less.
 
+The shared reference data rule (the same shape): a test that reads the project's shared reference data
+(EVALB's C source and sample, the CRAFT treebank: `$AIAYN_SHARED_DATA`, else `<repo>/../shared/data`) is
+marked `needs_shared` and gets its files from `shared_data(name)`; unmarked, shared_data() fails the test;
+without the data a marked test skips with a one-line reason, and fails under CI.
+
 Also:
 - a test marked `needs_browser` (Selenium + headless Chromium) skips without Chromium and
   chromedriver, and fails under CI (.ci/run installs Debian's chromium and chromium-driver);
@@ -40,6 +45,7 @@ _MIRROR = os.environ.pop(_MIRROR_VAR, None) or os.environ.get("AIAYN_TEST_MIRROR
 if _MIRROR:
     os.environ["AIAYN_TEST_MIRROR"] = _MIRROR
 _running: pytest.Item | None = None  # the test being set up or run in this process
+_SHARED_VAR = "AIAYN_SHARED_DATA"
 
 
 def in_ci() -> bool:
@@ -63,6 +69,26 @@ def multi30k_mirror() -> Path:
     return path
 
 
+def _shared_root() -> Path:
+    return Path(os.environ.get(_SHARED_VAR) or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+def shared_data(name: str) -> Path:
+    """`name` (a file or directory, e.g. "evalb" or "craft-treebank/craft-penn-trees.tgz") in the shared
+    reference data, for a test marked needs_shared; called from any other test it fails that test, and a
+    marked test whose `name` is missing skips (fails under CI)."""
+    if _running is None or _running.get_closest_marker("needs_shared") is None:
+        who = _running.nodeid if _running is not None else "a test"
+        pytest.fail(f"{who} reads the shared reference data but is not marked needs_shared", pytrace=False)
+    path = _shared_root() / name
+    if not path.exists():
+        why = f"shared reference data {name} not found under {_shared_root()} (set {_SHARED_VAR})"
+        if in_ci():
+            pytest.fail(f"{why}; under CI the real-data tests must run, not skip", pytrace=False)
+        pytest.skip(why)
+    return path
+
+
 # Hypothesis >= 6.1xx loads a built-in profile like this one by itself when CI is in the environment;
 # registering it here keeps the rule for every hypothesis>=6 that pyproject allows, and in one place.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
@@ -75,6 +101,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "needs_mirror: reads the Multi30k mirror in $AIAYN_DATA_DIR (skipped without it; an error under CI); "
         "no other test sees the mirror",
+    )
+    config.addinivalue_line(
+        "markers",
+        "needs_shared: reads the shared reference data through shared_data() ($AIAYN_SHARED_DATA, else "
+        "<repo>/../shared/data; skipped without it, an error under CI)",
     )
     config.addinivalue_line(
         "markers",
@@ -106,6 +137,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _running = item
     if item.get_closest_marker("needs_mirror") is not None and _mirror_path() is None:
         why = "Multi30k mirror not available: set AIAYN_DATA_DIR to a directory with train.de.gz and tok/ to run it"
+        if in_ci():
+            pytest.fail(f"{why}; under CI the real-data tests must run, not skip", pytrace=False)
+        pytest.skip(why)
+    if item.get_closest_marker("needs_shared") is not None and not _shared_root().is_dir():
+        why = f"shared reference data not found: set {_SHARED_VAR} to the directory holding evalb/, craft-treebank/"
         if in_ci():
             pytest.fail(f"{why}; under CI the real-data tests must run, not skip", pytrace=False)
         pytest.skip(why)

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 3 corpora, tokenizer, batches
     ("aiayn.data",),
     # 4 search over a model (with our search or CTranslate2 on the run's export); scoring of its output
-    ("aiayn.decode", "aiayn.export", "aiayn.scoring"),
+    ("aiayn.decode", "aiayn.export", "aiayn.scoring", "aiayn.evalb"),
     # 5 training
     ("aiayn.train",),
     # 6 serving and tools
