@@ -220,3 +220,21 @@ def test_a_craft_download_that_does_not_match_publishes_nothing(home, monkeypatc
     with pytest.raises(DataError, match="download of http://127.0.0.1:9/.*failed.*AIAYN_CRAFT_DIR"):
         monkeypatch.setenv("AIAYN_CRAFT_URL", "http://127.0.0.1:9/")
         craft.locate()
+
+
+@pytest.mark.needs_shared
+def test_the_real_craft_treebank_reads_cleans_and_round_trips():
+    from conftest import shared_data
+
+    directory = craft.locate(shared_data("craft-treebank"))
+    craft.verify(directory)  # the digest the download is checked against is this corpus'
+    trees = craft.splits(directory)
+    assert sum(len(t) for t in trees.values()) == 30_830 and {s: len(t) > 1000 for s, t in trees.items()} == {
+        "train": True,
+        "valid": True,
+        "test": True,
+    }
+    for split in trees.values():
+        for tree in split:
+            assert tree.label == "TOP" and "-NONE-" not in str(tree)
+            assert str(delinearize(linearize(tree), tree.words())) == str(tree)

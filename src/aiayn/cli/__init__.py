@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from aiayn import __version__
-from aiayn.cli import ablate, classify, data, export, lm, model, quickstart, serve, train, translate, viz
+from aiayn.cli import ablate, classify, data, export, lm, model, parsing, quickstart, serve, train, translate, viz
 from aiayn.cli._args import parse
 from aiayn.errors import AiaynError
 
@@ -25,6 +25,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the orde
     translate.register,
     lm.register,
     classify.register,
+    parsing.register,
     viz.register,
     ablate.register,
     export.register,

@@ -178,10 +178,15 @@ def _translate(a: argparse.Namespace) -> int:
 def _evaluate(a: argparse.Namespace) -> int:
     import json
 
+    from aiayn.decode.parser import is_parse_run
     from aiayn.evaluate import evaluate_run
 
     decode = decode_config(a)
     first, more = _members(a)
+    if first is not None and is_parse_run(first):
+        from aiayn.cli.parsing import evaluate_parse_run
+
+        return evaluate_parse_run(first, a.split, a.device, decode, a.json)
     res = evaluate_run(
         first,
         split=a.split,

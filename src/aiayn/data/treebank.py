@@ -208,6 +208,18 @@ def delinearize(target: str | Sequence[str], words: Sequence[str], leaves: str =
     return pruned if pruned is not None else Tree(ROOT)
 
 
+def retag(tree: Tree, tags: Sequence[str]) -> Tree:
+    """A copy of `tree` whose preterminals carry `tags`, left to right (as many as it has words)."""
+    it = iter(tags)
+
+    def walk(t: Tree) -> Tree:
+        if t.is_preterminal:
+            return Tree(next(it, t.label), list(t.children))
+        return Tree(t.label, [walk(c) for c in t.children if isinstance(c, Tree)])
+
+    return walk(tree)
+
+
 def _prune(t: Tree) -> Tree | None:
     if t.is_preterminal:
         return t
@@ -331,3 +343,12 @@ def corpus_trees(data: DataConfig) -> tuple[str, Callable[[], dict[str, list[Tre
                 raise DataError(f"{split} tree file not found: {f}")
         return f"trees-{_stat_key(files.values())}", lambda: {split: read_tree_file(f) for split, f in files.items()}
     raise DataError(f"task parse reads a treebank: data.corpus craft | wsj | trees, not {data.corpus!r}")
+
+
+def treebank_dir(data: DataConfig, leaves: str) -> tuple[Path, Callable[[], dict[str, list[Tree]]]]:
+    """Where a parse run's treebank is kept as parallel text ($AIAYN_HOME/treebank/<corpus key>-<leaves>:
+    `<split>.words`, `.tree`, `.gold`), and the loader of its trees (called only to write it)."""
+    from aiayn.data.multi30k import aiayn_home
+
+    key, load = corpus_trees(data)
+    return aiayn_home() / "treebank" / f"{key}-{leaves}", load

@@ -9,6 +9,7 @@ early stopping) knows nothing else about the model. `task.name` in the config pi
   lm         the decoder-only model (GPT), next token over blocks or sentences (`LMTask`)
   mlm        the encoder-only model (BERT), masked tokens of lines of text (`MLMTask`)
   classify   the encoder-only model with a pooled head, labelled texts or sentence pairs (`ClassifyTask`)
+  parse      the encoder-decoder on sentences -> linearised constituency trees, EVALB F1 (`ParseTask`, §6.3)
 
 A new task is a new file that builds its TaskSpec and calls `register` (imported below, or by the
 user's own code before training).
@@ -23,6 +24,7 @@ from aiayn.config import Config, DataConfig
 from aiayn.train.tasks.classify import ClassifyTask
 from aiayn.train.tasks.lm import LMTask
 from aiayn.train.tasks.mlm import MLMTask
+from aiayn.train.tasks.parse import ParseTask
 from aiayn.train.tasks.spec import (
     PreparedData,
     Task,
@@ -63,6 +65,7 @@ __all__ = [
     "LMTask",
     "MLMTask",
     "ClassifyTask",
+    "ParseTask",
     "register",
     "get_spec",
     "spec_for",

@@ -61,17 +61,17 @@ class TranslationTask:
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
+        return {**self.valid_loss(model), "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
+
+    @torch.no_grad()
+    def valid_loss(self, model: torch.nn.Module) -> dict[str, float | None]:
+        """Loss, nll and perplexity per target token over the whole validation split."""
         loss = nll = tokens = 0.0
         for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
             logits, target = self._forward(model, b)
             ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
-        return {
-            "loss": loss / tokens,
-            "nll": nll / tokens,
-            "ppl": math.exp(min(nll / tokens, 50.0)),
-            "bleu": self._greedy_bleu(model) if self.eval_bleu else None,
-        }
+        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
 
     def _greedy_bleu(self, model: torch.nn.Module) -> float:
         src, ref = self.prepared.raw("valid")

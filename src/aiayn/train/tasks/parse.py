@@ -1,0 +1,92 @@
+"""English constituency parsing as translation (paper §6.3; Vinyals et al., 2015): the encoder-decoder
+reads a sentence's words and writes its tree linearised (aiayn.data.treebank), trained exactly as
+translation is; validation adds the EVALB bracket F1 (aiayn.evalb, COLLINS.prm) of greedy parses.
+
+The paper's WSJ setting: 4 layers, d_model 1024, a 16K vocabulary, beam 21, length penalty 0.3 and
+at most input + 300 output tokens (configs/wsj_parse.yaml); configs/craft_parse.yaml sizes it for a CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from aiayn.config import Config, DataConfig, ModelConfig
+from aiayn.data.io import read_lines
+from aiayn.data.prepare import Prepared, prepare
+from aiayn.data.treebank import treebank_dir, write_parallel
+from aiayn.decode import Translator
+from aiayn.decode.parser import PARSE_META, parse_lines, score_trees
+from aiayn.fileio import atomic_write
+from aiayn.train.tasks import translate
+from aiayn.train.tasks.spec import Autocast, TaskSpec, register, sentence_batches
+from aiayn.train.tasks.translate import TranslationTask
+
+
+def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepared:
+    """The treebank written once as words / linearised trees / gold trees, then prepared as parallel
+    text (joint BPE, encoded splits, cached) like any translation corpus."""
+    leaves = cfg.task.tree_leaves
+    directory, load = treebank_dir(data, leaves)
+    files = write_parallel(load(), directory, leaves)
+    if run_dir is not None:  # what Parser.load needs to read the run's outputs as trees
+        text = json.dumps({"leaves": leaves}) + "\n"
+        atomic_write(Path(run_dir) / PARSE_META, lambda tmp: Path(tmp).write_text(text))
+    as_files = dataclasses.replace(
+        data,
+        corpus="files",
+        train_src=files["train_src"],
+        train_tgt=files["train_tgt"],
+        valid_src=files["valid_src"],
+        valid_tgt=files["valid_tgt"],
+        test_src=files.get("test_src"),
+        test_tgt=files.get("test_tgt"),
+    )
+    return prepare(as_files, run_dir)
+
+
+class ParseTask(TranslationTask):
+    """Translation's loss over linearised trees; validation: loss, nll, perplexity and the EVALB F1 of
+    greedy parses of the first train.eval_max_sentences validation sentences (all with 0)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        model_config: ModelConfig,
+        prepared: Prepared,
+        device: torch.device,
+        autocast: Autocast = contextlib.nullcontext,
+    ) -> None:
+        super().__init__(cfg, model_config, prepared, device, autocast)
+        self.leaves, self.decode = cfg.task.tree_leaves, cfg.decode
+        self.directory = treebank_dir(cfg.data, self.leaves)[0]
+
+    @torch.no_grad()
+    def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
+        return {**self.valid_loss(model), "f1": self._greedy_f1(model)}
+
+    def _greedy_f1(self, model: torch.nn.Module) -> float:
+        words, gold = read_lines(self.directory / "valid.words"), read_lines(self.directory / "valid.gold")
+        n = self.eval_max_sentences or len(words)
+        translator = Translator(model, self.prepared.tokenizer, device=self.device, decode=self.decode)
+        with self.autocast():
+            trees = parse_lines(translator, words[:n], self.leaves, beam=1)
+        return score_trees(gold[:n], trees, self.leaves)[0]
+
+
+SPEC = register(
+    TaskSpec(
+        name="parse",
+        model_kind="encoder-decoder",
+        prepare=prepare_parse,
+        train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
+        build=ParseTask,
+        longest_row=translate.SPEC.longest_row,
+        default_metric=lambda cfg: "f1",
+        metrics=("f1",),
+    )
+)
