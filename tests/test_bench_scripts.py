@@ -13,17 +13,24 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from aiayn.model.cpu_layout import mkl_packing_available, pack_linear
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(script: str, *args: str, home: Path) -> str:
-    env = {**os.environ, "AIAYN_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    # TMPDIR: a script's own temporary directories (data_throughput's fresh AIAYN_HOME, train_step's
+    # run directory) go under the test's, not the machine's /tmp
+    tmp = home.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "AIAYN_HOME": str(home), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
     p = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         capture_output=True,
@@ -34,6 +41,9 @@ def run(script: str, *args: str, home: Path) -> str:
     )
     assert p.returncode == 0, f"{script} failed:\n{p.stderr[-3000:]}"
     return p.stdout
+
+
+PACKS = mkl_packing_available() and pack_linear(__import__("torch").nn.Linear(8, 8)) is not None
 
 
 def json_lines(out: str) -> list[dict]:
@@ -88,13 +98,31 @@ def test_data_scale_prepares_a_synthetic_corpus(home, tmp_path):
 
 
 def test_data_throughput_on_the_embedded_corpus(home):
-    assert run("data_throughput.py", "--corpus", "embedded", "--epochs", "1", home=home).strip()
+    from aiayn.config import DataConfig
+    from aiayn.data import BatchIterator, prepare
+
+    (row,) = json_lines(run("data_throughput.py", "--corpus", "embedded", "--epochs", "2", home=home))
+    assert row["corpus"] == "embedded" and row["cpu_count"] == os.cpu_count()
+    # the batches it counted are the corpus's: two epochs of what BatchIterator makes of it here
+    it = BatchIterator(prepare(DataConfig(corpus="embedded")).splits["train"], 4096, seed=0)
+    assert row["batches"] == 2 * len(list(it)) > 0
+    assert row["prepare_cold_s"] > 0 and row["iter_tokens_per_s"] > 0 and 0 < row["padding_fraction"] < 1
+    assert [p.name.startswith("aiayn-bench-") for p in (home.parent / "tmp").iterdir()] == [True]  # its own home
 
 
 @pytest.mark.needs_mirror
 def test_train_step_times_the_trainers_step(home):
-    out = run("train_step.py", "--max-tokens", "512", "--updates", "1", "--warmup", "1", "--threads", "1", home=home)
-    assert "update" in out
+    out = run("train_step.py", "--max-tokens", "512", "--updates", "2", "--warmup", "1", "--threads", "1", home=home)
+    m = re.search(  # the last line (the trainer's own summary line comes first)
+        r"^max_tokens 512, 1 threads: ([\d.]+) s/update, ([\d,]+) target tokens/s, target padding ([\d.]+)%\n\Z",
+        out,
+        re.M,
+    )
+    assert m, out
+    seconds, tokens_per_s, padding = float(m[1]), int(m[2].replace(",", "")), float(m[3])
+    assert seconds > 0 and tokens_per_s > 0 and 0 <= padding < 100
+    # tokens/s is the batches' target tokens over the time: at most 512 per update's batch
+    assert tokens_per_s * seconds <= 512 * 1.01
 
 
 def test_lm_char_trains_the_decoder_only_model(home, tmp_path):
@@ -121,12 +149,19 @@ def test_packed_weight_benchmarks_compare_every_variant(home):
         home=home,
     )
     assert "one decoder step's products: F.linear" in out and "aiayn-packed" in out
+
+
+@pytest.mark.skipif(not PACKS, reason="no MKL packed GEMM in this torch build (or its packs fail the check)")
+@pytest.mark.parametrize("task", ["greedy", "beam"])
+def test_packed_decode_reports_the_same_outputs_as_plain(home, task):
     out = run(
         "packed_decode.py",
-        *("--size", "tiny", "--task", "greedy", "--rounds", "1", "--threads", "1", "--decode-len", "3"),
+        *("--size", "tiny", "--task", task, "--rounds", "1", "--threads", "1", "--decode-len", "6"),
+        *("--variants", "plain,packed,packed@8"),
         home=home,
     )
-    assert "same outputs as plain" in out
+    same = dict(re.findall(r"^  (\S+) .*same outputs as plain: (True|False)$", out, re.M))
+    assert same == {"plain": "True", "packed": "True", "packed@8": "True"}, out
 
 
 def test_isolated_decode_runs_each_engine_in_its_own_process(home, tmp_path):
