@@ -17,6 +17,7 @@ import pytest
 from aiayn.data import DataError, multi30k
 from conftest import multi30k_mirror
 from local_http import LocalHTTPServer
+from synthetic_text import synthetic_multi30k
 
 needs_mirror = pytest.mark.needs_mirror  # the mirror rule: tests/conftest.py
 
@@ -97,34 +98,12 @@ def test_download_interrupted_removes_partial(server, tmp_path):
     assert os.listdir(tmp_path / "d") == []
 
 
-def synthetic_mirror(d: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A mirror laid out like the real one (raw/*.gz, tok/*.gz for every language) of made-up captions,
-    with multi30k's checksum tables swapped for these files' own, as the published ones are for the real
-    files."""
-    sha, tok_sha = {}, {}
-    for name in multi30k.raw_files(multi30k.LANGS):
-        stem, lang = name[: -len(".xx.gz")], name[-5:-3]
-        text = "".join(f"{lang} {stem} caption number {i}.\n" for i in range(40)).encode()
-        (d / name).parent.mkdir(parents=True, exist_ok=True)
-        (d / name).write_bytes(gzip.compress(text, mtime=0))
-        sha[name] = hashlib.sha256((d / name).read_bytes()).hexdigest()
-    for name in multi30k.tok_files(multi30k.LANGS):
-        text = "".join(f"{name} tokenized line {i} .\n" for i in range(40)).encode()
-        (d / "tok").mkdir(exist_ok=True)
-        (d / "tok" / f"{name}.gz").write_bytes(gzip.compress(text, mtime=0))
-        tok_sha[name] = hashlib.sha256(text).hexdigest()
-    assert sha.keys() == multi30k.SHA256.keys() and tok_sha.keys() == multi30k.TOK_SHA256.keys()
-    monkeypatch.setattr(multi30k, "SHA256", sha)
-    monkeypatch.setattr(multi30k, "TOK_SHA256", tok_sha)
-    return d
-
-
 @pytest.fixture(params=["synthetic", pytest.param("real", marks=needs_mirror)])
 def mirror(request, tmp_path, monkeypatch) -> Path:
     """made-up files with their own checksums (every machine), or the real mirror (needs_mirror)."""
     if request.param == "real":
         return multi30k_mirror()
-    return synthetic_mirror(tmp_path / "mirror", monkeypatch)
+    return synthetic_multi30k(tmp_path / "mirror", monkeypatch)
 
 
 def serve_mirror(server: Server, langs: tuple[str, ...], mirror: Path) -> None:

@@ -29,6 +29,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import EncoderOnly
 from aiayn.train import train
 from conftest import multi30k_mirror
+from synthetic_text import captions
 
 MASK, CLS, SEP = 4, 5, 6  # where sentencepiece puts the user symbols [MASK] [CLS] [SEP]: right after eos
 
@@ -159,41 +160,6 @@ def home(tmp_path_factory):
         os.environ.pop("AIAYN_HOME", None)
     else:
         os.environ["AIAYN_HOME"] = old
-
-
-# Caption-like sentence pairs made here, so that the training tests run on every machine: a subject,
-# a verb and a place, each with its German translation (the German one inflects the article).
-_SUBJECTS = [
-    ("a man", "ein Mann"), ("a woman", "eine Frau"), ("a dog", "ein Hund"), ("a child", "ein Kind"),
-    ("two men", "zwei Männer"), ("a girl", "ein Mädchen"), ("a boy", "ein Junge"), ("an old woman", "eine alte Frau"),
-    ("a group of people", "eine Gruppe von Menschen"), ("a black dog", "ein schwarzer Hund"),
-]  # fmt: skip
-_VERBS = [
-    ("is running", "rennt"), ("is sitting", "sitzt"), ("is standing", "steht"), ("is playing", "spielt"),
-    ("is walking", "geht"), ("is jumping", "springt"), ("is sleeping", "schläft"), ("is eating", "isst"),
-]  # fmt: skip
-_PLACES = [
-    ("in the park", "im Park"), ("on the street", "auf der Straße"), ("in the water", "im Wasser"),
-    ("on the beach", "am Strand"), ("in the snow", "im Schnee"), ("on a bench", "auf einer Bank"),
-    ("in front of a building", "vor einem Gebäude"), ("in the grass", "im Gras"),
-]  # fmt: skip
-
-
-_DE_PLURAL = {"rennt": "rennen", "sitzt": "sitzen", "steht": "stehen", "spielt": "spielen", "geht": "gehen",
-              "springt": "springen", "schläft": "schlafen", "isst": "essen"}  # fmt: skip
-
-
-def captions(n: int, seed: int) -> tuple[list[str], list[str]]:
-    """n English captions and their German translations, drawn from the lists above."""
-    rng = np.random.default_rng(seed)
-    en, de = [], []
-    for _ in range(n):
-        (se, sd), (ve, vd), (pe, pd) = (x[rng.integers(len(x))] for x in (_SUBJECTS, _VERBS, _PLACES))
-        if se.startswith("two "):
-            ve, vd = ve.replace("is ", "are "), _DE_PLURAL[vd]
-        en.append(f"{se[0].upper()}{se[1:]} {ve} {pe}.")
-        de.append(f"{sd[0].upper()}{sd[1:]} {vd} {pd}.")
-    return en, de
 
 
 def write_corpus(d: Path, splits: dict[str, tuple[list[str], list[str]]]) -> Path:
