@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import plotted
 from aiayn import ablation
 from aiayn.ablation import apply, count_parameters, markdown_table, variants
 from aiayn.config import ModelConfig
@@ -222,7 +223,7 @@ def test_markdown_table_like_the_paper():
     assert ls0[7].strip() == ""
 
 
-def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
+def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path, monkeypatch):
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
 
     from aiayn.config import Config
@@ -239,7 +240,8 @@ def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
         return {}
 
     logs = []
-    results = ablation.ablate(cfg, "A,E", tmp_path / "abl", train_fn=fake_train, log=logs.append)
+    with plotted.figures(monkeypatch) as figs:
+        results = ablation.ablate(cfg, "A,E", tmp_path / "abl", train_fn=fake_train, log=logs.append)
     assert [r.variant.name for r in results] == ["base", "A h=1", "A h=16", "A h=32", "E learned"]
     assert [c[1] for c in calls] == ["base", "A_h_1", "A_h_16", "A_h_32", "E_learned"]
     by_name = {c[1]: c[0] for c in calls}
@@ -251,8 +253,15 @@ def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path):
     table = (tmp_path / "abl" / "table.md").read_text()
     assert "base preset `tiny`" in table and "40 steps per variant" in table
     assert table.count("\n| ") == 1 + len(results) + 0 and "| 12.0 |" in table
-    png = tmp_path / "abl" / "curves.png"
-    assert png.stat().st_size > 20_000
+    # the plot: one line per variant, named as in the table, each showing its own run's records
+    shown = plotted.panels(figs[tmp_path / "abl" / "curves.png"])
+    names = [r.variant.name for r in results]
+    assert list(shown["training loss"]) == list(shown["validation BLEU"]) == names
+    for i, name in enumerate(names):
+        quality = 10 + i + 1
+        steps, bleu = shown["validation BLEU"][name]
+        assert steps == [20, 40] and bleu == [quality - 5, quality]  # as written above (the later step 40 wins)
+        assert shown["validation loss (NLL per token)"][name][1][-1] == pytest.approx(math.log(20 / quality))
 
     again = ablation.ablate(cfg, "A,E", tmp_path / "abl", train_fn=fake_train, log=logs.append)
     assert len(calls) == 5  # finished runs are read, not retrained
@@ -307,8 +316,16 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
         cells = [c.strip() for c in line.strip("|").split("|")]
         trained = load_model(out / name)
         assert cells[-1] == f"{trained.num_parameters() / 1e6:.2f}"  # params of the model really trained
-        assert cells[10] == "6" and math.isfinite(float(cells[11])) and float(cells[11]) > 1  # steps, dev PPL
-    assert (out / "curves.png").stat().st_size > 20_000
+        last = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()][-1]
+        assert last["kind"] == "valid" and last["step"] == 6  # the validation at the end of training
+        assert cells[10] == "6" and cells[11] == f"{last['ppl']:.2f}"  # steps, that validation's dev PPL
+    # the curves: a line of each run's colour (tab10's first two), on the documented 1100 x 800 pixels
+    import matplotlib.image as mpimg
+
+    assert mpimg.imread(out / "curves.png").shape[:2] == (800, 1100)
+    blue, orange = (0x1F / 255, 0x77 / 255, 0xB4 / 255), (0xFF / 255, 0x7F / 255, 0x0E / 255)
+    # (six steps and one validation per run draw short lines: ~70 and ~110 pixels; a run not drawn has 0)
+    assert min(plotted.color_pixels(out / "curves.png", c) for c in (blue, orange)) > 30
 
     r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)  # nothing left to train
     assert r.returncode == 0 and r.stdout.count("finished earlier") == 2, r.stdout

@@ -20,7 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(script: str, *args: str, home: Path) -> str:
-    env = {**os.environ, "AIAYN_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    # TMPDIR: a script's own temporary directories (data_throughput's fresh AIAYN_HOME, train_step's
+    # run directory) go under the test's, not the machine's /tmp
+    tmp = home.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "AIAYN_HOME": str(home), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
     p = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         capture_output=True,

@@ -1,4 +1,6 @@
-"""Multi30k downloader against a real HTTP server on 127.0.0.1: checksum ok, mismatch, interrupted."""
+"""Multi30k downloader against a real HTTP server on 127.0.0.1: checksum ok, mismatch, interrupted; the
+fetch and `aiayn data get multi30k` on made-up files whose checksums the test puts in multi30k's tables
+(every machine), and on the real files where the mirror is (needs_mirror)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from aiayn.data import DataError, multi30k
 from conftest import multi30k_mirror
 from local_http import LocalHTTPServer
+from synthetic_text import synthetic_multi30k
 
 needs_mirror = pytest.mark.needs_mirror  # the mirror rule: tests/conftest.py
 
@@ -95,17 +98,24 @@ def test_download_interrupted_removes_partial(server, tmp_path):
     assert os.listdir(tmp_path / "d") == []
 
 
-def serve_mirror(server: Server, langs: tuple[str, ...]) -> None:
+@pytest.fixture(params=["synthetic", pytest.param("real", marks=needs_mirror)])
+def mirror(request, tmp_path, monkeypatch) -> Path:
+    """made-up files with their own checksums (every machine), or the real mirror (needs_mirror)."""
+    if request.param == "real":
+        return multi30k_mirror()
+    return synthetic_multi30k(tmp_path / "mirror", monkeypatch)
+
+
+def serve_mirror(server: Server, langs: tuple[str, ...], mirror: Path) -> None:
     """Lay the mirror out like the dataset repository: raw/*.gz as is, tok/* uncompressed."""
     for name in multi30k.raw_files(langs):
-        server.files[f"/raw/{name}"] = Path(multi30k_mirror(), name).read_bytes()
+        server.files[f"/raw/{name}"] = Path(mirror, name).read_bytes()
     for name in multi30k.tok_files(langs):
-        server.files[f"/tok/{name}"] = gzip.decompress(Path(multi30k_mirror(), "tok", name + ".gz").read_bytes())
+        server.files[f"/tok/{name}"] = gzip.decompress(Path(mirror, "tok", name + ".gz").read_bytes())
 
 
-@needs_mirror
-def test_fetch_fills_the_cache_and_skips_verified_files(server, home):
-    serve_mirror(server, ("de", "en"))
+def test_fetch_fills_the_cache_and_skips_verified_files(server, home, mirror):
+    serve_mirror(server, ("de", "en"), mirror)
     d = multi30k.fetch(("de", "en"), base_url=server.url)
     assert d == home / "multi30k"
     multi30k.verify(d, ("de", "en"))
@@ -116,6 +126,11 @@ def test_fetch_fills_the_cache_and_skips_verified_files(server, home):
     assert n == 6 + 4
     multi30k.fetch(("de", "en"), base_url=server.url)
     assert len(server.requests) == n  # everything verified in place, nothing fetched again
+    assert (d / "val.de.gz").read_bytes() == (mirror / "val.de.gz").read_bytes()
+    (d / "val.de.gz").write_bytes(b"damaged")  # a damaged cached file is fetched again, and only it
+    multi30k.fetch(("de", "en"), base_url=server.url)
+    assert server.requests[n:] == ["/raw/val.de.gz"]
+    assert (d / "val.de.gz").read_bytes() == (mirror / "val.de.gz").read_bytes()
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -124,23 +139,34 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-@needs_mirror
-def test_cli_data_get(server, home):
-    serve_mirror(server, ("de", "en"))
-    env = {"AIAYN_HOME": str(home)}
+def in_process(*args: str, capsys: pytest.CaptureFixture) -> subprocess.CompletedProcess:
+    """`aiayn ARGS` in this process (the synthetic mirror's checksums live in this process's tables)."""
+    from aiayn.cli import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_cli_data_get(server, home, mirror, capsys):
+    # the real mirror: a real process, as a user runs it; made-up files: in this process, where their
+    # checksums were put into multi30k's tables
+    real = mirror != home.parent / "mirror"
+    run = (lambda *a: cli(*a, env={"AIAYN_HOME": str(home)})) if real else (lambda *a: in_process(*a, capsys=capsys))
+    serve_mirror(server, ("de", "en"), mirror)
     server.files["/raw/train.en.gz"] = b"not the real file"
-    r = cli("data", "get", "multi30k", "--langs", "de,en", "--base-url", server.url, env=env)
+    r = run("data", "get", "multi30k", "--langs", "de,en", "--base-url", server.url)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].startswith(f"error: checksum mismatch for {server.url}raw/train.en.gz")
     assert not (home / "multi30k" / "train.en.gz").exists()
     assert [p.name for p in (home / "multi30k").iterdir() if p.name.startswith(".")] == []
 
-    serve_mirror(server, ("de", "en"))
-    r = cli("data", "get", "multi30k", "--langs", "de,en", "--base-url", server.url, env=env)
+    serve_mirror(server, ("de", "en"), mirror)
+    r = run("data", "get", "multi30k", "--langs", "de,en", "--base-url", server.url)
     assert r.returncode == 0, r.stderr
     assert f"multi30k in {home / 'multi30k'}: 6 files, checksums ok" in r.stdout
 
-    r = cli("data", "get", "multi30k", "--data-dir", str(multi30k_mirror()), env=env)
+    r = run("data", "get", "multi30k", "--data-dir", str(mirror))
     assert r.returncode == 0 and "12 files, checksums ok" in r.stdout
-    r = cli("data", "get", "multi30k", "--data-dir", str(home / "multi30k"), env=env)  # lacks cs/fr
+    r = run("data", "get", "multi30k", "--data-dir", str(home / "multi30k"))  # lacks cs/fr
     assert r.returncode == 2 and "multi30k file missing" in r.stderr and "train.cs.gz" in r.stderr

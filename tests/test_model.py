@@ -95,9 +95,28 @@ def test_learned_positions_reject_overlong_input():
     assert model.encode(torch.full((1, 8), 5)).shape == (1, 8, 64)
 
 
+def paper_positions(n: int, d: int) -> torch.Tensor:
+    """§3.5 written out position by position, independent of sinusoidal_table."""
+    return torch.tensor(
+        [[(math.sin if j % 2 == 0 else math.cos)(p / 10000 ** ((j - j % 2) / d)) for j in range(d)] for p in range(n)]
+    )
+
+
 def test_sinusoidal_positions_extrapolate_past_table():
+    # Past max_positions the sinusoids go on by the paper's formula (no wrap-around, no repeat of the
+    # table, no clamping to the last row), in one pass and in cached decoding's offsets alike.
     model = tiny(max_positions=8)
-    assert torch.isfinite(model.encode(torch.full((1, 20), 5))).all()
+    ids = torch.randint(4, 50, (2, 20), generator=torch.Generator().manual_seed(0))
+    want = model.src_embed.tokens(ids) * math.sqrt(64) + paper_positions(20, 64)
+    torch.testing.assert_close(model.src_embed(ids), want, rtol=1e-5, atol=1e-5)
+    fresh = tiny(max_positions=8)  # offset past the table, the table never extended before
+    torch.testing.assert_close(fresh.tgt_embed(ids[:, 15:], offset=15), want[:, 15:], rtol=1e-5, atol=1e-5)
+    rows = tiny(max_positions=8)  # per-row offsets (continuous batching)
+    got = rows.tgt_embed(ids[:, 12:13], offset=torch.tensor([12, 3]))
+    torch.testing.assert_close(got[0, 0], want[0, 12], rtol=1e-5, atol=1e-5)
+    pos3 = rows.tgt_embed.tokens(ids[1:, 12:13]) * 8 + paper_positions(4, 64)[3]
+    torch.testing.assert_close(got[1:], pos3, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(model.encode(ids)).all()
 
 
 def test_initialisation():

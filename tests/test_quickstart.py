@@ -1,7 +1,10 @@
-"""`aiayn quickstart` end to end in a real process: no network and no mirror -> the embedded corpus."""
+"""`aiayn quickstart` end to end: in a real process with no network and no mirror -> the embedded corpus;
+in this process with made-up Multi30k files downloaded from a local server -> Multi30k, and a rerun resumes."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -107,3 +110,91 @@ def test_the_recipe_is_the_config_file_and_the_fallback_swaps_only_the_data(tmp_
     assert {k: v for k, v in emb.to_dict().items() if k != "data"} == {
         k: v for k, v in m30k.to_dict().items() if k != "data"
     }
+
+
+def test_quickstart_picks_multi30k_from_a_download_then_the_cache_and_a_rerun_resumes(tmp_path, monkeypatch, capsys):
+    """README: the quickstart trains on Multi30k when it can get it (the mirror, the cache, else a
+    download from $AIAYN_MULTI30K_URL), and a rerun into the same directory resumes the run. Made-up
+    Multi30k files (their checksums put into multi30k's tables) from a real HTTP server on 127.0.0.1;
+    the recipe with a smaller model, a tiny --minutes on an injected clock."""
+    import http.server
+
+    from aiayn import quickstart
+    from aiayn.data import multi30k
+    from local_http import LocalHTTPServer
+    from synthetic_text import synthetic_multi30k
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("AIAYN_HOME", str(home))
+    monkeypatch.delenv("AIAYN_DATA_DIR", raising=False)
+    mirror = synthetic_multi30k(tmp_path / "mirror", monkeypatch)
+    requests: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  raw/<name> as is, tok/<name> uncompressed, as upstream
+            requests.append(self.path)
+            kind, name = self.path.strip("/").split("/")[-2:]
+            path = mirror / name if kind == "raw" else mirror / "tok" / f"{name}.gz"
+            if not path.is_file():
+                self.send_error(404)
+                return
+            body = path.read_bytes() if kind == "raw" else gzip.decompress(path.read_bytes())
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = LocalHTTPServer(Handler)
+    real = quickstart.quickstart_config
+
+    def smaller(minutes, corpus, data_dir):  # the recipe, smaller: a vocabulary the made-up text can fill
+        cfg = real(minutes, corpus, data_dir)
+        cfg.data.vocab_size, cfg.train.eval_max_sentences = 400, 4
+        cfg.model.update(d_model=64, d_ff=128, n_encoder_layers=2, n_decoder_layers=2)  # the choice is under test
+        cfg.decode.max_len_a, cfg.decode.max_len_b = 0.0, 8  # a barely trained model says EOS late: keep it short
+        return cfg
+
+    monkeypatch.setattr(quickstart, "quickstart_config", smaller)
+    monkeypatch.setattr(quickstart, "_pictures", lambda *a: [])  # drawn in the test above; seconds each here
+    # the trainer's clock (train.max_minutes) moves one second each time it is read: the budgets below
+    # are counts of updates, the same on any machine
+    import itertools
+    import types
+
+    import aiayn.train.progress as progress
+
+    ticks = itertools.count()
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    try:
+        monkeypatch.setenv("AIAYN_MULTI30K_URL", server.url + "/data/")
+        run = tmp_path / "run"
+        first = quickstart.run(0.1, run, beam=2, test_limit=5)  # 6 s on that clock
+        out = capsys.readouterr()
+        assert out.out.startswith("quickstart: multi30k de->en") and "(resuming)" not in out.out
+        assert f"downloading {server.url}/data/raw/train.de.gz" in out.err
+        fetched = sorted(requests)
+        assert fetched == sorted(
+            [f"/data/raw/{n}" for n in multi30k.raw_files(["de", "en"])]
+            + [f"/data/tok/{n}" for n in multi30k.tok_files(["de", "en"])]
+        )
+        multi30k.verify(home / "multi30k", ["de", "en"])  # into the cache, checksums ok
+        assert "test_tokenized_bleu" in first and first["test"]["sentences"] == 5  # Multi30k's protocol too
+        records = (run / "metrics.jsonl").read_text()
+
+        # the rerun: the cache, nothing downloaded; the same run resumed, its budget now 12 s
+        second = quickstart.run(0.2, run, beam=2, test_limit=5)
+        out = capsys.readouterr()
+        assert out.out.startswith("quickstart: multi30k de->en") and "(resuming)" in out.out.splitlines()[0]
+        assert sorted(requests) == fetched and "downloading" not in out.err
+        assert second["steps"] > first["steps"]
+        assert (run / "metrics.jsonl").read_text().startswith(records)  # continued, not started over
+        train_steps = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+        assert train_steps == sorted(train_steps) and train_steps[-1] == second["steps"]
+    finally:
+        server.close()
+    # a mirror given to it is used in place (verified, nothing fetched), the server gone
+    monkeypatch.setenv("AIAYN_MULTI30K_URL", "http://127.0.0.1:9/")
+    assert quickstart._pick_corpus(str(mirror)) == "multi30k" and sorted(requests) == fetched

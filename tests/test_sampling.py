@@ -82,4 +82,6 @@ def test_log_likelihood_sums_the_real_tokens_only():
     with torch.no_grad():
         logp = model(ids[1:, :2]).log_softmax(-1)[0]  # the short row alone, no padding
     assert ll[1].item() == pytest.approx((logp[0, 9] + logp[1, 3]).item(), abs=1e-5)
-    assert ll[0] < 0
+    with torch.no_grad():
+        logp = model(ids[:1, :4]).log_softmax(-1)[0]  # the full row: every token after BOS, EOS included
+    assert ll[0].item() == pytest.approx(sum(logp[t, ids[0, t + 1]].item() for t in range(4)), abs=1e-5)

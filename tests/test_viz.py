@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import plotted
 from aiayn import viz
 from aiayn.checkpoint import save_weights
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
@@ -201,18 +202,34 @@ def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
         viz.read_metrics(tmp_path / "nowhere")
 
 
-def test_plot_runs_overlays_runs(tmp_path):
+def test_plot_runs_overlays_runs(tmp_path, monkeypatch):
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
     import matplotlib.image as mpimg
 
     train = [(s, 6 * math.exp(-s / 300) + 2) for s in range(20, 1001, 20)]
-    write_metrics(tmp_path / "a", train, [(s, 3 - s / 1000, s / 40) for s in (250, 500, 750, 1000)])
+    valid = [(s, 3 - s / 1000, s / 40) for s in (250, 500, 750, 1000)]
+    write_metrics(tmp_path / "a", train, valid)
     write_metrics(tmp_path / "b", [(s, x + 0.5) for s, x in train], [])  # no validation yet
-    both = viz.plot_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "both.png")
-    only_b = viz.plot_runs([tmp_path / "b"], tmp_path / "b.png")
+    with plotted.figures(monkeypatch) as figs:
+        both = viz.plot_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "both.png")
+        only_b = viz.plot_runs([tmp_path / "b"], tmp_path / "b.png")
     x, y = mpimg.imread(both), mpimg.imread(only_b)
     assert x.shape[:2] == y.shape[:2] == (800, 1100)
-    assert both.stat().st_size > 20_000 and np.abs(x - y).sum() > 0
+    steps = [s for s, _ in train]
+    lr = [1e-3 * min(1, s / 100) for s in steps]
+    assert plotted.panels(figs[both]) == {  # each panel shows each run's own records
+        "training loss": {"a": (steps, [v for _, v in train]), "b": (steps, [v + 0.5 for _, v in train])},
+        "validation loss (NLL per token)": {"a": ([s for s, _, _ in valid], [n for _, n, _ in valid])},
+        "validation BLEU": {"a": ([s for s, _, _ in valid], [b for _, _, b in valid])},
+        "learning rate": {"a": (steps, lr), "b": (steps, lr)},
+    }
+    shown = plotted.panels(figs[only_b])
+    assert shown["validation loss (NLL per token)"] == shown["validation BLEU"] == {}  # "no records"
+    assert list(shown["training loss"]) == ["b"]
+    # and the PNG shows both runs' colours (tab10's first two), the one-run PNG only the first
+    blue, orange = (0x1F / 255, 0x77 / 255, 0xB4 / 255), (0xFF / 255, 0x7F / 255, 0x0E / 255)
+    assert plotted.color_pixels(both, blue) > 500 and plotted.color_pixels(both, orange) > 500
+    assert plotted.color_pixels(only_b, blue) > 500 and plotted.color_pixels(only_b, orange) == 0
 
 
 def run_cli(*args, cwd=None):
