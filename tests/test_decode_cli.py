@@ -199,8 +199,8 @@ def test_int8_api_and_translate_flag(run_dir):
     expect = t8.translate(LINES[:3], beam=4, max_len_b=4)
     from aiayn.model.int8 import quantize_int8
 
-    by_hand = Translator.load(run_dir, "cpu", engine="torch")
-    by_hand.model = quantize_int8(by_hand.model)  # the checkpoint's own weights, quantized here
+    plain = Translator.load(run_dir, "cpu", engine="torch")
+    by_hand = Translator(quantize_int8(plain.model), plain.tokenizer, "cpu", decode=plain.decode)  # quantized here
     assert expect == by_hand.translate(LINES[:3], beam=4, max_len_b=4) and all(expect)
     stdin = "\n".join(LINES[:3]).encode()
     r = aiayn("translate", "-c", str(run_dir), "--int8", "--engine", "torch", "--beam", "4", *SEARCH, stdin=stdin)

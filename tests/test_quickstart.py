@@ -184,8 +184,8 @@ def test_quickstart_picks_multi30k_from_a_download_then_the_cache_and_a_rerun_re
         assert "test_tokenized_bleu" in first and first["test"]["sentences"] == 5  # Multi30k's protocol too
         records = (run / "metrics.jsonl").read_text()
 
-        # the rerun: the cache, nothing downloaded; the same run resumed, its budget now 12 s
-        second = quickstart.run(0.2, run, beam=2, test_limit=5)
+        # the rerun: the cache, nothing downloaded; the same run resumed, its budget now 24 s
+        second = quickstart.run(0.4, run, beam=2, test_limit=5)
         out = capsys.readouterr()
         assert out.out.startswith("quickstart: multi30k de->en") and "(resuming)" in out.out.splitlines()[0]
         assert sorted(requests) == fetched and "downloading" not in out.err

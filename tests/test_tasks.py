@@ -13,14 +13,17 @@ from aiayn.train.tasks import get_spec, spec_for, task_names
 
 def test_the_four_tasks_are_registered_with_their_stacks():
     kinds = {name: get_spec(name).model_kind for name in task_names()}
-    assert {k: kinds[k] for k in ("translate", "lm", "mlm", "classify")} == {
+    assert {k: kinds[k] for k in ("translate", "lm", "mlm", "classify", "parse")} == {
         "translate": "encoder-decoder",
         "lm": "decoder-only",
         "mlm": "encoder-only",
         "classify": "encoder-only",
+        "parse": "encoder-decoder",
     }
-    with pytest.raises(ConfigError, match="task.name must be one of translate | lm | mlm | classify"):
-        spec_for(Config.load(None, {"task.name": "parse"}))
+    with pytest.raises(
+        ConfigError, match=r"task.name must be one of classify \| lm \| mlm \| parse \| translate, not .nope."
+    ):
+        spec_for(Config.load(None, {"task.name": "nope"}))
 
 
 def test_a_task_from_one_file_trains(home, tmp_path):

@@ -113,7 +113,7 @@ def task_names() -> list[str]:
 
 def get_spec(name: str) -> TaskSpec:
     if name not in _REGISTRY:
-        raise ConfigError(f"task.name must be one of {' | '.join(_REGISTRY)}, not {name!r}")
+        raise ConfigError(f"task.name must be one of {' | '.join(sorted(_REGISTRY))}, not {name!r}")
     return _REGISTRY[name]
 
 
