@@ -16,3 +16,29 @@ class LocalHTTPServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class FileServer(LocalHTTPServer):
+    """Serves `files` (path without the leading '/' -> bytes), 404 for anything else; `requests` lists
+    the paths asked for."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.requests.append(self.path)
+                body = files.get(self.path.lstrip("/"))
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(Handler)

@@ -25,7 +25,7 @@ from aiayn.data.treebank import (
     split_words,
     write_parallel,
 )
-from local_http import LocalHTTPServer
+from local_http import FileServer
 
 PTB = """( (S
     (NP-SBJ-1 (DT The) (NNS mice))
@@ -151,31 +151,6 @@ def test_wsj_reads_the_standard_sections_of_an_ldc_layout(tmp_path):
     assert out["test_src"].endswith("test.words")
 
 
-class Files(LocalHTTPServer):
-    def __init__(self, files: dict[str, bytes]) -> None:
-        import http.server
-
-        self.requests: list[str] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.requests.append(self.path)
-                body = files.get(self.path.lstrip("/"))
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        super().__init__(Handler)
-
-
 def synthetic_craft() -> dict[str, bytes]:
     """A corpus laid out as CRAFT's repository: 3 articles, one per split."""
     files = {}
@@ -192,7 +167,7 @@ def test_craft_downloads_into_the_cache_once_and_checks_one_digest(home, monkeyp
     local = {k.replace("articles/ids/", "").replace("structural-annotation/treebank/", ""): v for k, v in files.items()}
     monkeypatch.setattr(craft, "DIGEST", craft.digest(local))
     monkeypatch.delenv("AIAYN_CRAFT_DIR", raising=False)
-    server = Files(files)
+    server = FileServer(files)
     try:
         monkeypatch.setenv("AIAYN_CRAFT_URL", server.url)
         d = craft.locate()
@@ -209,7 +184,7 @@ def test_craft_downloads_into_the_cache_once_and_checks_one_digest(home, monkeyp
 def test_a_craft_download_that_does_not_match_publishes_nothing(home, monkeypatch):
     files = synthetic_craft()
     monkeypatch.setattr(craft, "DIGEST", hashlib.sha256(b"another corpus").hexdigest())
-    server = Files(files)
+    server = FileServer(files)
     try:
         monkeypatch.setenv("AIAYN_CRAFT_URL", server.url)
         with pytest.raises(DataError, match="does not hold CRAFT v5's trees and splits"):

@@ -8,14 +8,14 @@ at most input + 300 output tokens (configs/wsj_parse.yaml); configs/craft_parse.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from aiayn.config import Config, DataConfig, ModelConfig
+from aiayn.config import Config, DataConfig
 from aiayn.data.io import read_lines
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.data.treebank import treebank_dir, write_parallel
@@ -23,7 +23,7 @@ from aiayn.decode import Translator
 from aiayn.decode.parser import PARSE_META, parse_lines, score_trees
 from aiayn.fileio import atomic_write
 from aiayn.train.tasks import translate
-from aiayn.train.tasks.spec import Autocast, TaskSpec, register, sentence_batches
+from aiayn.train.tasks.spec import TaskSpec, register, sentence_batches
 from aiayn.train.tasks.translate import TranslationTask
 
 
@@ -53,15 +53,8 @@ class ParseTask(TranslationTask):
     """Translation's loss over linearised trees; validation: loss, nll, perplexity and the EVALB F1 of
     greedy parses of the first train.eval_max_sentences validation sentences (all with 0)."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        model_config: ModelConfig,
-        prepared: Prepared,
-        device: torch.device,
-        autocast: Autocast = contextlib.nullcontext,
-    ) -> None:
-        super().__init__(cfg, model_config, prepared, device, autocast)
+    def __init__(self, cfg: Config, *rest: Any) -> None:  # TranslationTask's arguments
+        super().__init__(cfg, *rest)
         self.leaves, self.decode = cfg.task.tree_leaves, cfg.decode
         self.directory = treebank_dir(cfg.data, self.leaves)[0]
 
