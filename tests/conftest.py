@@ -113,10 +113,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
-        # Two workers with torch's default of one thread per core would each wait on the other's threads.
+        # Two workers with torch's default of one thread per core would each wait on the other's threads;
+        # the environment variable gives the same share to every process a test starts (CLI runs, DDP ranks,
+        # data-preparation pools), which otherwise take a thread per core each.
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        share = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(share)
+        os.environ["OMP_NUM_THREADS"] = str(share)
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
