@@ -18,7 +18,7 @@ class ConfigError(AiaynError, ValueError):
     """A config file, field or override that cannot be used (the CLI prints it as one line)."""
 
 
-# Special ids, shared by the tokenizer, the data layer and the model (DESIGN.md).
+# Special ids, shared by the tokenizer, the data layer and the model (docs/architecture.md, Conventions).
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
