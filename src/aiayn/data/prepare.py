@@ -39,6 +39,7 @@ import sentencepiece
 
 from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import embedded, multi30k, wmt14
+from aiayn.data.download import aiayn_home
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
@@ -95,7 +96,7 @@ def prepare(
     sources = _sources(cfg)  # missing files and unknown settings fail here, first
     settings = _settings(cfg)
     stamp = _stamp_key(settings, sources)
-    root = multi30k.aiayn_home() / "prepared"
+    root = aiayn_home() / "prepared"
     progress = sys.stderr.isatty() if progress is None else progress
     final, cached = find_or_build(
         stamp,
@@ -237,10 +238,10 @@ def _stamp_key(settings: dict[str, Any], sources: dict[str, Source]) -> str:
 def _find_stamped(stamp: str) -> Path | None:
     """The cache directory a finished build recorded for this cheap key, if it is still complete."""
     try:
-        key = (multi30k.aiayn_home() / "stamps" / stamp).read_text().strip()
+        key = (aiayn_home() / "stamps" / stamp).read_text().strip()
     except OSError:
         return None
-    d = multi30k.aiayn_home() / "prepared" / key
+    d = aiayn_home() / "prepared" / key
     return d if (d / "report.json").is_file() else None
 
 
@@ -251,7 +252,7 @@ def build_lock(cfg: DataConfig) -> Path:
 
 
 def _lock_path(stamp: str) -> Path:
-    return multi30k.aiayn_home() / "locks" / f"{stamp}.lock"
+    return aiayn_home() / "locks" / f"{stamp}.lock"
 
 
 def _lock(path: Path) -> AbstractContextManager[None]:
@@ -422,7 +423,7 @@ def publish(root: Path, key: str, stamp: str, fill: Callable[[Path], None]) -> t
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    stamps = multi30k.aiayn_home() / "stamps"
+    stamps = aiayn_home() / "stamps"
     stamps.mkdir(parents=True, exist_ok=True)
     atomic_write(stamps / stamp, lambda tmp: Path(tmp).write_text(key))
     return final, cached

@@ -32,6 +32,7 @@ import sentencepiece
 
 from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import multi30k, tinyshakespeare
+from aiayn.data.download import aiayn_home
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
@@ -257,7 +258,7 @@ def _build(
     if labelled and len(label_names) < 2:
         raise DataError(f"classification needs at least 2 labels in the training text, found {label_names}")
     return publish(
-        multi30k.aiayn_home() / "prepared",
+        aiayn_home() / "prepared",
         key,
         stamp,
         lambda out: _build_into(
