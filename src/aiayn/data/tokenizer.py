@@ -1,7 +1,8 @@
 """Joint sentencepiece BPE over source and target (paper §5.1: a shared vocabulary).
 
 Special ids match `aiayn.config`: pad 0, unk 1, bos 2, eos 3. Byte fallback keeps any input
-encodable (unseen characters become byte pieces, not <unk>).
+encodable (unseen characters become byte pieces, not <unk>). `collapse_whitespace` is the
+normalisation the data pipelines give text before a BPE model sees it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ import sentencepiece as spm
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.errors import DataError
+
+
+def collapse_whitespace(line: str) -> str:
+    """Collapse whitespace runs (sentencepiece does too), so decode(encode(x)) == x for raw text."""
+    return " ".join(line.split())
 
 
 class Tokenizer:
