@@ -1,6 +1,6 @@
-"""Multi30k downloader against a real HTTP server on 127.0.0.1: checksum ok, mismatch, interrupted; the
-fetch and `aiayn data get multi30k` on made-up files whose checksums the test puts in multi30k's tables
-(every machine), and on the real files where the mirror is (needs_mirror)."""
+"""The downloader (aiayn.data.download) against a real HTTP server on 127.0.0.1: checksum ok, mismatch,
+interrupted; the Multi30k fetch and `aiayn data get multi30k` on made-up files whose checksums the test
+puts in multi30k's tables (every machine), and on the real files where the mirror is (needs_mirror)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.data import DataError, multi30k
+from aiayn.data.download import download
 from conftest import multi30k_mirror
 from local_http import LocalHTTPServer
 from synthetic_text import synthetic_multi30k
@@ -73,7 +74,7 @@ PAYLOAD = b"Ein Mann.\n" * 5000
 
 def test_download_checksum_ok(server, tmp_path):
     server.files["/f.gz"] = PAYLOAD
-    dest = multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", hashlib.sha256(PAYLOAD).hexdigest())
+    dest = download(server.url + "f.gz", tmp_path / "d" / "f.gz", hashlib.sha256(PAYLOAD).hexdigest())
     assert dest.read_bytes() == PAYLOAD
     assert os.listdir(tmp_path / "d") == ["f.gz"]  # no temp file left behind
 
@@ -83,7 +84,7 @@ def test_download_checksum_mismatch_removes_partial(server, tmp_path):
     with pytest.raises(
         DataError, match=r"checksum mismatch for http://127\.0\.0\.1:\d+/f\.gz: sha256 \w+, expected 0+ "
     ):
-        multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", "0" * 64)
+        download(server.url + "f.gz", tmp_path / "d" / "f.gz", "0" * 64)
     assert os.listdir(tmp_path / "d") == []
 
 
@@ -91,10 +92,10 @@ def test_download_interrupted_removes_partial(server, tmp_path):
     server.files["/f.gz"] = PAYLOAD
     server.truncate.add("/f.gz")
     with pytest.raises(DataError, match="interrupted"):
-        multi30k.download(server.url + "f.gz", tmp_path / "d" / "f.gz", hashlib.sha256(PAYLOAD).hexdigest())
+        download(server.url + "f.gz", tmp_path / "d" / "f.gz", hashlib.sha256(PAYLOAD).hexdigest())
     assert os.listdir(tmp_path / "d") == []
     with pytest.raises(DataError, match="failed: HTTP Error 404"):
-        multi30k.download(server.url + "missing.gz", tmp_path / "d" / "m.gz", "0" * 64)
+        download(server.url + "missing.gz", tmp_path / "d" / "m.gz", "0" * 64)
     assert os.listdir(tmp_path / "d") == []
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from aiayn import cli
 from aiayn.config import DataConfig
-from aiayn.data import DataError, multi30k, prepare, wmt14
+from aiayn.data import DataError, prepare, wmt14
+from aiayn.data.download import download
 from local_http import LocalHTTPServer
 
 
@@ -295,7 +296,7 @@ def test_resume_falls_back_to_a_full_download_when_range_is_ignored(server, tmp_
     server.ignore_range = True
     dest = tmp_path / "f.bin"
     Path(f"{dest}.part").write_bytes(b"\xff" * 1000)  # would corrupt the file if appended to
-    multi30k.download(server.url + "/f.bin", dest, hashlib.sha256(body).hexdigest(), size=len(body), resume=True)
+    download(server.url + "/f.bin", dest, hashlib.sha256(body).hexdigest(), size=len(body), resume=True)
     assert server.requests == [("/f.bin", "bytes=1000-")]
     assert dest.read_bytes() == body and not Path(f"{dest}.part").exists()
 

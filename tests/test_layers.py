@@ -1,7 +1,9 @@
-"""One import direction (issue #23): every `aiayn.*` import points down the layer map, never up.
+"""One import direction (issue #23): every `aiayn.*` import points down the layer map, never up. And no
+module reaches for another module's private `_names` (issue #34): what modules share is public.
 
 Read with `ast`, not by importing: imports at module level and inside functions both count (a lazy
-import is still a dependency); only those under `if TYPE_CHECKING:` are exempt (annotations only).
+import is still a dependency); only those under `if TYPE_CHECKING:` are exempt from the layer rule
+(annotations only), not from the private-name rule.
 """
 
 from __future__ import annotations
@@ -65,6 +67,20 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+def _is_module(name: str) -> bool:
+    where = SRC / Path(*name.split("."))
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute name of the module a `from ... import` reads from (relative ones resolved)."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
 def aiayn_imports(path: Path, module: str) -> list[tuple[int, str]]:
     """(line, imported module) for every aiayn import outside `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text(), str(path))
@@ -79,17 +95,11 @@ def aiayn_imports(path: Path, module: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found.extend((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "aiayn")
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
+            base = _from_module(node, package)
             if base.split(".")[0] == "aiayn":
                 for a in node.names:  # `from aiayn import viz` imports the module aiayn.viz
                     sub = f"{base}.{a.name}"
-                    is_module = (SRC / Path(*sub.split("."))).with_suffix(".py").is_file() or (
-                        SRC / Path(*sub.split(".")) / "__init__.py"
-                    ).is_file()
-                    found.append((node.lineno, sub if is_module else base))
+                    found.append((node.lineno, sub if _is_module(sub) else base))
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -156,3 +166,73 @@ def test_every_lazy_export_resolves():
         package = importlib.import_module(module_name(path))
         for name in getattr(package, "_EXPORTS", {}):
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(path: Path, module: str) -> list[tuple[int, str]]:
+    """(line, name) for every private name of another aiayn module that `path` reaches: imported
+    (`from aiayn.x import _name`, under `if TYPE_CHECKING:` too) or read as an attribute of an aiayn
+    module (`aiayn.x._name`, or `x._name` where `x` names the module by an import). A private module
+    (`aiayn._lazy`) is the package's own and may be imported; its public names are what others use."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    modules: dict[str, str] = {"aiayn": "aiayn"}  # local name -> the aiayn module it is bound to
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "aiayn" and a.asname:
+                    modules[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_module(node, package)
+            if base.split(".")[0] != "aiayn":
+                continue
+            for a in node.names:
+                if _is_module(f"{base}.{a.name}"):
+                    modules[a.asname or a.name] = f"{base}.{a.name}"
+                elif _is_private(a.name) and base != module:
+                    found.append((node.lineno, f"{base}.{a.name}"))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+            continue
+        parts, value = [], node.value
+        while isinstance(value, ast.Attribute):
+            parts.insert(0, value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id in modules:
+            owner = ".".join([modules[value.id], *parts])
+            if owner != module and _is_module(owner):
+                found.append((node.lineno, f"{owner}.{node.attr}"))
+    return sorted(found)
+
+
+def test_no_module_reaches_for_another_modules_private_names():
+    """A name with a leading underscore is its module's own (issue #34): what two modules share is public
+    in its proper home, so that the module that owns it can change it without breaking another."""
+    bad = [
+        f"{path.relative_to(SRC)}:{line}: {name}"
+        for path in sorted((SRC / "aiayn").rglob("*.py"))
+        for line, name in private_imports(path, module_name(path))
+    ]
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "import aiayn.data.batching\nimport aiayn.data.prepare as p\nfrom aiayn.data import io, multi30k as m\n"
+        "from aiayn.data.tokenizer import Tokenizer, _hidden\nfrom aiayn._lazy import lazy_exports\n"
+        "from ..data.cache import _x\nfrom aiayn.model.m import _own\n"
+        "aiayn.data.batching._gather, p._sources, io._GZIP_MAGIC, m._sha256_gz, m.__name__, io.x._y, self._z\n"
+    )
+    assert private_imports(f, "aiayn.model.m") == [
+        (4, "aiayn.data.tokenizer._hidden"),
+        (6, "aiayn.data.cache._x"),
+        (8, "aiayn.data.batching._gather"),
+        (8, "aiayn.data.io._GZIP_MAGIC"),
+        (8, "aiayn.data.multi30k._sha256_gz"),
+        (8, "aiayn.data.prepare._sources"),
+    ]

@@ -245,7 +245,7 @@ def cached_export(path: str | os.PathLike, average_last: int = 0, quantization: 
     temporary directory removed at exit. The export is written into a temporary directory beside
     its final place and renamed there when complete (nothing half-written is ever found), under a
     file lock so that processes starting together export once and the others wait for it."""
-    from aiayn.data.multi30k import aiayn_home
+    from aiayn.data.download import aiayn_home
     from aiayn.fileio import file_lock
 
     spm_file = find_tokenizer(path)

@@ -3,7 +3,8 @@
 "Sentence pairs were batched together by approximate sequence length. Each training batch contained a
 set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
 Here `max_tokens` bounds the *padded* source (B x S) and the *padded* target (B x T, T = pieces + 1)
-separately, so no batch ever exceeds the budget on either side.
+separately, so no batch ever exceeds the budget on either side. `gather_tokens` finds where the tokens
+of the chosen examples go in a padded batch (the text tasks' collates use it too).
 """
 
 from __future__ import annotations
@@ -69,12 +70,12 @@ def collate(split: EncodedSplit, ids: np.ndarray) -> Batch:
     s_len, t_len = int(sl.max()), int(tl.max()) + 1
 
     src = np.zeros((b, s_len), dtype=np.int64)  # (B, S); PAD_ID == 0
-    r, c, v = _gather(split.src, split.src_offsets[ids], sl)
+    r, c, v = gather_tokens(split.src, split.src_offsets[ids], sl)
     src[r, c] = v
 
     tgt_in = np.zeros((b, t_len), dtype=np.int64)  # (B, T)
     tgt_out = np.zeros((b, t_len), dtype=np.int64)  # (B, T)
-    r, c, v = _gather(split.tgt, split.tgt_offsets[ids], tl)
+    r, c, v = gather_tokens(split.tgt, split.tgt_offsets[ids], tl)
     tgt_in[:, 0] = BOS_ID
     tgt_in[r, c + 1] = v
     tgt_out[r, c] = v
@@ -90,8 +91,9 @@ def collate(split: EncodedSplit, ids: np.ndarray) -> Batch:
     )
 
 
-def _gather(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Row, column and value of every token of the selected sentences."""
+def gather_tokens(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Row, column and value of every token of the selected sentences: sentence i's tokens
+    flat[starts[i] : starts[i] + lengths[i]] go to row i, columns 0 .. lengths[i] - 1, of a padded batch."""
     total = int(lengths.sum())
     rows = np.repeat(np.arange(len(lengths)), lengths)
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)

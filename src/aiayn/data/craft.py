@@ -18,8 +18,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from aiayn.data.download import aiayn_home, download
 from aiayn.data.errors import DataError
-from aiayn.data.multi30k import aiayn_home, download
 from aiayn.data.treebank import Tree, clean, read_trees
 
 COMMIT = "2abe82b8bb8089448b84937d5f61d8c218011322"

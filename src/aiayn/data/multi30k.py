@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.client
 import os
-import sys
-import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-from tqdm import tqdm
-
+from aiayn.data.download import aiayn_home, download
 from aiayn.data.errors import DataError
 
 BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/"
@@ -57,11 +50,6 @@ TOK_SHA256 = {
     "test_2016_flickr.lc.norm.tok.en": "5b7f32627cf99eced828311b955dae9800bb52bc8b91cf8b6526829e605b29d2",
     "test_2016_flickr.lc.norm.tok.fr": "1463bd5960f9bfe098ec3cd752d3df0c49c84dc646fb518964a29232658cd836",
 }
-
-
-def aiayn_home() -> Path:
-    """The cache root: $AIAYN_HOME, default ~/.cache/aiayn."""
-    return Path(os.environ.get("AIAYN_HOME") or Path.home() / ".cache" / "aiayn")
 
 
 def cache_dir() -> Path:
@@ -104,148 +92,6 @@ def sha256_file(path: str | os.PathLike) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
-
-
-def download(
-    url: str,
-    dest: str | os.PathLike,
-    sha256: str | None,
-    timeout: float = 60.0,
-    transform: Callable[[bytes], bytes] | None = None,
-    *,
-    md5: str | None = None,
-    size: int | None = None,
-    resume: bool = False,
-    progress: bool = False,
-    hint: str = "",
-) -> Path:
-    """Fetch `url` into `dest` atomically: stream to a temp file beside it, verify the received bytes
-    (sha256, else md5, and `size` when given), then rename. A mismatch removes the partial file and raises
-    DataError. `transform` (e.g. gzip.compress) is applied after verification.
-
-    Without `resume` an interrupted transfer removes the partial file too. With it the bytes received so
-    far stay in `<dest>.part` (a broken connection, a timeout, Ctrl-C), and the next call continues from
-    there with an HTTP Range request, starting over when the server answers 200 instead of 206: the WMT
-    archives are gigabytes. `progress` shows a tqdm bar on stderr; `hint` ends the message of a failed
-    connection (what to do offline)."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if resume:
-        tmp = dest.with_name(dest.name + ".part")  # a fixed name, so that the next run finds it
-    else:
-        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-        os.close(fd)
-        tmp = Path(name)
-    keep = resume  # a partial file stays for the next run unless its bytes are known to be wrong
-    try:
-        have = tmp.stat().st_size if resume and tmp.is_file() else 0
-        h = _new_hash(sha256, md5)
-        if have:
-            _hash_into(h, tmp)
-        resp = _open(url, have, timeout, hint)
-        if resp is None:  # 416: the part is not a prefix of this file (it changed on the server): start over
-            have, h = 0, _new_hash(sha256, md5)
-            resp = _open(url, 0, timeout, hint)
-            assert resp is not None  # 416 answers a Range request only; this one has none
-        with resp:
-            if have and resp.status != 206:  # the server ignored Range and sends everything
-                have, h = 0, _new_hash(sha256, md5)
-            elif have and not (resp.headers.get("Content-Range") or "").startswith(f"bytes {have}-"):
-                keep = False
-                raise DataError(
-                    f"download of {url}: the server resumed at the wrong offset "
-                    f"({resp.headers.get('Content-Range')!r} for bytes {have}-); partial file removed"
-                )
-            expected = resp.headers.get("Content-Length")
-            total = size if size is not None else (have + int(expected) if expected is not None else None)
-            received = 0
-            with (
-                open(tmp, "ab" if have else "wb") as out,
-                tqdm(
-                    total=total,
-                    initial=have,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    desc=dest.name,
-                    file=sys.stderr,
-                    disable=not progress,
-                    mininterval=1.0,
-                ) as bar,
-            ):
-                try:
-                    for chunk in iter(lambda: resp.read(1 << 16), b""):
-                        if h is not None:
-                            h.update(chunk)
-                        out.write(chunk)
-                        received += len(chunk)
-                        bar.update(len(chunk))
-                except (http.client.HTTPException, OSError) as e:  # IncompleteRead, reset, timeout, ...
-                    raise DataError(
-                        f"download of {url} interrupted after {have + received} bytes: {e!r}"
-                        f"{_resume_note(tmp, resume, have + received)}"
-                    ) from None
-            if expected is not None and received != int(expected):
-                raise DataError(
-                    f"download of {url} interrupted: got {received} of {expected} bytes"
-                    f"{_resume_note(tmp, resume, have + received)}"
-                )
-        got = have + received
-        if size is not None and got != size:
-            keep = False
-            raise DataError(f"size mismatch for {url}: {got} bytes, expected {size} (partial file removed)")
-        if h is not None and h.hexdigest() != (sha256 or md5):
-            keep = False
-            raise DataError(
-                f"checksum mismatch for {url}: {h.name} {h.hexdigest()}, expected {sha256 or md5} "
-                f"(partial file removed)"
-            )
-        if transform is not None:
-            tmp.write_bytes(transform(tmp.read_bytes()))
-        os.replace(tmp, dest)
-    except BaseException:
-        if not keep:
-            tmp.unlink(missing_ok=True)
-        raise
-    return dest
-
-
-def _open(url: str, start: int, timeout: float, hint: str) -> http.client.HTTPResponse | None:
-    """The response for bytes `start`- of `url`; None when the server answers 416 to that range."""
-    req = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
-    try:
-        return urllib.request.urlopen(req, timeout=timeout)
-    except urllib.error.HTTPError as e:
-        if e.code == 416 and start:
-            return None
-        raise DataError(f"download of {url} failed: {e}{hint}") from None
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:  # DNS, refused, timeout
-        raise DataError(f"download of {url} failed: {getattr(e, 'reason', None) or e}{hint}") from None
-
-
-def _resume_note(tmp: Path, resume: bool, kept: int) -> str:
-    return f"; {kept} bytes kept in {tmp}, run again to resume" if resume else ""
-
-
-def _new_hash(sha256: str | None, md5: str | None) -> Any:
-    if sha256:
-        return hashlib.sha256()
-    if md5:  # only where no sha256 is published (sacreBLEU lists md5): integrity, not security
-        return hashlib.md5(usedforsecurity=False)
-    return None  # size only
-
-
-def _hash_into(h: Any, path: Path) -> None:
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-
-
-def file_digest(path: str | os.PathLike, algorithm: str) -> str:
-    """Hex digest of a file ("sha256" or "md5"), read in 1 MiB chunks."""
-    h = hashlib.new(algorithm, usedforsecurity=False) if algorithm == "md5" else hashlib.new(algorithm)
-    _hash_into(h, Path(path))
     return h.hexdigest()
 
 

@@ -13,6 +13,9 @@
      empty, over-long and extreme-ratio training pairs (counted; never valid/test), and the main process
      appends their ids to the memory-mapped arrays of a temporary directory, renamed into place when
      complete, so nothing half-written is ever taken for a finished cache.
+Steps 2, 3 and 5's cache, lock, sample and worker machinery is `aiayn.data.cache`, shared with the
+one-sided text of `aiayn.data.text`; this module holds what is parallel text's own: its sources, settings,
+chunks of aligned lines, the joint BPE sample, the pair filters and the encoding worker.
 """
 
 from __future__ import annotations
@@ -21,16 +24,11 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +37,28 @@ import sentencepiece
 
 from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import embedded, multi30k, wmt14
+from aiayn.data.cache import (
+    SPLITS,
+    Reservoir,
+    copy_into_run,
+    file_stamp,
+    find_or_build,
+    given_tokenizer,
+    lock_path,
+    map_ordered,
+    publish,
+    spm_model_bytes,
+    train_tokenizer,
+    worker_pool,
+)
+from aiayn.data.download import aiayn_home
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
-from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder
-from aiayn.fileio import atomic_write, file_lock
+from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder, collapse_whitespace
 
-SPLITS = ("train", "valid", "test")
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
 CHUNK_PAIRS = 20_000  # lines per side handed to a worker at once
-_SAMPLE_SEED = 0  # the reservoir's seed: every node draws the same BPE sample
 
 # a split's text: (source path, target path), in-memory lines (the embedded corpus), or None (no test set)
 Source = tuple[Path, Path] | tuple[list[bytes], list[bytes]] | None
@@ -95,7 +105,7 @@ def prepare(
     sources = _sources(cfg)  # missing files and unknown settings fail here, first
     settings = _settings(cfg)
     stamp = _stamp_key(settings, sources)
-    root = multi30k.aiayn_home() / "prepared"
+    root = aiayn_home() / "prepared"
     progress = sys.stderr.isatty() if progress is None else progress
     final, cached = find_or_build(
         stamp,
@@ -109,26 +119,6 @@ def prepare(
     if run_dir is not None:
         copy_into_run(final, out.report, run_dir)
     return out
-
-
-def find_or_build(stamp: str, build: Callable[[], tuple[Path, bool]]) -> tuple[Path, bool]:
-    """(the finished cache of a cheap key, whether it existed): found by its stamp, else built by
-    `build` under the key's lock (processes that wait for the lock find what the builder made)."""
-    final = _find_stamped(stamp)
-    if final is not None:
-        return final, True
-    with _lock(_lock_path(stamp)):
-        final = _find_stamped(stamp)  # built by the process we waited for
-        return (final, True) if final is not None else build()
-
-
-def copy_into_run(final: Path, report: dict[str, Any], run_dir: str | os.PathLike) -> None:
-    """The cache's spm.model and the data report into a run directory (the run is self-contained)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    model = (final / "spm.model").read_bytes()
-    atomic_write(run_dir / "spm.model", lambda tmp: Path(tmp).write_bytes(model))
-    (run_dir / "data_report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfig:
@@ -193,12 +183,7 @@ def _split_text(source: Source) -> tuple[list[str], list[str]]:
         src, tgt = read_parallel(*source)
     else:
         src, tgt = [x.decode() for x in source[0]], [x.decode() for x in source[1]]
-    return [_clean(x) for x in src], [_clean(x) for x in tgt]
-
-
-def _clean(line: str) -> str:
-    """Collapse whitespace runs (sentencepiece does too), so decode(encode(x)) == x for raw text."""
-    return " ".join(line.split())
+    return [collapse_whitespace(x) for x in src], [collapse_whitespace(x) for x in tgt]
 
 
 # -- keys, stamps, lock -----------------------------------------------------------------------------
@@ -220,7 +205,7 @@ def _settings(cfg: DataConfig) -> dict[str, Any]:
         settings["embedded_size"] = cfg.embedded_size
     if cfg.spm_model is not None:  # the model's bytes, not its path, decide the encoding
         del settings["vocab"], settings["bpe_sample_pairs"]
-        settings["spm_model"] = hashlib.sha256(_spm_model_bytes(cfg)).hexdigest()
+        settings["spm_model"] = hashlib.sha256(spm_model_bytes(cfg)).hexdigest()
     return settings
 
 
@@ -229,43 +214,15 @@ def _stamp_key(settings: dict[str, Any], sources: dict[str, Source]) -> str:
     files = {}
     for split, source in sources.items():
         if source is not None and isinstance(source[0], Path):
-            files[split] = [[str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns] for p in source]
+            files[split] = [file_stamp(p) for p in source]
     blob = json.dumps({"settings": settings, "files": files}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _find_stamped(stamp: str) -> Path | None:
-    """The cache directory a finished build recorded for this cheap key, if it is still complete."""
-    try:
-        key = (multi30k.aiayn_home() / "stamps" / stamp).read_text().strip()
-    except OSError:
-        return None
-    d = multi30k.aiayn_home() / "prepared" / key
-    return d if (d / "report.json").is_file() else None
 
 
 def build_lock(cfg: DataConfig) -> Path:
     """The file whose exclusive lock (fcntl.flock) the builder of `cfg`'s cache holds; the other
     processes preparing the same data wait on it."""
-    return _lock_path(_stamp_key(_settings(cfg), _sources(cfg)))
-
-
-def _lock_path(stamp: str) -> Path:
-    return multi30k.aiayn_home() / "locks" / f"{stamp}.lock"
-
-
-def _lock(path: Path) -> AbstractContextManager[None]:
-    return file_lock(path, "another process is preparing this corpus; waiting for it")
-
-
-def _spm_model_bytes(cfg: DataConfig) -> bytes:
-    assert cfg.spm_model is not None  # called only when the data config names one
-    path = Path(cfg.spm_model)
-    if path.is_dir():  # a run directory: its spm.model
-        path = path / "spm.model"
-    if not path.is_file():
-        raise DataError(f"data.spm_model: {path} not found")
-    return path.read_bytes()
+    return lock_path(_stamp_key(_settings(cfg), _sources(cfg)))
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -325,35 +282,13 @@ class _Progress:
             self.bar.close()
 
 
-class _Reservoir:
-    """A uniform sample of k training pairs over a stream of unknown length (Algorithm R), seeded."""
-
-    def __init__(self, k: int) -> None:
-        self.k, self.seen = k, 0
-        self.rng = np.random.default_rng(_SAMPLE_SEED)
-        self.items: list[tuple[int, bytes, bytes]] = []
-
-    def add(self, src: list[bytes], tgt: list[bytes]) -> None:
-        fill = max(0, min(len(src), self.k - len(self.items)))
-        self.items.extend((self.seen + i, src[i], tgt[i]) for i in range(fill))
-        if fill < len(src):  # item g replaces a random slot with probability k / (g + 1)
-            g = np.arange(self.seen + fill, self.seen + len(src))
-            slot = self.rng.integers(0, g + 1)
-            for j in np.flatnonzero(slot < self.k).tolist():
-                self.items[int(slot[j])] = (int(g[j]), src[fill + j], tgt[fill + j])
-        self.seen += len(src)
-
-    def pairs(self) -> list[tuple[int, bytes, bytes]]:
-        return sorted(self.items)  # corpus order, so a corpus below k gives exactly its own text
-
-
 def _scan(
     cfg: DataConfig, sources: dict[str, Source], settings: dict[str, Any], progress: bool, chunk_pairs: int
-) -> tuple[str, dict[str, int], _Reservoir | None]:
+) -> tuple[str, dict[str, int], Reservoir | None]:
     """Pass 1: line counts of every split (small splits first, so their errors come fast), the content
     key, and the BPE sample of the training pairs."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    sample = _Reservoir(cfg.bpe_sample_pairs) if cfg.spm_model is None else None
+    sample = Reservoir(cfg.bpe_sample_pairs) if cfg.spm_model is None else None
     counts: dict[str, int] = {}
     bar = _Progress(progress, "aiayn data: scan", sources)
     try:
@@ -402,37 +337,11 @@ def _build(
     )
 
 
-def publish(root: Path, key: str, stamp: str, fill: Callable[[Path], None]) -> tuple[Path, bool]:
-    """(root/key, whether it was there already): unless the content key is cached (the same text
-    elsewhere: a moved copy, touched files), `fill` a temporary directory that is renamed into place
-    when complete; then stamp the cheap key. Runs under the key's lock."""
-    final = root / key
-    cached = (final / "report.json").is_file()
-    if not cached:
-        root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(f".{stamp}.*"):  # left by a builder that was killed while holding this lock
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", dir=root))
-        try:
-            fill(tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another machine sharing this directory finished the same key first
-                if not (final / "report.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    stamps = multi30k.aiayn_home() / "stamps"
-    stamps.mkdir(parents=True, exist_ok=True)
-    atomic_write(stamps / stamp, lambda tmp: Path(tmp).write_text(key))
-    return final, cached
-
-
 def _build_into(
     cfg: DataConfig,
     sources: dict[str, Source],
     counts: dict[str, int],
-    sample: _Reservoir | None,
+    sample: Reservoir | None,
     out: Path,
     key: str,
     t0: float,
@@ -443,8 +352,7 @@ def _build_into(
     t1 = time.perf_counter()
     sampled = None
     if sample is None:
-        (out / "spm.model").write_bytes(_spm_model_bytes(cfg))
-        tok = Tokenizer(out / "spm.model")  # refuses a model with other special ids
+        tok = given_tokenizer(cfg, out / "spm.model")
     else:
         sampled = len(sample.items)
         tok = _train_bpe(cfg, sources["train"], sample, out / "spm.model")  # empties the sample
@@ -461,34 +369,25 @@ def _build_into(
         "dropped": {"empty": 0, "too_long": 0, "ratio": 0},
         "bpe_sample_pairs": sampled,
     }
-    n_workers = max(1, workers if workers is not None else len(os.sched_getaffinity(0)))
-    parallel = n_workers > 1 and counts["train"] > chunk_pairs  # one chunk: starting processes costs more
     init = (out.joinpath("spm.model").read_bytes(), cfg.spm_model is None, cfg.max_len, cfg.max_len_ratio)
-    pool = (
-        ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=init)
-        if parallel
-        else None
-    )
-    if pool is None:
-        _init_worker(*init)
-    bar = _Progress(progress, "aiayn data: encode", sources)
-    try:
-        for split in SPLITS:
-            report["splits"][split] = _encode_split(
-                split,
-                sources[split],
-                out,
-                id_dtype(tok.vocab_size),
-                report["dropped"],
-                pool,
-                n_workers,
-                chunk_pairs,
-                bar,
-            )
-    finally:
-        bar.close()
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+    worthwhile = counts["train"] > chunk_pairs  # one chunk: starting processes costs more
+    with worker_pool(workers, worthwhile, _init_worker, init) as (pool, n_workers):
+        bar = _Progress(progress, "aiayn data: encode", sources)
+        try:
+            for split in SPLITS:
+                report["splits"][split] = _encode_split(
+                    split,
+                    sources[split],
+                    out,
+                    id_dtype(tok.vocab_size),
+                    report["dropped"],
+                    pool,
+                    n_workers,
+                    chunk_pairs,
+                    bar,
+                )
+        finally:
+            bar.close()
     if report["splits"]["train"]["pairs"] == 0:
         raise DataError(
             "every training pair has an empty side"
@@ -496,7 +395,7 @@ def _build_into(
             else "every training pair was dropped (length / ratio filters)"
         )
     report["dropped"]["total"] = sum(report["dropped"].values())
-    report["workers"] = n_workers if parallel else 1
+    report["workers"] = n_workers if pool is not None else 1
     report["seconds"] = {
         "scan_and_bpe": round(t2 - t0, 3),
         "bpe": round(t2 - t1, 3),
@@ -506,28 +405,22 @@ def _build_into(
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
-def _train_bpe(cfg: DataConfig, source: Source, sample: _Reservoir, model_file: Path) -> Tokenizer:
+def _train_bpe(cfg: DataConfig, source: Source, sample: Reservoir, model_file: Path) -> Tokenizer:
     """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target."""
     src, tgt = [], []
     assert source is not None  # a training split always has a source
     names = (str(source[0]), str(source[1])) if isinstance(source[0], Path) else ("train source", "train target")
     pairs, sample.items = sample.pairs(), []  # the encoding pass runs beside the workers: hold no corpus
     for i, s, t in pairs:
-        s_text, t_text = _clean(decode_blob(names[0], s, i + 1)), _clean(decode_blob(names[1], t, i + 1))
+        s_text = collapse_whitespace(decode_blob(names[0], s, i + 1))
+        t_text = collapse_whitespace(decode_blob(names[1], t, i + 1))
         if s_text and t_text:
             src.append(s_text)
             tgt.append(t_text)
     del pairs
     if not src:
         raise DataError("every training pair has an empty side")
-    try:
-        return Tokenizer.train(
-            src + tgt, model_file, vocab_size=cfg.vocab_size, max_sentences=max(2_000_000, 2 * len(src))
-        )
-    except RuntimeError as e:  # e.g. vocab_size below the 256 byte pieces + characters of the corpus
-        raise DataError(
-            f"sentencepiece training failed (vocab_size={cfg.vocab_size}): {str(e).splitlines()[0]}"
-        ) from None
+    return train_tokenizer(src + tgt, model_file, cfg.vocab_size, max_sentences=max(2_000_000, 2 * len(src)))
 
 
 def _encode_split(
@@ -555,7 +448,7 @@ def _encode_split(
         (split == "train", first, paths, b"\n".join(s), b"\n".join(t), pos)
         for first, s, t, pos in _chunks(source, chunk_pairs)
     )
-    for r in _map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
+    for r in map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
         for side in ("src", "tgt"):
             w[side].append(r[side])
             w[f"{side}_lengths"].append(r[f"{side}_lengths"])
@@ -571,22 +464,6 @@ def _encode_split(
         a.close()
     pairs = w["index"].length
     return {"lines": lines, "pairs": pairs, "src_tokens": ends["src"], "tgt_tokens": ends["tgt"]}
-
-
-def _map_ordered(
-    pool: ProcessPoolExecutor | None, fn: Callable[[Any], Any], tasks: Iterator[Any], window: int
-) -> Iterator[Any]:
-    """fn over tasks, results in task order; at most `window` tasks submitted ahead (bounded memory)."""
-    if pool is None:
-        yield from map(fn, tasks)
-        return
-    pending: deque[Future] = deque()
-    for task in tasks:
-        pending.append(pool.submit(fn, task))
-        if len(pending) >= window:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
 
 
 # -- the encoding worker (a process of its own, or this one) ----------------------------------------
@@ -606,12 +483,12 @@ def _init_worker(model: bytes, trained_here: bool, max_len: int, max_len_ratio: 
 
 
 def _encode_lines(lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(flat ids, lengths, empty mask) of raw lines, whitespace normalised as `_clean` does."""
+    """(flat ids, lengths, empty mask) of raw lines, whitespace normalised as `collapse_whitespace` does."""
     if _worker["words"] is not None:
         flat, lengths = _worker["words"].encode(lines)
         empty = np.fromiter((not x or x.isspace() for x in lines), dtype=bool, count=len(lines))
         return flat, lengths, empty
-    clean = [_clean(x) for x in lines]
+    clean = [collapse_whitespace(x) for x in lines]
     ids = _worker["sp"].encode(clean)
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     flat = np.fromiter((t for row in ids for t in row), dtype=np.int64, count=int(lengths.sum()))

@@ -5,7 +5,8 @@ a scan pass counts and hashes every split and keeps a seeded sample of training 
 classification, the label set); a tokenizer is trained on the sample (sentencepiece BPE, or one piece
 per character); worker processes encode chunks of lines; the ids are appended to memory-mapped arrays in
 a temporary directory renamed into place; a cheap stamp (paths, sizes, mtimes, settings) finds the cache
-again without reading the text, under the same per-key lock.
+again without reading the text, under the same per-key lock. That machinery is `aiayn.data.cache`, shared
+by both pipelines; this module holds one-sided text's own sources, settings, chunks and encoding.
 
 Examples are stored as an `EncodedSplit`: `src` holds each example's text ids plus EOS, `tgt` the
 second text of a sentence pair (classification with LABEL<TAB>A<TAB>B lines; else empty), and
@@ -23,7 +24,6 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +32,24 @@ import sentencepiece
 
 from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import multi30k, tinyshakespeare
+from aiayn.data.cache import (
+    SPLITS,
+    Reservoir,
+    copy_into_run,
+    file_stamp,
+    find_or_build,
+    given_tokenizer,
+    map_ordered,
+    publish,
+    spm_model_bytes,
+    train_tokenizer,
+    worker_pool,
+)
+from aiayn.data.download import aiayn_home
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
-from aiayn.data.prepare import (
-    SPLITS,
-    _clean,
-    _map_ordered,
-    _Reservoir,
-    _spm_model_bytes,
-    copy_into_run,
-    find_or_build,
-    publish,
-)
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.data.tokenizer import Tokenizer, collapse_whitespace
 
 _FORMAT = 1
 CHUNK_LINES = 20_000
@@ -156,7 +160,7 @@ def _settings(cfg: DataConfig, labelled: bool, specials: Sequence[str]) -> dict[
     )
     if cfg.spm_model is not None:
         del s["vocab"], s["sample"]
-        s["spm_model"] = hashlib.sha256(_spm_model_bytes(cfg)).hexdigest()
+        s["spm_model"] = hashlib.sha256(spm_model_bytes(cfg)).hexdigest()
     return s
 
 
@@ -166,7 +170,7 @@ def _stamp_key(settings: dict[str, Any], sources: dict[str, TextSource]) -> str:
         if isinstance(src, str):
             parts[split] = hashlib.sha256(src.encode()).hexdigest()
         elif src:
-            parts[split] = [[str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns] for p in src]
+            parts[split] = [file_stamp(p) for p in src]
     blob = json.dumps({"text": settings, "files": parts}, sort_keys=True).encode()
     return "t" + hashlib.sha256(blob).hexdigest()[:15]
 
@@ -220,9 +224,9 @@ def _fields(name: str, first: int, lines: list[str], labelled: bool) -> tuple[li
 
 def _scan(
     sources: dict[str, TextSource], settings: dict[str, Any], sample_size: int, labelled: bool, chunk_lines: int
-) -> tuple[str, dict[str, int], _Reservoir, list[str]]:
+) -> tuple[str, dict[str, int], Reservoir, list[str]]:
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    sample, counts, labels = _Reservoir(sample_size), {}, set[str]()
+    sample, counts, labels = Reservoir(sample_size), {}, set[str]()
     for split in ("valid", "test", "train"):
         hs, n = hashlib.sha256(), 0
         for name, first, lines, _ in _chunks(sources[split], chunk_lines):
@@ -257,7 +261,7 @@ def _build(
     if labelled and len(label_names) < 2:
         raise DataError(f"classification needs at least 2 labels in the training text, found {label_names}")
     return publish(
-        multi30k.aiayn_home() / "prepared",
+        aiayn_home() / "prepared",
         key,
         stamp,
         lambda out: _build_into(
@@ -269,7 +273,7 @@ def _build(
 def _build_into(
     cfg: DataConfig,
     sources: dict[str, TextSource],
-    sample: _Reservoir,
+    sample: Reservoir,
     label_names: list[str],
     out: Path,
     key: str,
@@ -282,31 +286,23 @@ def _build_into(
 ) -> None:
     document = cfg.text_unit == "document"
     if cfg.spm_model is not None:
-        (out / "spm.model").write_bytes(_spm_model_bytes(cfg))
-        tok = Tokenizer(out / "spm.model")
+        tok = given_tokenizer(cfg, out / "spm.model")
     else:
         lines = [s.decode() for _, s, _ in sample.pairs()]
         sample.items = []
         symbols = list(specials) + ([NEWLINE] if document else [])
-        try:
-            tok = Tokenizer.train(
-                lines,
-                out / "spm.model",
-                vocab_size=cfg.vocab_size,
-                max_sentences=max(2_000_000, len(lines)),
-                model_type=cfg.tokenizer,
-                user_symbols=symbols,
-            )
-        except RuntimeError as e:
-            raise DataError(
-                f"sentencepiece training failed (vocab_size={cfg.vocab_size}): {str(e).splitlines()[0]}"
-            ) from None
+        tok = train_tokenizer(
+            lines,
+            out / "spm.model",
+            cfg.vocab_size,
+            max_sentences=max(2_000_000, len(lines)),
+            model_type=cfg.tokenizer,
+            user_symbols=symbols,
+        )
         del lines
     missing = [p for p in list(specials) + ([NEWLINE] if document else []) if tok.piece_id(p) is None]
     if missing:
         raise DataError(f"the tokenizer {cfg.spm_model} lacks the pieces {missing} this task needs")
-    n_workers = max(1, workers if workers is not None else len(os.sched_getaffinity(0)))
-    parallel = n_workers > 1 and sum(_approx_lines(s) for s in sources.values()) > 2 * chunk_lines
     init = (
         (out / "spm.model").read_bytes(),
         cfg.tokenizer == "bpe",
@@ -314,13 +310,6 @@ def _build_into(
         {n: i for i, n in enumerate(label_names)} if labelled else None,
         document,
     )
-    pool = (
-        ProcessPoolExecutor(n_workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=init)
-        if parallel
-        else None
-    )
-    if pool is None:
-        _init_worker(*init)
     report: dict[str, Any] = {
         "corpus": cfg.corpus,
         "key": key,
@@ -331,24 +320,24 @@ def _build_into(
         "labels": label_names,
         "splits": {},
     }
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    worthwhile = sum(_approx_lines(s) for s in sources.values()) > 2 * chunk_lines
+    with worker_pool(workers, worthwhile, _init_worker, init) as (pool, n_workers):
+        bar = None
+        if progress:
+            from tqdm import tqdm
 
-        bar = tqdm(desc="aiayn data: encode", unit=" lines", file=sys.stderr, dynamic_ncols=True)
-    try:
-        for split in SPLITS:
-            report["splits"][split] = _encode_split(
-                split, sources[split], out, id_dtype(tok.vocab_size), pool, n_workers, chunk_lines, document, bar
-            )
-    finally:
-        if bar is not None:
-            bar.close()
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            bar = tqdm(desc="aiayn data: encode", unit=" lines", file=sys.stderr, dynamic_ncols=True)
+        try:
+            for split in SPLITS:
+                report["splits"][split] = _encode_split(
+                    split, sources[split], out, id_dtype(tok.vocab_size), pool, n_workers, chunk_lines, document, bar
+                )
+        finally:
+            if bar is not None:
+                bar.close()
     if report["splits"]["train"]["examples"] == 0:
         raise DataError("every training line is empty")
-    report["workers"] = n_workers if parallel else 1
+    report["workers"] = n_workers if pool is not None else 1
     report["seconds"] = round(time.perf_counter() - t0, 3)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
 
@@ -383,7 +372,7 @@ def _encode_split(
         for name, first, lines, last in _chunks(source, chunk_lines)
     )
     lines_before = 0
-    for r in _map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
+    for r in map_ordered(pool, _encode_chunk, tasks, 2 * n_workers):
         for side in ("src", "tgt"):
             w[side].append(r[side])
             if not document:
@@ -434,7 +423,7 @@ def _init_worker(model: bytes, bpe: bool, max_len: int, label_ids: dict[str, int
 
 def _ids(texts: list[str]) -> list[list[int]]:
     if _worker["bpe"]:
-        texts = [_clean(t) for t in texts]  # whitespace runs collapsed, as for parallel text
+        texts = [collapse_whitespace(t) for t in texts]  # whitespace runs collapsed, as for parallel text
     return _worker["sp"].encode(texts)
 
 

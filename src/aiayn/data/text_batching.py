@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from aiayn.data.batching import _gather
+from aiayn.data.batching import gather_tokens
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 
@@ -93,7 +93,7 @@ class TextCollate:
         la = np.asarray(split.src_lengths[ids], dtype=np.int64)  # (B,) text + EOS
         lb = np.asarray(split.tgt_lengths[ids], dtype=np.int64)  # (B,) second text (0 when single)
         labels = None if self.labels is None else torch.from_numpy(np.asarray(self.labels[ids], dtype=np.int64))
-        r, c, v = _gather(split.src, split.src_offsets[ids], la)
+        r, c, v = gather_tokens(split.src, split.src_offsets[ids], la)
         if self.cls_id is None:  # decoder: text EOS
             out = np.zeros((b, int(la.max())), dtype=np.int64)  # (B, T)
             out[r, c] = v
@@ -106,7 +106,7 @@ class TextCollate:
         out[:, 0] = self.cls_id
         out[r, c + 1] = np.where(v == EOS_ID, self.sep_id, v)
         if lb.any():
-            r2, c2, v2 = _gather(split.tgt, split.tgt_offsets[ids], lb)
+            r2, c2, v2 = gather_tokens(split.tgt, split.tgt_offsets[ids], lb)
             col = c2 + 1 + la[r2]
             out[r2, col] = v2
             seg[r2, col] = 1

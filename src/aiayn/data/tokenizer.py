@@ -1,7 +1,9 @@
 """Joint sentencepiece BPE over source and target (paper §5.1: a shared vocabulary).
 
 Special ids match `aiayn.config`: pad 0, unk 1, bos 2, eos 3. Byte fallback keeps any input
-encodable (unseen characters become byte pieces, not <unk>).
+encodable (unseen characters become byte pieces, not <unk>). Two repairs of text before a model sees
+it: `collapse_whitespace`, the data pipelines' normalisation, and `replace_lone_surrogates`, what
+translation does to any input line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ import sentencepiece as spm
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.errors import DataError
+
+
+def collapse_whitespace(line: str) -> str:
+    """Collapse whitespace runs (sentencepiece does too), so decode(encode(x)) == x for raw text."""
+    return " ".join(line.split())
+
+
+def replace_lone_surrogates(line: str) -> str:
+    """`line` with each lone surrogate (e.g. from surrogateescape) replaced by "?": they crash
+    sentencepiece; anything else it can encode."""
+    return str(line).encode("utf-8", "replace").decode("utf-8")
 
 
 class Tokenizer:

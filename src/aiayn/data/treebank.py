@@ -348,7 +348,7 @@ def corpus_trees(data: DataConfig) -> tuple[str, Callable[[], dict[str, list[Tre
 def treebank_dir(data: DataConfig, leaves: str) -> tuple[Path, Callable[[], dict[str, list[Tree]]]]:
     """Where a parse run's treebank is kept as parallel text ($AIAYN_HOME/treebank/<corpus key>-<leaves>:
     `<split>.words`, `.tree`, `.gold`), and the loader of its trees (called only to write it)."""
-    from aiayn.data.multi30k import aiayn_home
+    from aiayn.data.download import aiayn_home
 
     key, load = corpus_trees(data)
     return aiayn_home() / "treebank" / f"{key}-{leaves}", load

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from aiayn.data.download import aiayn_home, download, file_digest
 from aiayn.data.errors import DataError
 from aiayn.data.io import check_counts
-from aiayn.data.multi30k import aiayn_home, download, file_digest
 
 PAIRS = ("en-de", "en-fr")
 _FORMAT = 1  # bump when the output files change for the same archives

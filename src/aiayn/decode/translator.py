@@ -34,7 +34,7 @@ import torch
 
 from aiayn.checkpoint import find_in_run
 from aiayn.config import Config, DecodeConfig
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.data.tokenizer import Tokenizer, replace_lone_surrogates
 from aiayn.decode.engines import (
     CTranslate2Engine,
     SearchEngine,
@@ -47,11 +47,6 @@ from aiayn.decode.ensemble import load_members
 from aiayn.errors import AiaynError
 from aiayn.model.cpu_layout import pack_for_cpu
 from aiayn.model.int8 import quantize_int8
-
-
-def _clean(line: str) -> str:
-    # Lone surrogates (e.g. from surrogateescape) crash sentencepiece; anything else it can encode.
-    return str(line).encode("utf-8", "replace").decode("utf-8")
 
 
 def run_decode_config(path: str | os.PathLike) -> DecodeConfig:
@@ -201,7 +196,7 @@ class Translator:
         """Like `translate`, with each hypothesis' score (sum log p / lp; greedy: nan). `first_line`:
         the number of lines[0] in the user's input, for warnings (a stream is translated in chunks)."""
         d = self.search_config(beam, length_penalty, max_len_a, max_len_b)
-        texts = [_clean(line) for line in lines]
+        texts = [replace_lone_surrogates(line) for line in lines]
         encoded = self.tokenizer.encode_batch(texts) if texts else []
         limit = self.max_input_len - 1  # room for EOS
         for i, ids in enumerate(encoded):
@@ -234,9 +229,10 @@ class Translator:
     ) -> None:
         hyps = self.searcher.search([encoded[i] for i in batch], d, n_best)
         for i, nbest in zip(batch, hyps):
-            results[i] = [(_one_line(self.tokenizer.decode(ids)), score) for ids, score in nbest]
+            results[i] = [(line_breaks_to_spaces(self.tokenizer.decode(ids)), score) for ids, score in nbest]
 
 
-def _one_line(text: str) -> str:
-    # Byte pieces can spell line breaks; one input line must give one output line.
+def line_breaks_to_spaces(text: str) -> str:
+    """Decoded text with its line breaks as spaces: byte pieces can spell them, and one input line must
+    give one output line (what `Translator` does to every translation; `aiayn serve` too)."""
     return text.replace("\r", " ").replace("\n", " ") if ("\n" in text or "\r" in text) else text

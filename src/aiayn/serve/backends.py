@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from aiayn.data.tokenizer import replace_lone_surrogates
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Hypothesis, SearchOptions
 
@@ -30,7 +31,8 @@ class _TranslatorBackend:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         limit = self.translator.max_input_len
-        return [min(len(ids) + 1, limit) for ids in self.tokenizer.encode_batch([_clean(t) for t in texts])]
+        encoded = self.tokenizer.encode_batch([replace_lone_surrogates(t) for t in texts])
+        return [min(len(ids) + 1, limit) for ids in encoded]
 
     def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
         nbest = self.translator.translate_scored(
@@ -90,7 +92,7 @@ class TorchBackend(_TranslatorBackend):
         from aiayn.viz import attention_map
 
         model, tok, c = self.translator.model, self.tokenizer, self.config
-        text = _clean(sentence)
+        text = replace_lone_surrogates(sentence)
         ids = tok.encode(text)
         if len(ids) > self.translator.max_input_len - 1:  # cut as Translator cuts
             ids = ids[: self.translator.max_input_len - 1]
@@ -122,9 +124,9 @@ class TorchStream:
 
     def __init__(self, backend: TorchBackend) -> None:
         from aiayn.decode.continuous import GreedyStream
-        from aiayn.decode.translator import _one_line
+        from aiayn.decode.translator import line_breaks_to_spaces
 
-        self.one_line = _one_line  # what Translator does to decoded text
+        self.one_line = line_breaks_to_spaces  # what Translator does to decoded text
         self.backend = backend
         self.engine = GreedyStream(backend.translator.model)
 
@@ -140,7 +142,7 @@ class TorchStream:
         """Greedy searches (opts.beam 1, n_best 1) join the batch -> the empty texts, answered now."""
         limit = self.backend.translator.max_input_len - 1  # room for EOS, cut as Translator cuts
         eos = self.backend.config.eos_id
-        encoded = self.backend.tokenizer.encode_batch([_clean(t) for t in texts])
+        encoded = self.backend.tokenizer.encode_batch([replace_lone_surrogates(t) for t in texts])
         now = [(key, [("", math.nan, 0)]) for key, ids in zip(keys, encoded) if not ids]
         join = [(key, ids[:limit] + [eos]) for key, ids in zip(keys, encoded) if ids]
         if join:
@@ -189,7 +191,8 @@ class CTranslate2Backend(_TranslatorBackend):
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
         """CTranslate2's own attention output (its alignment: averaged heads of the last layer)."""
         engine = self.engine
-        ids = self.tokenizer.encode(_clean(sentence))[: self.translator.max_input_len - 1]  # cut as Translator cuts
+        text = replace_lone_surrogates(sentence)
+        ids = self.tokenizer.encode(text)[: self.translator.max_input_len - 1]  # cut as Translator cuts
         src = [engine.vocabulary[i] for i in ids]
         lim = engine.limits([src], opts.max_len_a, opts.max_len_b)[0]
         r = engine.translator.translate_batch(
@@ -211,11 +214,6 @@ class CTranslate2Backend(_TranslatorBackend):
             "layers": [att],
             "layer_names": ["CTranslate2 alignment (last layer)"],
         }
-
-
-def _clean(line: str) -> str:
-    # As Translator does: lone surrogates crash sentencepiece.
-    return str(line).encode("utf-8", "replace").decode("utf-8")
 
 
 def load_backend(kind: str, run: str | os.PathLike, device: str | None = None, threads: int = 0) -> Any:
