@@ -1,11 +1,15 @@
 """Whole files through each decoding engine, each in a fresh process: what a user of `aiayn translate` gets.
 
-    python bench/translate.py RUN SRC [REF] [--engines torch,ctranslate2,torch-int8,ctranslate2-int8]
-                              [--beam 4] [--threads 2] [--rounds 3] [--json out.json]
+    python bench/translate.py RUN SRC [REF] [--engines torch,ctranslate2,ct2-direct,...] [--beam 4]
+                              [--threads 2] [--rounds 3] [--json out.json]
 
 Per engine and round, one new process loads the run (Translator.load(RUN, "cpu", engine=..., int8=...);
 CTranslate2's export is built before the first round, so no round pays for it), translates the first
-`--warmup` lines, then the whole file once, timed. Engines run in alternating order from round to round
+`--warmup` lines, then the whole file once, timed. `ct2-direct` is the peer: CTranslate2 used as its own
+documentation shows, in a process that never imports torch or aiayn's decoding: sentencepiece pieces
+of each line into `translate_batch` on the run's export, with its own token batching (sorted by length,
+`max_batch_size` = the run's decode.max_tokens / beam source tokens), its own beam search (patience 1) and
+length penalty, the run's beam, length penalty and max length b. Engines run in alternating order from round to round
 (one order forwards, the next backwards) so a drift of the machine does not favour one engine.
 Reported per engine, medians over the rounds: decode_s (the timed pass, inside the process), command_s
 (the whole process: start, imports, load, warm-up, decode), sentences/s and output pieces/s of the
@@ -24,11 +28,52 @@ import tempfile
 import time
 from pathlib import Path
 
-ENGINES = ("torch", "ctranslate2", "torch-int8", "ctranslate2-int8")
+ENGINES = ("torch", "ctranslate2", "ct2-direct", "torch-int8", "ctranslate2-int8", "ct2-direct-int8")
+
+
+def _direct(a: argparse.Namespace, int8: bool) -> int:
+    """CTranslate2 and sentencepiece alone on the run's export (no torch): the peer's own numbers."""
+    import ctranslate2
+    import sentencepiece
+    import yaml
+
+    from aiayn.config import DecodeConfig
+
+    cfg = Path(a.run) / "config.yaml"
+    d = DecodeConfig(**(yaml.safe_load(cfg.read_text()).get("decode") or {}) if cfg.is_file() else {})
+    export = Path(a.export)
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(export / "spm.model"))
+    tr = ctranslate2.Translator(
+        str(export), device="cpu", compute_type="int8" if int8 else "default", intra_threads=a.threads
+    )
+    lines = Path(a.src).read_text(encoding="utf-8").splitlines()
+
+    def translate(batch: list[str]) -> list[str]:
+        res = tr.translate_batch(
+            sp.encode(batch, out_type=str),
+            beam_size=a.beam,
+            length_penalty=d.length_penalty,
+            max_decoding_length=int(d.max_len_b) + 256,  # CTranslate2 has no a*src+b: b past the longest input
+            max_batch_size=max(1, d.max_tokens // a.beam),
+            batch_type="tokens",
+        )
+        return sp.decode([r.hypotheses[0] for r in res])
+
+    translate(lines[: a.warmup])
+    start = time.perf_counter()
+    out = translate(lines)
+    decode_s = time.perf_counter() - start
+    assert "torch" not in sys.modules, "the direct CTranslate2 worker imported torch"
+    Path(a.out).write_text("".join(x + "\n" for x in out), encoding="utf-8")
+    pieces = sum(len(x) + 1 for x in sp.encode(out))
+    print(json.dumps({"decode_s": decode_s, "sentences": len(lines), "pieces": pieces, "engine": "ct2-direct"}))
+    return 0
 
 
 def _worker(a: argparse.Namespace) -> int:
     """One engine, one round: load, warm up, translate the file once; JSON on stdout."""
+    if a.worker.startswith("ct2-direct"):
+        return _direct(a, a.worker.endswith("int8"))
     import torch
 
     from aiayn import Translator
@@ -50,6 +95,7 @@ def _worker(a: argparse.Namespace) -> int:
 def _round(a: argparse.Namespace, name: str, out: Path) -> dict:
     cmd = [sys.executable, __file__, a.run, a.src, "--worker", name, "--out", str(out)]
     cmd += ["--beam", str(a.beam), "--threads", str(a.threads), "--warmup", str(a.warmup)]
+    cmd += ["--export", str(a.exports.get(name, ""))]
     start = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     command_s = time.perf_counter() - start
@@ -73,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--export", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         return _worker(a)
@@ -82,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
     from aiayn.export import cached_export
 
+    a.exports = {}
     for name in names:  # the exports are artifacts of the run: built once, outside the timed rounds
-        if name.startswith("ctranslate2"):
-            cached_export(a.run, quantization="int8" if name.endswith("int8") else None)
+        if name.startswith("ct"):
+            a.exports[name] = cached_export(a.run, quantization="int8" if name.endswith("int8") else None)[0]
     rows: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
