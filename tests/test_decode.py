@@ -105,14 +105,36 @@ def test_early_stop_fires_when_no_live_beam_can_win():
     # favourable length penalty at the maximum length (53 tokens) cannot rescue it.
     script = {(): {A: 0.999}, (A,): {EOS: 0.999}}
     model = FakeModel(script)
-    (best,) = beam_search(model, src_of(3), beam=4, length_penalty=0.6, max_len_b=50)
+    (best,) = beam_search(model, src_of(3), beam=4, length_penalty=0.6, max_len_b=50, patience=math.inf)
     assert best[0][0] == [A]
     assert model.calls == 2  # stopped right after "A EOS" was finished, not at length 54
 
     # With a mild preference the live beams stay competitive: the search must keep going.
     mild = FakeModel({(): {A: 0.3}, (A,): {EOS: 0.3}})
-    beam_search(mild, src_of(3), beam=4, length_penalty=0.6, max_len_b=50)
+    beam_search(mild, src_of(3), beam=4, length_penalty=0.6, max_len_b=50, patience=math.inf)
     assert mild.calls > 2
+
+
+def test_patience_stops_after_beam_times_patience_hypotheses():
+    """fairseq's and CTranslate2's stop (patience 1, the default): a sentence ends once `beam` hypotheses
+    have finished, even where a live beam could still win; patience inf searches on until none can."""
+    # beam 2: "A EOS" finishes at step 2 and "A x EOS" at step 3 (every unscripted prefix ends with EOS at
+    # 0.9): two hypotheses. "C C C C EOS", live all along, finishes at step 5 and wins at alpha 1.
+    script = {
+        (): {A: 0.5, C: 0.45},
+        (A,): {EOS: 0.9},
+        (C,): {C: 0.99},
+        (C, C): {C: 0.99},
+        (C, C, C): {C: 0.99},
+        (C, C, C, C): {EOS: 0.99},
+    }
+    quick, exact = FakeModel(script, {EOS: 0.9}), FakeModel(script, {EOS: 0.9})
+    (fast,) = beam_search(quick, src_of(3), beam=2, length_penalty=1.0, max_len_b=20, patience=1.0)
+    (full,) = beam_search(exact, src_of(3), beam=2, length_penalty=1.0, max_len_b=20, patience=math.inf)
+    assert full[0][0] == [C, C, C, C] and fast[0][0] == [A]
+    assert quick.calls == 3 < exact.calls
+    default = beam_search(FakeModel(script, {EOS: 0.9}), src_of(3), beam=2, length_penalty=1.0, max_len_b=20)
+    assert default[0] == fast
 
 
 def test_max_length_forces_eos_and_batches_shrink():
@@ -162,11 +184,14 @@ def naive_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> list[in
     return out
 
 
-def naive_beam(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_len: int, n_best: int):
-    """Reference beam search in plain Python, one sentence, full recomputation, no cache."""
+def naive_beam(
+    model: Transformer, src: torch.Tensor, k: int, alpha: float, max_len: int, n_best: int, patience: float = math.inf
+):
+    """Reference beam search in plain Python, one sentence, full recomputation, no cache; it stops when no
+    live beam can win, or once k x patience hypotheses have finished."""
     memory, mask = model.encode(src), padding_mask(src, PAD)
     lp = lambda n: ((5 + n) / 6) ** alpha  # noqa: E731
-    live, finished = [([], 0.0)], []
+    live, finished, n_finished = [([], 0.0)], [], 0
     for t in range(1, max_len + 2):
         hist = torch.tensor([[BOS] + h for h, _ in live])
         logp = model.decode(hist, memory.expand(len(live), -1, -1), mask).float().log_softmax(-1)[:, -1]
@@ -177,10 +202,13 @@ def naive_beam(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_
             ((s + logp[i, y].item(), h, y) for i, (h, s) in enumerate(live) for y in range(logp.size(1))),
             key=lambda c: -c[0],
         )[: 2 * k]
-        finished += [(h, s / lp(t)) for r, (s, h, y) in enumerate(cands) if y == EOS and r < k and s > -math.inf]
-        finished = sorted(finished, key=lambda f: -f[1])[:n_best]
+        new = [(h, s / lp(t)) for r, (s, h, y) in enumerate(cands) if y == EOS and r < k and s > -math.inf]
+        n_finished += len(new)
+        finished = sorted(finished + new, key=lambda f: -f[1])[:n_best]
         live = [(h + [y], s) for s, h, y in cands if y != EOS][:k]
         if t == max_len + 1 or (len(finished) == n_best and finished[-1][1] >= live[0][1] / lp(max_len + 1)):
+            return finished
+        if math.isfinite(patience) and n_finished >= math.ceil(k * patience):
             return finished
 
 
@@ -210,12 +238,13 @@ def test_cached_batched_search_equals_naive_uncached_search():
         limits = max_lengths(model, src, 1.0, 6).tolist()
         rows = [src[i : i + 1, : int((src[i] != PAD).sum())] for i in range(len(src))]
         assert greedy_search(model, src, max_len_b=6) == [naive_greedy(model, r, m) for r, m in zip(rows, limits)]
-        cached = beam_search(model, src, beam=3, length_penalty=0.6, max_len_b=6, n_best=3)
-        for hyps, r, m in zip(cached, rows, limits):
-            ref = naive_beam(model, r, 3, 0.6, m, 3)
-            assert [h for h, _ in hyps] == [h for h, _ in ref]
-            assert [s for _, s in hyps] == pytest.approx([s for _, s in ref], abs=1e-4)
-            n_diverse += len({tuple(h[:-1]) for h, _ in hyps}) > 1
+        for patience in (math.inf, 1.0, 1.5):  # the exact stop, and after k x patience finished hypotheses
+            cached = beam_search(model, src, beam=3, length_penalty=0.6, max_len_b=6, n_best=3, patience=patience)
+            for hyps, r, m in zip(cached, rows, limits):
+                ref = naive_beam(model, r, 3, 0.6, m, 3, patience)
+                assert [h for h, _ in hyps] == [h for h, _ in ref]
+                assert [s for _, s in hyps] == pytest.approx([s for _, s in ref], abs=1e-4)
+                n_diverse += len({tuple(h[:-1]) for h, _ in hyps}) > 1
         assert len({len(h[0][0]) for h in cached}) > 1  # sentences ended at different steps
     assert n_diverse >= 3  # beams with different histories: a cache not reordered would show
 

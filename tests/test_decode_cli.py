@@ -291,9 +291,9 @@ def greedy_run(run_dir, tmp_path, monkeypatch):
         calls.append(("greedy", a, b))
         return greedy(model, src, a, b)
 
-    def spy_beam(model, src, k, lp, a, b, n_best):
+    def spy_beam(model, src, k, lp, a, b, n_best, patience):
         calls.append(("beam", k, lp, a, b))
-        return beam(model, src, k, lp, a, b, n_best)
+        return beam(model, src, k, lp, a, b, n_best, patience)
 
     monkeypatch.setattr(tr, "greedy_search", spy_greedy)
     monkeypatch.setattr(tr, "beam_search", spy_beam)

@@ -477,3 +477,40 @@ def test_step_equals_decode_at_the_last_position():
     assert last.shape == (2, 1, model.config.vocab_size) and cache.length == tgt.size(1)
     assert not last.requires_grad  # inference only, even with autograd on
     torch.testing.assert_close(last[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)
+
+
+@torch.inference_mode()
+def test_padded_key_reads_change_no_logit_and_never_read_uninitialised_memory(monkeypatch):
+    """On the CPU one query per row reads at least MIN_KEYS keys (masked past the real ones) and short
+    sources are padded to MIN_KEYS at init_cache: the logits equal those of exact-length reads, through a
+    reorder into spare buffers, a keep and rows that joined later (continuous batching's start mask)."""
+    import aiayn.model.attention as attention_module
+    from aiayn.model.cache import FINITE
+
+    model = tiny()
+    src = torch.tensor([[5, 6, 7, 3], [8, 3, PAD, PAD], [9, 10, 3, PAD]])
+    memory, mask = model.encode(src), padding_mask(src, PAD)
+    tgt = torch.randint(4, 50, (6, 6))  # two rows per source, as a beam of 2
+
+    def run() -> list[torch.Tensor]:
+        cache = model.init_cache(memory, mask, capacity=2)
+        rows, out = torch.arange(6), []
+        for t in range(6):
+            logits, cache = model.step(tgt[rows, t : t + 1], cache)
+            out.append(logits)
+            if t == 2:  # every row swaps with its sibling: the copy into spare buffers
+                swap = torch.tensor([1, 0, 3, 2, 5, 4])
+                cache, rows = cache.reorder(swap), rows[swap]
+                for buf in (*cache.self_k, *cache.self_v):
+                    assert torch.isfinite(buf[:, :, :FINITE]).all()  # read past length: finite, never garbage
+            if t == 3:
+                cache, rows = cache.keep(torch.tensor([0, 2])), rows[[0, 1, 4, 5]]
+        return out
+
+    padded = run()
+    assert model.init_cache(memory, mask).src_mask.size(-1) == attention_module.MIN_KEYS
+    monkeypatch.setattr(attention_module, "MIN_KEYS", 0)
+    monkeypatch.setattr("aiayn.model.transformer.MIN_KEYS", 0)
+    assert model.init_cache(memory, mask).src_mask.size(-1) == src.size(1)
+    for exact, got in zip(run(), padded, strict=True):
+        torch.testing.assert_close(got, exact, atol=1e-5, rtol=1e-5)

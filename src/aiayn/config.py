@@ -171,6 +171,9 @@ class DecodeConfig:
     max_len_a: float = 1.0  # max output length = a * source length + b
     max_len_b: int = 50
     max_tokens: int = 8192  # translation batches, counted on source tokens x beam
+    # Beam search ends a sentence once beam x patience hypotheses have finished (fairseq's and CTranslate2's
+    # rule at 1), or earlier when no live beam can still win; inf: only then, tensor2tensor's exact stop.
+    patience: float = 1.0
 
 
 # --- training (owned by the training layer) ---------------------------------------------------

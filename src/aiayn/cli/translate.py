@@ -56,6 +56,12 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
     p.add_argument(
+        "--patience",
+        type=float,
+        help=f"beam search ends a sentence once beam x patience hypotheses have finished; inf: only when no "
+        f"live beam can still win (exact; torch engine) (default: the run's decode.patience, else {d.patience:g})",
+    )
+    p.add_argument(
         "--max-tokens",
         type=int,
         help=f"batch budget: source tokens x beam (default: the run's decode.max_tokens, else {d.max_tokens})",
@@ -121,10 +127,13 @@ def decode_config(a: argparse.Namespace) -> DecodeConfig:
         "max_len_a": a.max_len_a,
         "max_len_b": a.max_len_b,
         "max_tokens": a.max_tokens,
+        "patience": a.patience,
     }
     d = dataclasses.replace(_decode_defaults(_members(a)[0]), **{k: v for k, v in flags.items() if v is not None})
     if d.beam < 1 or d.length_penalty < 0 or d.max_len_b < 0 or d.max_len_a < 0 or d.max_tokens < 1:
         raise AiaynError("need --beam >= 1, --lenpen >= 0, --max-len-a/b >= 0 and --max-tokens >= 1")
+    if not d.patience >= 1:  # NaN too
+        raise AiaynError(f"--patience must be >= 1 (inf: the exact stop), not {d.patience:g}")
     if getattr(a, "n_best", 1) > d.beam or getattr(a, "n_best", 1) < 1:
         raise AiaynError(f"--n-best must lie in 1..beam ({d.beam})")
     return d

@@ -29,11 +29,6 @@ from aiayn.decode.search import beam_search, greedy_search
 from aiayn.errors import AiaynError
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
-# CTranslate2's beam search with a length penalty stops once beam x PATIENCE hypotheses have finished;
-# ours stops when no live beam can still win. Stopping after `beam` (patience 1) missed our winner on
-# 14 of 1,000 Multi30k test sentences (beam 4, length penalty 1), after 2 x beam on none, for about a
-# quarter more decoding time (see CTranslate2Engine).
-PATIENCE = 2
 ENGINES = ("auto", "torch", "ctranslate2")
 
 
@@ -82,7 +77,7 @@ class TorchEngine:
         try:
             if d.beam == 1 and n_best == 1:
                 return [[(ids, float("nan"))] for ids in greedy_search(self.model, src, d.max_len_a, d.max_len_b)]
-            return beam_search(self.model, src, d.beam, d.length_penalty, d.max_len_a, d.max_len_b, n_best)
+            return beam_search(self.model, src, d.beam, d.length_penalty, d.max_len_a, d.max_len_b, n_best, d.patience)
         finally:
             self.model.train(was_training)
 
@@ -95,23 +90,24 @@ class CTranslate2Engine:
     - max length: floor(max_len_a * (pieces + EOS) + max_len_b) pieces before EOS, capped by the
       positions. Greedy: one call decodes to the batch's longest limit + EOS and each output is cut to
       its own limit, which is our greedy output token for token (argmax decoding is prefix-stable, and
-      our forced EOS ends the same prefix). Beam: one call per limit, so each sentence stops at its own.
+      our forced EOS ends the same prefix). Beam: one call to the batch's longest limit; a sentence whose
+      search may have run past its own limit (fewer than beam x patience hypotheses finished within it) is
+      searched again alone with its own.
     - pad and BOS are never generated (suppressed, as our searches do).
     - beam search: CTranslate2's keeps the best k non-EOS of the 2k best candidates and finishes the EOS
       candidates ranked within the top k, as ours does, so both see the same finished hypotheses. Its
       length penalty is another formula (sum log p / |Y|^alpha): it is asked for every hypothesis that
-      finishes until 2k have (`PATIENCE`), their sum of log-probs is recovered from its score (|Y| counts
-      EOS in both) and they are re-ranked by ours, GNMT's sum log p / ((5 + |Y|) / 6)^alpha. Hypotheses
-      that reach the limit without EOS, which our search ends with a forced EOS, are scored exactly (EOS
-      included) by CTranslate2's teacher-forced `score_batch`. With length penalty 0 both rank by the
-      sum of log-probs and stop when the best candidate has finished.
-      Reproduced, not promised identical: ours stops only when no live beam can still win, so it may
-      find a longer winner after 2k hypotheses have finished; at the limit CTranslate2 ends only the
-      live beams within its top k; near-ties can fall either way (float sums differ in the last bits),
-      and CTranslate2's beam scores run slightly above the exact sum of log-probs (tests/test_export.py).
-      On the quickstart model (Multi30k test, 1,000 sentences, beam 4) the outputs were identical at
-      length penalty 1 and differed on one sentence at 0.6, where CTranslate2's hypothesis had the
-      better score by our own formula; BLEU did not move.
+      finishes until beam x patience have (the same stop as ours, `DecodeConfig.patience`), their sum of
+      log-probs is recovered from its score (|Y| counts EOS in both) and they are re-ranked by ours,
+      GNMT's sum log p / ((5 + |Y|) / 6)^alpha. Hypotheses that reach the limit without EOS, which our
+      search ends with a forced EOS, are scored exactly (EOS included) by CTranslate2's teacher-forced
+      `score_batch`.
+      Reproduced, not promised identical: ours also stops as soon as no live beam can still win (which
+      changes nothing); at the limit CTranslate2 ends only the live beams within its top k; near-ties can
+      fall either way (float sums differ in the last bits), and CTranslate2's beam scores run slightly
+      above the exact sum of log-probs (tests/test_export.py). On the quickstart model (Multi30k test,
+      1,000 sentences, beam 4, patience 1) the outputs differed on 2 lines at length penalty 1 and on
+      none at 0.6 (docs/benchmarks.md).
     - scores: as ours, sum log p / lp(|Y|) (greedy: nan).
     """
 
@@ -155,39 +151,50 @@ class CTranslate2Engine:
                 suppress_sequences=self._banned,
             )
             return [[([self.ids[p] for p in r.hypotheses[0]][:lim], math.nan)] for r, lim in zip(res, limits)]
+        if not math.isfinite(d.patience):
+            raise AiaynError("patience inf (the exact stop) is a torch engine setting: use --engine torch")
         alpha, eos = d.length_penalty, self.config.eos_id
+        want = max(n_best, math.ceil(d.beam * d.patience))  # every hypothesis that finishes, to re-rank
         out: Hypotheses = [[] for _ in sources]
         unscored: list[tuple[int, int]] = []  # (sentence, hypothesis) that reached the limit without EOS
-        by_limit: dict[int, list[int]] = {}
-        for i, lim in enumerate(limits):
-            by_limit.setdefault(lim, []).append(i)
-        for lim, group in by_limit.items():  # one decoding limit per call: each sentence's own
-            if lim == 0:  # nothing but the forced EOS
-                for i in group:
-                    unscored.append((i, 0))
-                    out[i].append(([], math.nan))
-                continue
-            res = self.translator.translate_batch(
+
+        def call(group: list[int], limit: int) -> list[Any]:
+            return self.translator.translate_batch(
                 [pieces[i] for i in group],
                 beam_size=d.beam,
-                # alpha 0 ranks as ours does; else every finished hypothesis comes back, to re-rank
-                num_hypotheses=n_best if alpha == 0 else d.beam * PATIENCE,
-                patience=1 if alpha == 0 else PATIENCE,
+                num_hypotheses=want,
+                patience=d.patience,
                 length_penalty=alpha,
-                max_decoding_length=lim,
-                max_input_length=0,
+                max_decoding_length=limit,
+                max_input_length=0,  # Translator has cut the inputs to the positions
                 suppress_sequences=self._banned,
                 return_end_token=True,
                 return_scores=True,
             )
-            for i, r in zip(group, res):
-                for h, hyp in enumerate(r.hypotheses):
-                    ids = [self.ids[p] for p in hyp]
-                    if ids and ids[-1] == eos:  # its score divides by (pieces + EOS)^alpha
-                        out[i].append((ids[:-1], float(r.scores[h]) * len(ids) ** alpha))
-                    else:  # at the limit: our search ends it with EOS, which it scores
-                        unscored.append((i, len(out[i])))
-                        out[i].append((ids, math.nan))
+
+        def ended_early(r: Any, lim: int) -> bool:
+            # All `want` hypotheses finished with EOS before the sentence's own limit: its search stopped
+            # before that limit, so the batch's longer one changed nothing for it.
+            end = self.vocabulary[eos]
+            return len(r.hypotheses) == want and all(h and h[-1] == end and len(h) <= lim for h in r.hypotheses)
+
+        live = [i for i, lim in enumerate(limits) if lim > 0]
+        results: dict[int, Any] = {}
+        if live:  # one call to the longest limit; a sentence it may have searched past its own, alone again
+            for i, r in zip(live, call(live, max(limits[i] for i in live))):
+                results[i] = r if ended_early(r, limits[i]) else call([i], limits[i])[0]
+        for i, lim in enumerate(limits):
+            if lim == 0:  # nothing but the forced EOS
+                unscored.append((i, 0))
+                out[i].append(([], math.nan))
+                continue
+            for h, hyp in enumerate(results[i].hypotheses):
+                ids = [self.ids[p] for p in hyp]
+                if ids and ids[-1] == eos:  # its score divides by (pieces + EOS)^alpha
+                    out[i].append((ids[:-1], float(results[i].scores[h]) * len(ids) ** alpha))
+                else:  # at the limit: our search ends it with EOS, which it scores
+                    unscored.append((i, len(out[i])))
+                    out[i].append((ids, math.nan))
         if unscored:
             exact = self.translator.score_batch(
                 [pieces[i] for i, _ in unscored],
@@ -231,10 +238,14 @@ def ctranslate2_obstacle(
     ensemble: Sequence[str | os.PathLike] = (),
     packed: bool = False,
     on_cuda_too: bool = False,
+    exact: bool = False,
 ) -> str | None:
-    """Why CTranslate2 cannot (or, for `auto`, should not) decode this run, in words; None when it can."""
+    """Why CTranslate2 cannot (or, for `auto`, should not) decode this run, in words; None when it can.
+    `exact`: the search settings ask for the exact stop (decode.patience inf)."""
     if ctranslate2_version() is None:
         return "ctranslate2 is not installed"
+    if exact:
+        return "decode.patience inf (the exact stop) is a torch engine setting"
     if ensemble:
         return f"an ensemble of {len(ensemble) + 1} models: CTranslate2 decodes one model"
     if packed:
@@ -258,6 +269,7 @@ def choose_engine(
     device: str | torch.device | None = None,
     ensemble: Sequence[str | os.PathLike] = (),
     packed: bool = False,
+    exact: bool = False,
 ) -> tuple[str, str]:
     """(the engine that decodes `path`, why): `engine` is auto, torch or ctranslate2. auto: CTranslate2
     on the CPU when nothing stands in its way (`ctranslate2_obstacle`), else torch; an engine named
@@ -273,7 +285,7 @@ def choose_engine(
     if engine == "torch":
         return "torch", "asked for"
     why = ctranslate2_obstacle(
-        path, device=device, ensemble=ensemble, packed=packed, on_cuda_too=engine == "ctranslate2"
+        path, device=device, ensemble=ensemble, packed=packed, on_cuda_too=engine == "ctranslate2", exact=exact
     )
     if engine == "ctranslate2":
         if why is not None:

@@ -22,6 +22,8 @@ The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eo
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -94,6 +96,16 @@ def argmax(x: Tensor) -> Tensor:
     return best
 
 
+COMPACT = 0.25  # share of finished rows at which a search drops them from its batch (see compact_now)
+
+
+def compact_now(finished: int, rows: int) -> bool:
+    """Whether `finished` of `rows` rows are worth dropping now. Dropping copies every remaining row's
+    cache; a finished row left in the batch costs one row of each later step instead. On a CPU the copy
+    costs more than a few idle rows, so rows are dropped in bulk."""
+    return finished > 0 and finished >= COMPACT * rows
+
+
 def _start(model: Decodable, src: Tensor, max_len: Tensor):
     cfg = model.config
     memory = model.encode(src)  # (B, S, d_model)
@@ -123,15 +135,20 @@ def greedy_search(
     alive = torch.arange(B, device=dev)  # original index of each decoder row
     ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
     t = 0
-    while alive.numel():
+    running = torch.ones(B, dtype=torch.bool, device=dev)  # (n,) rows still decoding
+    while True:
         logits, cache = model.step(ids, cache)  # (n, 1, V)
         nxt = greedy_next(logits, cfg, max_len[alive] <= t)  # (n,)
-        out[alive, t] = nxt
+        nxt = nxt.masked_fill(~running, cfg.eos_id)  # finished rows ride along until compacted
+        out[alive, t] = torch.where(running, nxt, out[alive, t])
         t += 1
         running = nxt != cfg.eos_id
-        if not bool(running.all()):
+        n_run = int(running.sum())
+        if n_run == 0:
+            break
+        if compact_now(running.numel() - n_run, running.numel()):
             keep = running.nonzero().squeeze(1)
-            alive, nxt, cache = alive[keep], nxt[keep], cache.keep(keep)
+            alive, nxt, running, cache = alive[keep], nxt[keep], running[keep], cache.keep(keep)
         ids = nxt[:, None]  # (n, 1)
     hyps = []
     for row in out.tolist():
@@ -163,6 +180,7 @@ def beam_search(
     max_len_a: float = DecodeConfig.max_len_a,
     max_len_b: float = DecodeConfig.max_len_b,
     n_best: int = 1,
+    patience: float = DecodeConfig.patience,
 ) -> Hypotheses:
     """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
 
@@ -189,6 +207,8 @@ def beam_search(
     bound_lp = lp[max_len + 1]  # (B,) the largest divisor a live beam can still reach
 
     fin_scores = torch.full((B, n_best), float("-inf"), device=dev)  # sorted best first
+    fin_count = torch.zeros(B, dtype=torch.long, device=dev)  # hypotheses finished per sentence
+    enough = math.ceil(patience * k) if math.isfinite(patience) else L * k + 1  # (more than can ever finish)
     fin_tokens = torch.full((B, n_best, L), pad, dtype=torch.long, device=dev)  # EOS included
 
     alive = torch.arange(B, device=dev)  # original index of each live sentence
@@ -232,6 +252,7 @@ def beam_search(
             merged_t = torch.cat([fin_tokens[alive], cand_tok], dim=1)  # (n, n_best + kk, L)
             fin_tokens[alive] = merged_t.gather(1, best_j[:, :, None].expand(-1, -1, L))
             fin_scores[alive] = best_s
+            fin_count[alive] += new_fin.sum(1)
 
         # The best k non-EOS candidates stay live (2k candidates hold at least k of them).
         live_s, live_j = top_s.masked_fill(is_eos, float("-inf")).topk(kk, dim=1)  # (n, kk)
@@ -245,14 +266,16 @@ def beam_search(
         scores, g = live_s, kk
 
         # Early stop: no live beam can beat the n_best-th finished hypothesis.
-        done = forced | (fin_scores[alive, -1] >= live_s.amax(1) / bound_lp[alive])  # (n,)
+        done = forced | (fin_scores[alive, -1] >= live_s.amax(1) / bound_lp[alive]) | (fin_count[alive] >= enough)
         n_done = int(done.sum())
         if n_done == n:
             break
-        if n_done:
+        if compact_now(n_done, n):
             keep = (~done).nonzero().squeeze(1)
             alive, scores, cache = alive[keep], scores[keep], cache.keep(keep)
             tokens = tokens[(keep[:, None] * g + torch.arange(g, device=dev)).view(-1)]
+        elif n_done:  # finished sentences ride along with -inf scores: nothing of theirs can finish again
+            scores = scores.masked_fill(done[:, None], float("-inf"))
         ids = tokens[:, -1:]  # (n*g, 1)
 
     out: Hypotheses = []

@@ -24,6 +24,7 @@ Search settings come from one `DecodeConfig` held by the Translator (`t.decode`)
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -131,9 +132,10 @@ class Translator:
         (aiayn.decode.engines.choose_engine). `threads`: CTranslate2's intra-op threads (0: its default)."""
         if int8 and device is None:
             device = "cpu"
-        name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, packed=packed)
         if decode is None:
             decode = run_decode_config(path)
+        exact = not math.isfinite(decode.patience)
+        name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, packed=packed, exact=exact)
         if name == "ctranslate2":
             if is_ctranslate2_export(path):
                 model_dir = Path(path)

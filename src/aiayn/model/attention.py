@@ -16,6 +16,10 @@ from aiayn.model.cache import KV, DecoderCache
 from aiayn.model.masks import band_mask, causal_mask
 
 FEW_QUERIES = 16  # queries per row up to which CPU inference multiplies explicitly (see `attention`)
+# One query per row on the CPU reads at least this many cached keys, the extra ones masked: torch's CPU
+# batched matrix product takes a slow naive kernel for products this small and is several times faster
+# at 16 keys than at 8 (docs/benchmarks.md); beyond 16 the exact count is fastest.
+MIN_KEYS = 16
 
 
 def attention(
@@ -157,7 +161,12 @@ class SelfAttention(_Heads):
         (T == number of keys, so not with a cache holding earlier positions)."""
         q, k, v = (self.split(t) for t in self.qkv(x).split(self.sizes, dim=-1))  # (B, h, T, d_k|d_k|d_v)
         if cache is not None:
-            k, v = cache.append(layer, k, v)  # (B, h, t+T, d_k|d_v)
+            pad = q.size(2) == 1 and q.device.type == "cpu" and self.window is None and weights is None
+            end = cache.length + q.size(2)
+            k, v = cache.append(layer, k, v, MIN_KEYS if pad else 0)  # (B, h, t+T [or more], d_k|d_v)
+            if k.size(2) > end:  # padded read: only the first `end` keys are real
+                real = torch.arange(k.size(2), device=k.device) < end  # (t',)
+                mask = real if mask is None else F.pad(mask, (0, k.size(2) - end), value=False) & real
         if self.window is not None:
             r, T = self.window, q.size(2)
             if cache is not None and T == 1:  # one new position: its window is the last r + 1 keys

@@ -27,6 +27,12 @@ second, reused buffer instead of allocating; a reorder that leaves most rows in 
 the others, in place. The price of reuse: a cache value may be extended (by `step`) or reordered
 once; keep working with the value returned. Using a spent value raises instead of silently reading
 overwritten keys. The cache is for inference: no autograd through it.
+
+Padded reads: `append(..., min_keys=m)` returns at least m key/value columns, the ones past the positions
+written holding finite stale values or zeros (never uninitialised memory), for a caller that masks them:
+self-attention on the CPU reads 16 keys rather than fewer, where torch's batched matrix product is
+several times faster (aiayn.model.attention.MIN_KEYS). Every buffer's first `FINITE` columns are zeroed
+when it is allocated for that reason.
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
+FINITE = 16  # leading buffer columns zeroed on allocation: readable past `length` (see append)
+
+
+def _buffer(like: Tensor, rows: int, cap: int) -> Tensor:
+    """An uninitialised (rows, h, cap, d) buffer whose first FINITE columns are zeros."""
+    buf = like.new_empty(rows, like.size(1), cap, like.size(3))
+    buf[:, :, :FINITE].zero_()
+    return buf
 
 
 @dataclass
@@ -90,15 +104,16 @@ class DecoderCache:
                 "have moved on; use the cache returned by step/reorder/keep"
             )
 
-    def append(self, layer: int, k: Tensor, v: Tensor) -> KV:
+    def append(self, layer: int, k: Tensor, v: Tensor, min_keys: int = 0) -> KV:
         """Store new keys/values (rows, h, T, d_k) at positions [length, length+T) of `layer`;
-        return the keys/values of all positions so far, (rows, h, length+T, d_k) views."""
+        return the keys/values of all positions so far, (rows, h, length+T, d_k) views, or of
+        min(min_keys, FINITE) columns when that is more (see the module's docstring: mask the rest)."""
         start, end = self.length, self.length + k.size(2)
         buf_k, buf_v = self.self_k[layer], self.self_v[layer]
         if buf_k is None or end > buf_k.size(2):
-            cap = max(end, self.capacity, 2 * (0 if buf_k is None else buf_k.size(2)))
-            grown_k = k.new_empty(k.size(0), k.size(1), cap, k.size(3))  # (rows, h, cap, d_k)
-            grown_v = v.new_empty(v.size(0), v.size(1), cap, v.size(3))  # (rows, h, cap, d_v)
+            cap = max(end, self.capacity, FINITE, 2 * (0 if buf_k is None else buf_k.size(2)))
+            grown_k = _buffer(k, k.size(0), cap)  # (rows, h, cap, d_k)
+            grown_v = _buffer(v, v.size(0), cap)  # (rows, h, cap, d_v)
             if start:  # positions written before: the buffers exist
                 assert buf_k is not None and buf_v is not None
                 grown_k[:, :, :start], grown_v[:, :, :start] = buf_k[:, :, :start], buf_v[:, :, :start]
@@ -106,7 +121,8 @@ class DecoderCache:
             self._spare[2 * layer] = self._spare[2 * layer + 1] = None
         assert buf_v is not None  # allocated together with buf_k
         buf_k[:, :, start:end], buf_v[:, :, start:end] = k, v
-        return buf_k[:, :, :end], buf_v[:, :, :end]
+        read = min(max(end, min(min_keys, FINITE)), buf_k.size(2))  # (past `end`: masked by the caller)
+        return buf_k[:, :, :read], buf_v[:, :, :read]
 
     def advanced(self, steps: int) -> DecoderCache:
         """The value after a decode step wrote `steps` positions (this one is spent from now on)."""
@@ -142,7 +158,7 @@ class DecoderCache:
             for buf, j in ((k, 2 * i), (v, 2 * i + 1)):
                 dst = self._spare[j]
                 if dst is None or dst.size(0) < rows.numel() or dst.size(2) != buf.size(2):
-                    dst = buf.new_empty(rows.numel(), *buf.shape[1:])
+                    dst = _buffer(buf, rows.numel(), buf.size(2))
                 dst = dst[: rows.numel()]
                 torch.index_select(buf[:, :, : self.length], 0, rows, out=dst[:, :, : self.length])
                 out.append(dst)
@@ -236,7 +252,7 @@ class DecoderCache:
                 # Columns from `length` on are written before they are read: only the joining rows'
                 # columns before their start need zeros (zeroing the whole buffer would cost more).
                 cap = max(buf.size(2) - cut, length + (1 if fresh is None else fresh.capacity))
-                out = buf.new_empty(n + m, buf.size(1), cap, buf.size(3))
+                out = _buffer(buf, n + m, cap)
                 out[:n, :, :length] = buf[:, :, cut : self.length].index_select(0, rows)
                 out[n:, :, :length] = 0
                 out_list.append(out)
