@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 0 foundation: torch-free, imported by everything
     ("aiayn", "aiayn._lazy", "aiayn.errors", "aiayn.fileio", "aiayn.config"),
     # 1 the network (and the process-group plumbing, which knows only errors and torch)
-    ("aiayn.model", "aiayn.distributed"),
+    ("aiayn.model", "aiayn.distributed", "aiayn.devices"),
     # 2 weights on disk: files, run-directory layout, averaging
     ("aiayn.checkpoint", "aiayn.averaging"),
     # 3 corpora, tokenizer, batches

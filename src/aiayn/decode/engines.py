@@ -26,6 +26,7 @@ import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.search import beam_search, greedy_search
+from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
@@ -40,19 +41,6 @@ class SearchEngine(Protocol):
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses: ...
 
 
-def auto_device(device: str | torch.device | None = None) -> torch.device:
-    """None or "auto" -> CUDA when present, else CPU; otherwise the named device (checked)."""
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise AiaynError(f"bad device {device!r}: {e}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise AiaynError(f"device {device!r} requested but CUDA is not available")
-    return dev
-
-
 class TorchEngine:
     """Our batched greedy and beam search (aiayn.decode.search) on a PyTorch model or `Ensemble`."""
 
@@ -61,7 +49,7 @@ class TorchEngine:
     def __init__(self, model: Any, device: str | torch.device | None = None) -> None:
         on = next(model.parameters()).device
         # device=None: keep a model already on an accelerator; else CUDA when present.
-        self.device = on if device is None and on.type != "cpu" else auto_device(device)
+        self.device = on if device is None and on.type != "cpu" else resolve_device(device)
         self.model = model.to(self.device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
 
@@ -250,8 +238,8 @@ def ctranslate2_obstacle(
         return f"an ensemble of {len(ensemble) + 1} models: CTranslate2 decodes one model"
     if packed:
         return "packed weights are a PyTorch engine option"
-    if not on_cuda_too and auto_device(device).type != "cpu":
-        return f"{auto_device(device)} device: the CTranslate2 engine decodes on the CPU"
+    if not on_cuda_too and resolve_device(device).type != "cpu":
+        return f"{resolve_device(device)} device: the CTranslate2 engine decodes on the CPU"
     c = _model_config(path)
     if c.kind != "encoder-decoder":
         return f"a {c.kind} model: CTranslate2 decodes encoder-decoder models"
@@ -293,5 +281,5 @@ def choose_engine(
         return "ctranslate2", "asked for"
     if why is not None:
         return "torch", why
-    where = auto_device(device).type.upper()
+    where = resolve_device(device).type.upper()
     return "ctranslate2", f"{where}, ctranslate2 {ctranslate2_version()} installed"

@@ -21,12 +21,11 @@ import torch
 
 from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights, weights_config
 from aiayn.config import Config
+from aiayn.data.text import NEWLINE  # the document tokenizer's newline piece
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.sampling import Sampling, generate, log_likelihood
-from aiayn.decode.translator import auto_device
+from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
-
-NEWLINE = "\n"  # the document tokenizer's newline piece (aiayn.data.text)
 
 
 @dataclass
@@ -53,7 +52,7 @@ class LanguageModel:
         if config.kind != "decoder-only":
             raise AiaynError(f"generation needs a decoder-only model (task lm), not {config.kind}")
         self.context = config.max_positions
-        self.device = auto_device(device)
+        self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer, self.running_text = tokenizer, running_text
         self.newline = tokenizer.piece_id(NEWLINE) if running_text else None

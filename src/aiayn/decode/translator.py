@@ -40,11 +40,11 @@ from aiayn.decode.engines import (
     CTranslate2Engine,
     SearchEngine,
     TorchEngine,
-    auto_device,
     choose_engine,
     is_ctranslate2_export,
 )
 from aiayn.decode.ensemble import load_members
+from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
 from aiayn.model.cpu_layout import pack_for_cpu
 from aiayn.model.int8 import quantize_int8
@@ -147,7 +147,7 @@ class Translator:
             searcher = CTranslate2Engine(model_dir, where, compute_type="int8" if int8 else "default", threads=threads)
             spm = model_dir / "spm.model"
             return cls(searcher, Tokenizer(spm), decode=decode, engine_reason=reason, **kw)
-        dev = auto_device(device)
+        dev = resolve_device(device)
         model, spm = load_members([path, *ensemble], dev, average_last)
         if int8:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights

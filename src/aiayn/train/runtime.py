@@ -18,15 +18,6 @@ class TrainingError(AiaynError, RuntimeError):
     """Training cannot start or continue; the message says why and what to do."""
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise TrainingError(f"train.device={name!r} but CUDA is not available")
-    return device
-
-
 def set_deterministic() -> None:
     """train.deterministic: only deterministic kernels, so a GPU run continues bitwise after a resume
     as a CPU run does anyway. cuBLAS reads its workspace setting when its first handle is made."""

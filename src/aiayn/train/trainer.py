@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from aiayn import distributed
 from aiayn.config import Config
 from aiayn.data.prepare import with_run_tokenizer
+from aiayn.devices import resolve_device
 from aiayn.model import build_model
 from aiayn.train import rundir, tasks
 from aiayn.train.batches import Batches
@@ -42,7 +43,6 @@ from aiayn.train.runtime import (
     derive_update_freq,
     global_batch_warning,
     resolve_amp,
-    resolve_device,
     set_deterministic,
 )
 from aiayn.train.schedule import noam_lr
