@@ -28,11 +28,12 @@ the others, in place. The price of reuse: a cache value may be extended (by `ste
 once; keep working with the value returned. Using a spent value raises instead of silently reading
 overwritten keys. The cache is for inference: no autograd through it.
 
-Padded reads: `append(..., min_keys=m)` returns at least m key/value columns, the ones past the positions
-written holding finite stale values or zeros (never uninitialised memory), for a caller that masks them:
+Padded reads: `append(..., min_keys=m)` returns at least m key/value columns, for a caller that masks the
+ones past the positions written; there the values hold finite stale values or zeros, never uninitialised
+memory (keys may: masking a score replaces whatever it was):
 self-attention on the CPU reads 16 keys rather than fewer, where torch's batched matrix product is
-several times faster (aiayn.model.attention.MIN_KEYS). Every buffer's first `FINITE` columns are zeroed
-when it is allocated for that reason.
+several times faster (aiayn.model.attention.MIN_KEYS). Every value buffer's first `FINITE` columns are
+zeroed when it is allocated for that reason.
 """
 
 from __future__ import annotations
@@ -45,13 +46,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]  # keys, values: (B, h, S, d_k) each
-FINITE = 16  # leading buffer columns zeroed on allocation: readable past `length` (see append)
+FINITE = 16  # leading value-buffer columns zeroed on allocation: readable past `length` (see append)
 
 
-def _buffer(like: Tensor, rows: int, cap: int) -> Tensor:
-    """An uninitialised (rows, h, cap, d) buffer whose first FINITE columns are zeros."""
+def _buffer(like: Tensor, rows: int, cap: int, values: bool) -> Tensor:
+    """An uninitialised (rows, h, cap, d) buffer; for values, the first FINITE columns are zeros. Keys read
+    past `length` may hold anything: their scores are masked, and masking replaces even a NaN, while a
+    probability of 0 times a NaN value would still be NaN."""
     buf = like.new_empty(rows, like.size(1), cap, like.size(3))
-    buf[:, :, :FINITE].zero_()
+    if values:
+        buf[:, :, :FINITE].zero_()
     return buf
 
 
@@ -112,8 +116,8 @@ class DecoderCache:
         buf_k, buf_v = self.self_k[layer], self.self_v[layer]
         if buf_k is None or end > buf_k.size(2):
             cap = max(end, self.capacity, FINITE, 2 * (0 if buf_k is None else buf_k.size(2)))
-            grown_k = _buffer(k, k.size(0), cap)  # (rows, h, cap, d_k)
-            grown_v = _buffer(v, v.size(0), cap)  # (rows, h, cap, d_v)
+            grown_k = _buffer(k, k.size(0), cap, values=False)  # (rows, h, cap, d_k)
+            grown_v = _buffer(v, v.size(0), cap, values=True)  # (rows, h, cap, d_v)
             if start:  # positions written before: the buffers exist
                 assert buf_k is not None and buf_v is not None
                 grown_k[:, :, :start], grown_v[:, :, :start] = buf_k[:, :, :start], buf_v[:, :, :start]
@@ -158,7 +162,7 @@ class DecoderCache:
             for buf, j in ((k, 2 * i), (v, 2 * i + 1)):
                 dst = self._spare[j]
                 if dst is None or dst.size(0) < rows.numel() or dst.size(2) != buf.size(2):
-                    dst = _buffer(buf, rows.numel(), buf.size(2))
+                    dst = _buffer(buf, rows.numel(), buf.size(2), values=j % 2 == 1)
                 dst = dst[: rows.numel()]
                 torch.index_select(buf[:, :, : self.length], 0, rows, out=dst[:, :, : self.length])
                 out.append(dst)
@@ -252,7 +256,7 @@ class DecoderCache:
                 # Columns from `length` on are written before they are read: only the joining rows'
                 # columns before their start need zeros (zeroing the whole buffer would cost more).
                 cap = max(buf.size(2) - cut, length + (1 if fresh is None else fresh.capacity))
-                out = _buffer(buf, n + m, cap)
+                out = _buffer(buf, n + m, cap, values=out_list is self_v)
                 out[:n, :, :length] = buf[:, :, cut : self.length].index_select(0, rows)
                 out[n:, :, :length] = 0
                 out_list.append(out)
