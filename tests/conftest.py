@@ -22,13 +22,17 @@ Also:
   writes to the user's ~/.cache/aiayn; the `home` fixture gives a test an empty one of its own;
 - under pytest-xdist each worker process gets an equal share of the cores for torch's threads;
 - under CI (`CI` set to anything but "", 0, false or no) Hypothesis runs derandomized (the same
-  examples every run, no example database), so a red CI run is a real regression that reproduces.
+  examples every run), so a red CI run is a real regression that reproduces; it keeps no example
+  database anywhere (a failure prints the blob that reproduces it);
+- no test writes outside its temporary directories: a session that leaves a new file in the directory
+  it ran from (the checkout, caches aside) or in ~/.cache/aiayn fails, naming the files.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,8 +96,43 @@ def shared_data(name: str) -> Path:
 # Hypothesis >= 6.1xx loads a built-in profile like this one by itself when CI is in the environment;
 # registering it here keeps the rule for every hypothesis>=6 that pyproject allows, and in one place.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
-if in_ci():
-    settings.load_profile("ci")
+settings.register_profile("local", database=None, print_blob=True)  # no .hypothesis/ in the checkout
+settings.load_profile("ci" if in_ci() else "local")
+
+_BEFORE = pytest.StashKey[dict[Path, set[str]]]()
+
+# What a test run itself may leave behind in the directory it runs from: caches of tools, not of tests.
+_TOOL_CACHES = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+
+
+def _files_below(root: Path) -> set[str]:
+    if not root.is_dir():
+        return set()
+    found: set[str] = set()
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in _TOOL_CACHES and not x.endswith(".egg-info")]
+        found.update(os.path.relpath(os.path.join(d, f), root) for f in files)
+    return found
+
+
+def _watched() -> dict[Path, set[str]]:
+    return {root: _files_below(root) for root in (Path.cwd(), Path.home() / ".cache" / "aiayn")}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist) watches
+        session.config.stash[_BEFORE] = _watched()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    stray = [str(root / f) for root, files in _watched().items() for f in sorted(files - before.get(root, set()))]
+    if stray:
+        shown = ", ".join(stray[:10]) + (f" and {len(stray) - 10} more" if len(stray) > 10 else "")
+        print(f"\nERROR: the tests wrote outside their temporary directories: {shown}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -81,3 +81,33 @@ def test_an_unmarked_test_runs_as_on_a_new_machine(tmp_path):
         [sys.executable, "-c", "import os; print(os.environ.get('AIAYN_DATA_DIR'))"], capture_output=True, text=True
     )
     assert p.stdout.strip() == "None"  # nor do the processes it starts
+
+
+STRAY_WRITE = """
+from pathlib import Path
+
+
+def test_writes_into_the_directory_it_runs_from():
+    Path("stray.txt").write_text("left behind")
+
+
+def test_writes_into_its_own_tmp_path(tmp_path):
+    (tmp_path / "fine.txt").write_text("temporary")
+"""
+
+
+def test_a_test_that_writes_outside_its_temporary_directories_fails_the_run(pytester: pytest.Pytester):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_new=STRAY_WRITE)
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_new.py"],
+        cwd=pytester.path,
+        env={**os.environ, "PYTHONPATH": str(pytester.path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert "2 passed" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 1, p.stdout + p.stderr  # both tests passed; the run fails for the stray file
+    assert "wrote outside their temporary directories" in p.stderr and "stray.txt" in p.stderr
+    assert "fine.txt" not in p.stderr
