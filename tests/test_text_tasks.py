@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +266,29 @@ def test_training_resumes_exactly(task, home, corpus, mlm_run, tmp_path, capsys)
     else:
         assert {"accuracy", "macro_f1", "f1_no", "f1_yes"} <= set(valid[-1])
         assert json.loads((full / "labels.json").read_text()) == {"labels": ["no", "yes"], "pairs": True}
+
+
+def test_mlm_predicts_masked_tokens_better_than_their_frequencies(home, corpus, tmp_path):
+    """After 300 updates the masked-token nll on validation lies below the unigram model of the training
+    tokens (what frequencies alone give), itself below uniform chance over the vocabulary. On these
+    captions: unigram 4.28 nats; the model 3.43 after 300 updates, 4.05 after 100. (At the peak learning
+    rate of the other tests here, lr_scale 0.5, it stays near the unigram level for 600 updates.)"""
+    from aiayn.data.text import ENCODER_SPECIALS, prepare_text
+
+    over = {"train.max_steps": 300, "train.eval_every": 300, "train.save_every": 300, "optim.lr_scale": 0.1}
+    cfg = config("mlm", corpus, **over)
+    summary = train(cfg, tmp_path / "run")
+    prepared = prepare_text(cfg.data, specials=ENCODER_SPECIALS)  # the run's own cache
+    special = {prepared.tokenizer.piece_id(p) for p in ENCODER_SPECIALS} | {0, 1, 2, 3}
+
+    def ordinary(split: str) -> list[int]:  # every token masking may choose
+        s = prepared.splits[split]
+        return [i for k in range(len(s)) for i in s.pair(k)[0].tolist() if i not in special]
+
+    count, valid_ids = Counter(ordinary("train")), ordinary("valid")
+    unigram = -float(np.mean([np.log(max(count[i], 1) / count.total()) for i in valid_ids]))
+    nll = summary["valid"]["nll"]
+    assert nll < unigram - 0.3 < np.log(prepared.tokenizer.vocab_size), (nll, unigram)
 
 
 def test_classifier_fine_tunes_from_an_mlm_run_and_a_foreign_vocabulary_is_one_error_line(
