@@ -63,7 +63,7 @@ def metric(url: str, name: str) -> float:
     return 0.0
 
 
-def start_server(run: str, flags: list[str], beam: int, threads: int, backend: str) -> tuple[subprocess.Popen, str]:
+def start_server(run: str, flags: list[str], beam: int, threads: int, engine: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"aiayn-serve-{port}.log", "w+b")  # never a full pipe
@@ -83,8 +83,8 @@ def start_server(run: str, flags: list[str], beam: int, threads: int, backend: s
             str(beam),
             "--threads",
             str(threads),
-            "--backend",
-            backend,
+            "--engine",
+            engine,
             *flags,
         ],
         env=env,
@@ -242,7 +242,7 @@ def main() -> int:
         help="server's torch threads (default 1: on a shared CPU more threads spin-wait)",
     )
     p.add_argument("--modes", default="batched,one-at-a-time", help="comma-separated: " + ", ".join(MODES))
-    p.add_argument("--backend", default="torch", help="torch | ctranslate2 (passed to aiayn serve)")
+    p.add_argument("--engine", default="auto", help="auto | torch | ctranslate2 (passed to aiayn serve)")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
     p.add_argument("--out", default=str(ROOT / "bench/results/serve_load.json"))
     a = p.parse_args()
@@ -253,12 +253,12 @@ def main() -> int:
         "seconds": a.seconds,
         "beam": a.beam,
         "threads": a.threads,
-        "backend": a.backend,
+        "engine": a.engine,
         "run": a.checkpoint,
         "modes": {},
     }
     for mode in a.modes.split(","):
-        proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.backend)
+        proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.engine)
         try:
             httpx.post(url + "/v1/translate", json={"q": sentences[:8]}, timeout=120)  # warm up
             r = asyncio.run(load(url, sentences, a.clients, a.seconds, proc.pid))
