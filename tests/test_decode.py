@@ -165,6 +165,8 @@ def test_rejects_bad_arguments():
         beam_search(FakeModel({}), src_of(2), beam=2, n_best=3)
     with pytest.raises(ValueError):
         beam_search(FakeModel({}), src_of(2), length_penalty=-1)
+    with pytest.raises(ValueError, match="patience"):  # ConfigError is a ValueError
+        beam_search(FakeModel({}), src_of(2), patience=0.5)
 
 
 # -- the real model: cache vs. full recomputation, beam 1 vs. greedy, batched vs. one by one ----------

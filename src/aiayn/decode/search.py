@@ -195,6 +195,8 @@ def beam_search(
         raise ConfigError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
     if length_penalty < 0:
         raise ConfigError(f"length_penalty must be >= 0 (0 disables), got {length_penalty}")
+    if not patience >= 1:  # NaN too
+        raise ConfigError(f"patience must be >= 1 (inf: the exact stop), got {patience}")
     cfg = model.config
     pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
     B, dev, k = src.size(0), src.device, beam
