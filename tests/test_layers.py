@@ -19,8 +19,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("aiayn", "aiayn._lazy", "aiayn.errors", "aiayn.fileio", "aiayn.config"),
     # 1 the network (and the process-group plumbing, which knows only errors and torch)
     ("aiayn.model", "aiayn.distributed", "aiayn.devices"),
-    # 2 weights on disk: files, run-directory layout, averaging
-    ("aiayn.checkpoint", "aiayn.averaging"),
+    # 2 weights on disk: files, run-directory layout, averaging; a model on the Hub as a run directory
+    ("aiayn.checkpoint", "aiayn.averaging", "aiayn.hub"),
     # 3 corpora, tokenizer, batches
     ("aiayn.data",),
     # 4 search over a model (with our search or CTranslate2 on the run's export); scoring of its output
@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "aiayn.ablation",
         "aiayn.quickstart",
         "aiayn.evaluate",
+        "aiayn.publish",
     ),
     # 7 the command line: every parser (aiayn.cli.*), which reaches across packages, e.g.
     #   `aiayn evaluate` -> aiayn.evaluate

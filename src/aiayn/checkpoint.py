@@ -24,6 +24,7 @@ from aiayn.fileio import atomic_write
 from aiayn.model import Transformer, build_model
 
 WEIGHTS_SUFFIX = ".safetensors"
+HUB_WEIGHTS = "model.safetensors"  # the weights of a model on the Hugging Face Hub (aiayn push)
 _STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
 
 
@@ -62,16 +63,17 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
 
 
 def resolve_weights(path: str | os.PathLike) -> Path:
-    """A weights file, or a run directory -> its best.safetensors, else its newest checkpoint."""
+    """A weights file, or a run directory -> its best.safetensors, else model.safetensors (a model
+    downloaded from the Hub, see aiayn.hub), else its newest checkpoint."""
     path = Path(path)
     if path.is_dir():
-        best = path / "best.safetensors"
-        if best.is_file():
-            return best
+        for name in ("best.safetensors", HUB_WEIGHTS):
+            if (path / name).is_file():
+                return path / name
         found = sorted((path / "checkpoints").glob(f"step_*{WEIGHTS_SUFFIX}"))
         if not found:
             raise CheckpointError(
-                f"no checkpoint in run directory {path} (looked for best.safetensors "
+                f"no checkpoint in run directory {path} (looked for best.safetensors, {HUB_WEIGHTS} "
                 f"and checkpoints/step_*.safetensors)"
             )
         return found[-1]

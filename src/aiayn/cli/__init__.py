@@ -14,7 +14,21 @@ import sys
 from collections.abc import Callable, Sequence
 
 from aiayn import __version__
-from aiayn.cli import ablate, classify, data, export, lm, model, parsing, quickstart, serve, train, translate, viz
+from aiayn.cli import (
+    ablate,
+    classify,
+    data,
+    export,
+    hub,
+    lm,
+    model,
+    parsing,
+    quickstart,
+    serve,
+    train,
+    translate,
+    viz,
+)
 from aiayn.cli._args import parse
 from aiayn.errors import AiaynError
 
@@ -30,6 +44,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the orde
     ablate.register,
     export.register,
     serve.register,
+    hub.register,
     model.register,
 ]
 

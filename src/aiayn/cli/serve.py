@@ -22,8 +22,10 @@ def _serve(a: argparse.Namespace) -> int:
         ) from None
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
+    from aiayn.hub import resolve_run
 
-    found = find_in_run(a.checkpoint, "config.yaml")
+    run = resolve_run(a.checkpoint)  # hf://user/model -> its directory in the HF cache
+    found = find_in_run(run, "config.yaml")
     cfg = Config.load(str(found)) if found else None
     d = cfg.decode if cfg else DecodeConfig()
     data = cfg.data if cfg else DataConfig()
@@ -48,7 +50,7 @@ def _serve(a: argparse.Namespace) -> int:
     )
     from aiayn.cli.translate import say_engine
 
-    backend = load_backend(a.engine, a.checkpoint, device=a.device, threads=a.threads)
+    backend = load_backend(a.engine, run, device=a.device, threads=a.threads)
     say_engine(backend.translator)
     app = create_app(backend, settings)
     print(
@@ -76,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="RUN",
-        help="run directory, weights file, or a CTranslate2 export (aiayn export --ctranslate2)",
+        help="run directory, weights file, a CTranslate2 export (aiayn export --ctranslate2) or "
+        "hf://user/model[@REVISION] (the Hugging Face Hub)",
     )
     add_engine_arg(p)
     # The switch's old name, kept so existing command lines keep working.

@@ -139,10 +139,20 @@ def decode_config(a: argparse.Namespace) -> DecodeConfig:
     return d
 
 
+def resolve_members(a: argparse.Namespace) -> None:
+    """-c's hf://user/model paths -> their local directories (aiayn.hub.resolve_run), once, before any
+    run file is read."""
+    from aiayn.hub import resolve_run
+
+    if a.checkpoint:
+        a.checkpoint = [str(resolve_run(c)) for c in a.checkpoint]
+
+
 def _translate(a: argparse.Namespace) -> int:
     from aiayn.decode.translator import Translator
     from aiayn.errors import AiaynError
 
+    resolve_members(a)
     decode = decode_config(a)
     if a.input and not os.path.isfile(a.input):
         raise AiaynError(f"input file not found: {a.input}")
@@ -190,6 +200,7 @@ def _evaluate(a: argparse.Namespace) -> int:
     from aiayn.decode.parser import is_parse_run
     from aiayn.evaluate import evaluate_run
 
+    resolve_members(a)
     decode = decode_config(a)
     first, more = _members(a)
     if first is not None and is_parse_run(first):
@@ -236,8 +247,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         nargs="+",
         metavar="RUN",
-        help="run directory or .safetensors weights file; several: an ensemble (mean of their "
-        "probabilities; one spm.model)",
+        help="run directory, .safetensors weights file or hf://user/model[@REVISION] (the Hugging Face Hub); "
+        "several: an ensemble (mean of their probabilities; one spm.model)",
     )
     p.add_argument("--input", help="source text file (default: stdin, streamed line by line)")
     p.add_argument("--output", help="output file (default: stdout)")

@@ -2,6 +2,7 @@
 
     from aiayn import Translator
     t = Translator.load("run/")                  # run dir or weights file; spm.model found alongside
+    t = Translator.load("hf://user/model@v1")    # a model on the Hugging Face Hub (aiayn push), at a revision
     t = Translator.load("a/", ensemble=["b/"], average_last=10)   # two runs' averages, decoded together
     t.translate(["Ein Hund rennt."])             # -> ["A dog runs."], the run's decode settings
     t.translate(["Ein Hund rennt."], beam=1)     # one setting overridden for this call (greedy)
@@ -46,14 +47,15 @@ from aiayn.decode.engines import (
 from aiayn.decode.ensemble import load_members
 from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
+from aiayn.hub import resolve_run
 from aiayn.model.cpu_layout import pack_for_cpu
 from aiayn.model.int8 import quantize_int8
 
 
 def run_decode_config(path: str | os.PathLike) -> DecodeConfig:
     """The `decode` section of the config.yaml of the run at `path` (a run directory or a weights file
-    in one), else DecodeConfig()'s defaults."""
-    found = find_in_run(path, "config.yaml")
+    in one, or hf://user/model), else DecodeConfig()'s defaults."""
+    found = find_in_run(resolve_run(path), "config.yaml")
     return Config.load(str(found)).decode if found else DecodeConfig()
 
 
@@ -118,8 +120,9 @@ class Translator:
         threads: int = 0,
         **kw,
     ) -> Translator:
-        """From a run directory (best.safetensors, else the newest checkpoint), a weights file, or a
-        CTranslate2 export (`aiayn export --ctranslate2`).
+        """From a run directory (best.safetensors, else the newest checkpoint), a weights file, a
+        CTranslate2 export (`aiayn export --ctranslate2`), or a model on the Hugging Face Hub,
+        `hf://user/model[@REVISION]` (aiayn.hub.resolve_run: downloaded once into the HF cache).
         `decode`: the search settings; None reads the run's config.yaml `decode` section (DecodeConfig()
         when there is none). `ensemble`: more runs/weights decoded together with `path`
         (decode.ensemble); `average_last` K: each run's last K step checkpoints averaged (§6.1) instead
@@ -130,6 +133,8 @@ class Translator:
         of those weights; logits may differ from nn.Linear's in the last bits. Ignored with int8, off the
         CPU and without MKL; a torch engine option. `engine`: auto, torch or ctranslate2
         (aiayn.decode.engines.choose_engine). `threads`: CTranslate2's intra-op threads (0: its default)."""
+        path = resolve_run(path)
+        ensemble = [resolve_run(p) for p in ensemble]
         if int8 and device is None:
             device = "cpu"
         if decode is None:
@@ -137,8 +142,11 @@ class Translator:
         exact = not math.isfinite(decode.patience)
         name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, packed=packed, exact=exact)
         if name == "ctranslate2":
+            pushed = Path(path) / "ctranslate2"  # from the Hub: the export `aiayn push --ctranslate2` made
             if is_ctranslate2_export(path):
                 model_dir = Path(path)
+            elif is_ctranslate2_export(pushed) and not average_last and not int8:
+                model_dir = pushed
             else:
                 from aiayn.export import cached_export
 

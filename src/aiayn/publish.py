@@ -1,0 +1,222 @@
+"""`aiayn push`: a run's model onto the Hugging Face Hub, loadable as `Translator.load("hf://user/model")`.
+
+The repository gets what a run directory needs to translate (aiayn.hub reads it back as one):
+
+    model.safetensors   the weights (the run's best, its newest checkpoint, or an average of its last K)
+    spm.model           the tokenizer
+    config.yaml         the run's configuration (the decode settings come from it)
+    README.md           a model card: YAML front matter (library_name: aiayn, languages, license) and
+                        what the model is, how it was trained and how to use it
+    ctranslate2/        with --ctranslate2: the run's cached CTranslate2 export (aiayn.export.cached_export)
+
+Uploads go through `huggingface_hub.HfApi` (create_repo, then one upload_folder commit), so HF_ENDPOINT
+and HF_TOKEN work as with every Hub tool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from aiayn.checkpoint import HUB_WEIGHTS, find_in_run, find_tokenizer, list_checkpoints, resolve_weights
+from aiayn.config import Config
+from aiayn.errors import AiaynError
+from aiayn.hub import HubError, endpoint, import_huggingface_hub
+
+WEIGHTS_CHOICES = ("best", "newest", "average")
+
+
+def pick_weights(run: str | os.PathLike, which: str, average_last: int, staging: Path) -> Path:
+    """The weights file to publish: `best` (best.safetensors, else the newest checkpoint), `newest`
+    (the newest step checkpoint) or `average` (the mean of the last `average_last` checkpoints, written
+    into `staging`)."""
+    if which == "best":
+        return resolve_weights(run)
+    if which == "newest":
+        found = list_checkpoints(run)
+        if not found:
+            raise AiaynError(f"no step checkpoints in {Path(run) / 'checkpoints'} (--weights newest)")
+        return found[-1][1]
+    if which == "average":
+        from aiayn.averaging import average_run
+
+        return average_run(Path(run), average_last, staging / "averaged.safetensors")
+    raise AiaynError(f"--weights must be one of {', '.join(WEIGHTS_CHOICES)}, not {which!r}")
+
+
+def count_parameters(weights: Path) -> int:
+    """Parameters stored in a safetensors file (tied matrices once), read from its header."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:
+        total = 0
+        for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            n = 1
+            for dim in f.get_slice(key).get_shape():
+                n *= dim
+            total += n
+    return total
+
+
+def last_valid_bleu(run: str | os.PathLike) -> tuple[int, float] | None:
+    """(step, BLEU) of the run's last validation with a BLEU in RUN/metrics.jsonl, if any."""
+    from aiayn.train.metrics import FILE_NAME, MetricsError, read_metrics
+
+    if not (Path(run) / FILE_NAME).is_file():
+        return None
+    try:
+        valid = read_metrics(run)["valid"]
+    except MetricsError:
+        return None
+    scored = [r for r in valid if r.get("bleu") is not None]
+    return (int(scored[-1]["step"]), float(scored[-1]["bleu"])) if scored else None
+
+
+def training_command(run: str | os.PathLike) -> str:
+    """The command line that trained the run, if it recorded one (RUN/command.txt), else the
+    equivalent `aiayn train --config config.yaml`."""
+    found = Path(run) / "command.txt"
+    if found.is_file() and found.read_text(encoding="utf-8").strip():
+        return found.read_text(encoding="utf-8").strip().splitlines()[0]
+    return "aiayn train --config config.yaml"
+
+
+def model_card(
+    repo_id: str,
+    cfg: Config | None,
+    weights: Path,
+    run: str | os.PathLike,
+    license: str = "other",
+    which: str = "best",
+) -> str:
+    """README.md for the repository: YAML front matter the Hub reads, then what the model is."""
+    from aiayn.checkpoint import weights_config
+
+    m = weights_config(weights)
+    src, tgt = (cfg.data.src_lang, cfg.data.tgt_lang) if cfg else ("", "")
+    front = ["---", "library_name: aiayn", "tags:", "- translation", "- aiayn", f"license: {license}"]
+    if src and tgt:
+        front += ["language:", f"- {src}", f"- {tgt}"]
+    front.append("---")
+    task = cfg.task.name if cfg else "translate"
+    corpus = cfg.data.corpus if cfg else "unknown"
+    params = count_parameters(weights)
+    bleu = last_valid_bleu(run)
+    body = [
+        "",
+        f"# {repo_id}",
+        "",
+        f"A Transformer ('Attention Is All You Need') trained with aiayn for the `{task}` task"
+        + (f", translating {src} -> {tgt}." if src and tgt else "."),
+        "",
+        f"- Task: {task}",
+        f"- Languages: {src} -> {tgt}" if src and tgt else "- Languages: unknown",
+        f"- Data: corpus `{corpus}`",
+        f"- Model: {m.kind}, d_model {m.d_model}, {m.n_encoder_layers} encoder and {m.n_decoder_layers} decoder "
+        f"layers, {m.n_heads} heads, d_ff {m.d_ff}, vocabulary {m.vocab_size}, {params:,} parameters",
+        f"- Weights: {which}",
+        f"- Validation BLEU: {bleu[1]:.2f} (step {bleu[0]})" if bleu else "- Validation BLEU: not recorded",
+        f"- Trained with: `{training_command(run)}`",
+        "",
+        "## Usage",
+        "",
+        "```python",
+        "from aiayn import Translator",
+        "",
+        f'translator = Translator.load("hf://{repo_id}")',
+        'print(translator.translate(["..."]))',
+        "```",
+        "",
+        "or on the command line:",
+        "",
+        "```",
+        f"echo '...' | aiayn translate -c hf://{repo_id}",
+        f"aiayn serve -c hf://{repo_id}",
+        "```",
+        "",
+    ]
+    return "\n".join(front + body)
+
+
+def stage_run(
+    run: str | os.PathLike,
+    out: Path,
+    repo_id: str,
+    *,
+    weights: str = "best",
+    average_last: int = 5,
+    ctranslate2: bool = False,
+    license: str = "other",
+) -> Path:
+    """Write the repository's files into `out` (see the module docstring); returns `out`."""
+    run = Path(run)
+    if not run.is_dir():
+        raise AiaynError(f"aiayn push needs a run directory, got {run}")
+    out.mkdir(parents=True, exist_ok=True)
+    work = out.parent / (out.name + ".work")
+    work.mkdir(exist_ok=True)
+    file = pick_weights(run, weights, average_last, work)
+    shutil.copyfile(file, out / HUB_WEIGHTS)
+    shutil.copyfile(find_tokenizer(run), out / "spm.model")
+    found = find_in_run(run, "config.yaml")
+    cfg = Config.load(str(found)) if found else None
+    if found:
+        shutil.copyfile(found, out / "config.yaml")
+    (out / "README.md").write_text(model_card(repo_id, cfg, out / HUB_WEIGHTS, run, license, weights), "utf-8")
+    if ctranslate2:
+        from aiayn.export import cached_export
+
+        if weights == "newest":
+            raise AiaynError("--ctranslate2 exports the run's best weights or an average: not with --weights newest")
+        export, _ = cached_export(run, average_last=average_last if weights == "average" else 0)
+        shutil.copytree(export, out / "ctranslate2", ignore=shutil.ignore_patterns("*.lock", "source.json"))
+        (out / "ctranslate2" / "source.json").write_text(json.dumps({"weights": HUB_WEIGHTS}) + "\n")
+    return out
+
+
+def push_run(
+    run: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    weights: str = "best",
+    average_last: int = 5,
+    ctranslate2: bool = False,
+    token: str | None = None,
+    license: str = "other",
+) -> Any:
+    """Upload the run's model to the Hub repository `repo_id` (created if missing; `revision`: a branch,
+    created from the default branch if missing) in one commit. Returns huggingface_hub's CommitInfo
+    (`.oid` is the commit: `hf://repo_id@<oid>` loads exactly this upload)."""
+    hub = import_huggingface_hub("aiayn push")
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = hub.HfApi(endpoint=endpoint(), token=token)
+    with tempfile.TemporaryDirectory(prefix="aiayn-push-") as tmp:
+        staged = stage_run(
+            run,
+            Path(tmp) / "repo",
+            repo_id,
+            weights=weights,
+            average_last=average_last,
+            ctranslate2=ctranslate2,
+            license=license,
+        )
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=staged,
+                revision=revision,
+                commit_message=f"aiayn push: {Path(run).name} ({weights} weights)",
+            )
+        except (HfHubHTTPError, OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise HubError(f"cannot push to {repo_id}: {first}") from None
