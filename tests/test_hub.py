@@ -227,3 +227,19 @@ def test_cli_push_and_translate(
     assert main(["translate", "-c", "hf://user/nothing", "--engine", "torch", "--input", str(src)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot download hf://user/nothing:")
+
+
+def test_cli_serve_takes_a_hub_path(
+    runs: tuple[Path, Path], hub: LocalHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uvicorn = pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
+    from aiayn.cli import main
+    from aiayn.publish import push_run
+
+    push_run(runs[0], "user/tiny", token=TOKEN)
+    served: list[object] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(app))  # the app, not a listening server
+    assert main(["serve", "-c", "hf://user/tiny", "--engine", "torch", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert served and "aiayn serve: hf://user/tiny (" in out and "de->en, beam 2" in out  # the run's config.yaml
