@@ -23,21 +23,25 @@ Also:
 - under pytest-xdist each worker process gets an equal share of the cores for torch's threads;
 - under CI (`CI` set to anything but "", 0, false or no) Hypothesis runs derandomized (the same
   examples every run), so a red CI run is a real regression that reproduces; it keeps no example
-  database anywhere (a failure prints the blob that reproduces it);
+  database anywhere (a failure prints the blob that reproduces it), and its cache of source constants
+  lives in a temporary directory;
 - no test writes outside its temporary directories: a session that leaves a new file in the directory
   it ran from (the checkout, caches aside) or in ~/.cache/aiayn fails, naming the files.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 # Nothing listens on the discard port of the loopback address: a download from it fails at once.
 CLOSED_URL = "http://127.0.0.1:9/"
@@ -96,8 +100,14 @@ def shared_data(name: str) -> Path:
 # Hypothesis >= 6.1xx loads a built-in profile like this one by itself when CI is in the environment;
 # registering it here keeps the rule for every hypothesis>=6 that pyproject allows, and in one place.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
-settings.register_profile("local", database=None, print_blob=True)  # no .hypothesis/ in the checkout
+settings.register_profile("local", database=None, print_blob=True)
 settings.load_profile("ci" if in_ci() else "local")
+# Hypothesis also caches what it reads from source files in its home directory, ./.hypothesis by default:
+# a temporary one instead, unless the user chose one.
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    _hypothesis_home = tempfile.mkdtemp(prefix="aiayn-hypothesis-")
+    atexit.register(shutil.rmtree, _hypothesis_home, True)
+    set_hypothesis_home_dir(_hypothesis_home)
 
 _BEFORE = pytest.StashKey[dict[Path, set[str]]]()
 
