@@ -18,6 +18,8 @@ without the data a marked test skips with a one-line reason, and fails under CI.
 Also:
 - a test marked `needs_browser` (Selenium + headless Chromium) skips without Chromium and
   chromedriver, and fails under CI (.ci/run installs Debian's chromium and chromium-driver);
+- a test marked `needs_argos` (an installed Argos Translate package) skips without argostranslate
+  (pyproject's `argos` extra), and fails under CI;
 - `$AIAYN_HOME` (caches, downloads, locks) is a temporary directory for the whole run, so no test
   writes to the user's ~/.cache/aiayn; the `home` fixture gives a test an empty one of its own;
 - under pytest-xdist each worker process gets an equal share of the cores for torch's threads;
@@ -32,6 +34,7 @@ Also:
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import sys
@@ -160,6 +163,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "needs_browser: drives headless Chromium through chromedriver (skipped without them; an error under CI)",
     )
+    config.addinivalue_line(
+        "markers",
+        "needs_argos: installs and runs an Argos Translate package (skipped without argostranslate; an error under CI)",
+    )
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Two workers with torch's default of one thread per core would each wait on the other's threads;
@@ -202,6 +209,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         why = "Chromium and chromedriver not found (Debian: apt-get install chromium chromium-driver)"
         if in_ci():
             pytest.fail(f"{why}; under CI the browser test must run, not skip", pytrace=False)
+        pytest.skip(why)
+    if item.get_closest_marker("needs_argos") is not None and importlib.util.find_spec("argostranslate") is None:
+        why = "argostranslate not installed (pip install 'aiayn[argos]')"
+        if in_ci():
+            pytest.fail(f"{why}; under CI the Argos Translate test must run, not skip", pytrace=False)
         pytest.skip(why)
 
 
