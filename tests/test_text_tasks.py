@@ -253,6 +253,7 @@ def test_training_resumes_exactly(task, home, corpus, mlm_run, tmp_path, capsys)
     half = tmp_path / "half"
     assert train(config(task, corpus, **{"train.max_steps": 4, "train.patience_metric": "accuracy"}), half)["step"] == 4
     assert cli(["train", "--resume", str(half), "--train.max_steps", "8"]) == 0
+    assert not (half / "command.txt").exists()  # made by train() directly: no command to keep
     a, b = weights(full, 8), weights(half, 8)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise: masks, dropout, Adam
     assert same_losses(full, half)
@@ -308,6 +309,12 @@ def test_classifier_fine_tunes_from_an_mlm_run_and_a_foreign_vocabulary_is_one_e
     ]
     assert cli(["train", "--init-from", str(mlm_run), "--run-dir", str(tmp_path / "ft"), *over]) == 0
     assert "fine-tuning" in capsys.readouterr().out
+    # the run keeps the command that made it (the model card of `aiayn push` quotes it)
+    command = (tmp_path / "ft/command.txt").read_text(encoding="utf-8").strip()
+    assert command.startswith(f"aiayn train --init-from {mlm_run} --run-dir {tmp_path / 'ft'}")
+    from aiayn.publish import training_command
+
+    assert training_command(tmp_path / "ft") == command
     assert (tmp_path / "ft/spm.model").read_bytes() == (mlm_run / "spm.model").read_bytes()
     assert (
         cli(

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (aiayn train records it)
     if not getattr(args, "run", None):
         parser.print_help()
         return 0

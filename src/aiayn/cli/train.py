@@ -60,6 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             if base is None and a.init_from and (Path(a.init_from) / "config.yaml").is_file():
                 base = str(Path(a.init_from) / "config.yaml")
             cfg = Config.load(base, overrides)
+        if not a.resume:  # the command that made the run, for its model card (aiayn push); resumes keep it
+            import shlex
+
+            from aiayn.fileio import atomic_write
+
+            run_dir.mkdir(parents=True, exist_ok=True)
+            line = shlex.join(["aiayn", *a.argv]) + "\n"
+            atomic_write(run_dir / "command.txt", lambda tmp: Path(tmp).write_text(line, encoding="utf-8"))
         summary = train(cfg, run_dir, resume=bool(a.resume), init_from=a.init_from)
         return 130 if summary["interrupted"] else 0
 
