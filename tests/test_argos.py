@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -85,33 +84,10 @@ def _argos(root: Path, pkg: Path, lines: list[str], src: str, tgt: str, **env: s
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A run (spm.model + one checkpoint) of a tiny model trained to reverse sequences of words."""
     root = tmp_path_factory.mktemp("argos")
-    rng = random.Random(0)
-    corpus = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) for _ in range(300)]
-    tok = Tokenizer.train(corpus, root / "spm.model", vocab_size=320, threads=1)
-    V = tok.vocab_size
-    symbols = torch.arange(V - 40, V)
+    from test_export import STEPS, _batch, train_reverser  # the reverse task of tests/test_export.py
 
-    from test_export import _batch  # the reverse task of tests/test_export.py
-
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(0)
-    model = Transformer(ModelConfig.preset("tiny", V, dropout=0.0))
-    steps = 300
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / steps)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for _ in range(steps):
-            src, tin, tout = _batch(symbols, 64, g)
-            loss = torch.nn.functional.cross_entropy(model(src, tin).flatten(0, 1), tout.flatten(), ignore_index=0)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
+    model, tok, symbols = train_reverser(root)
+    steps = STEPS
     run = root / "run"
     save_weights(model, run / "checkpoints" / f"step_{steps:08d}.safetensors", step=steps)
     shutil.copyfile(root / "spm.model", run / "spm.model")

@@ -41,9 +41,12 @@ def _batch(symbols: torch.Tensor, n: int, g: torch.Generator) -> tuple[torch.Ten
     return src, tin, tout
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("export")
+STEPS = 300  # of train_reverser
+
+
+def train_reverser(root: Path) -> tuple[Transformer, Tokenizer, torch.Tensor]:
+    """A tiny model trained to reverse sequences of the last N_SYMBOLS pieces, its tokenizer (root/spm.model,
+    trained on random word lines) and those symbols. Shared with tests/test_argos.py."""
     rng = random.Random(0)
     lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) for _ in range(300)]
     tok = Tokenizer.train(lines, root / "spm.model", vocab_size=320, threads=1)
@@ -55,27 +58,33 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     model = Transformer(ModelConfig.preset("tiny", V, dropout=0.0))
     # lr decays to 0: at a constant 3e-3 the loss spikes now and then (0.37 -> 0.52 -> 0.04 around
     # step 200 on one CPU), so where training stops decided whether the model had learned the task.
-    steps = 300
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / STEPS)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is as fast, and immune to spin-waits on a busy machine
     try:
-        for _ in range(steps):
+        for _ in range(STEPS):
             src, tin, tout = _batch(symbols, 64, g)
             loss = torch.nn.functional.cross_entropy(model(src, tin).flatten(0, 1), tout.flatten(), ignore_index=0)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
-        model.eval()
-        held = _batch(symbols, 256, torch.Generator().manual_seed(2))  # unseen batch: did it learn the task?
-        with torch.no_grad():
-            loss = torch.nn.functional.cross_entropy(
-                model(held[0], held[1]).flatten(0, 1), held[2].flatten(), ignore_index=0
-            )
     finally:
         torch.set_num_threads(threads)
+    return model.eval(), tok, symbols
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("export")
+    model, tok, symbols = train_reverser(root)
+    steps = STEPS
+    held = _batch(symbols, 256, torch.Generator().manual_seed(2))  # unseen batch: did it learn the task?
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(
+            model(held[0], held[1]).flatten(0, 1), held[2].flatten(), ignore_index=0
+        )
 
     run = root / "run"
     save_weights(model, run / "checkpoints" / f"step_{steps:08d}.safetensors", step=steps)

@@ -21,15 +21,8 @@ from aiayn.model import Transformer
 huggingface_hub = pytest.importorskip("huggingface_hub")
 
 from local_http import LocalHub  # noqa: E402
+from test_decode_cli import LINES  # noqa: E402  (the sentences its runs translate)
 
-LINES = [
-    "Ein Hund rennt.",
-    "Eine Frau fährt Fahrrad auf der Straße.",
-    "Zwei Männer spielen Fußball im Park.",
-    "A dog runs.",
-    "A woman rides a bike on the street.",
-    "Two men play football in the park.",
-]
 TOKEN = "hf_standin"
 
 
