@@ -22,8 +22,6 @@ The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eo
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -139,8 +137,8 @@ def greedy_search(
     while True:
         logits, cache = model.step(ids, cache)  # (n, 1, V)
         nxt = greedy_next(logits, cfg, max_len[alive] <= t)  # (n,)
-        nxt = nxt.masked_fill(~running, cfg.eos_id)  # finished rows ride along until compacted
-        out[alive, t] = torch.where(running, nxt, out[alive, t])
+        nxt = nxt.masked_fill(~running, cfg.eos_id)  # finished rows ride along until compacted: EOS again
+        out[alive, t] = nxt
         t += 1
         running = nxt != cfg.eos_id
         n_run = int(running.sum())
@@ -210,7 +208,6 @@ def beam_search(
 
     fin_scores = torch.full((B, n_best), float("-inf"), device=dev)  # sorted best first
     fin_count = torch.zeros(B, dtype=torch.long, device=dev)  # hypotheses finished per sentence
-    enough = math.ceil(patience * k) if math.isfinite(patience) else L * k + 1  # (more than can ever finish)
     fin_tokens = torch.full((B, n_best, L), pad, dtype=torch.long, device=dev)  # EOS included
 
     alive = torch.arange(B, device=dev)  # original index of each live sentence
@@ -268,7 +265,7 @@ def beam_search(
         scores, g = live_s, kk
 
         # Early stop: no live beam can beat the n_best-th finished hypothesis.
-        done = forced | (fin_scores[alive, -1] >= live_s.amax(1) / bound_lp[alive]) | (fin_count[alive] >= enough)
+        done = forced | (fin_scores[alive, -1] >= live_s.amax(1) / bound_lp[alive]) | (fin_count[alive] >= patience * k)
         n_done = int(done.sum())
         if n_done == n:
             break
