@@ -412,3 +412,77 @@ def test_stay_in_place_keeps_one_new_beam_in_each_parent_row(data, k, n):
         for s in range(k):  # a parent's best (first) new beam is the one that stays
             if stays[i, s]:
                 assert int(perm[i, s]) == parent[i].tolist().index(s)
+
+
+# -- constrained search: trees over exactly the source's words (aiayn.decode.parser.TreeConstraint) ----
+
+OPEN_S, OPEN_NP, CLOSE_S, CLOSE_NP, TAG_NN, TAG_DT, WORD, PIECE = range(4, 12)
+TREE_V = 12
+
+
+class RandomModel(FakeModel):
+    """Any next-token scores, fixed per generated prefix (so every search sees one model)."""
+
+    config = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, max_positions=1024, vocab_size=TREE_V)
+
+    def __init__(self, seed: int) -> None:
+        super().__init__({})
+        self.seed = seed
+
+    def step(self, ids, cache):
+        history = torch.cat([cache.history, ids], dim=1)
+        rows = []
+        for prefix in history[:, 1:].tolist():
+            g = torch.Generator().manual_seed(hash((self.seed, *prefix)) % 2**31)
+            rows.append(torch.randn(TREE_V, generator=g) * 3)
+        return torch.stack(rows)[:, None, :], FakeCache(history, cache.sources)
+
+
+def tree_constraint():
+    from aiayn.decode.parser import TreeConstraint
+
+    def mask(*ids):
+        m = torch.zeros(TREE_V, dtype=torch.bool)
+        m[list(ids)] = True
+        return m
+
+    return TreeConstraint(mask(WORD), mask(TAG_NN, TAG_DT), mask(OPEN_S, OPEN_NP), mask(CLOSE_S, CLOSE_NP), EOS)
+
+
+def is_tree_over(ids: list[int], n_words: int) -> bool:
+    depth, leaves = 0, 0
+    for t in ids:
+        if t in (OPEN_S, OPEN_NP):
+            depth += 1
+        elif t in (CLOSE_S, CLOSE_NP):
+            depth -= 1
+        elif t in (TAG_NN, TAG_DT):
+            leaves += 1
+        else:
+            return False
+        if depth < 0:
+            return False
+    return depth == 0 and leaves == n_words
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), words=st.lists(st.integers(1, 6), min_size=1, max_size=3), beam=st.integers(1, 4))
+def test_constrained_search_writes_trees_over_exactly_the_words(seed, words, beam):
+    # each source: `n` words, each a word-start piece, every second one followed by a continuation piece
+    srcs = [[t for i in range(n) for t in ([WORD, PIECE] if i % 2 else [WORD])] for n in words]
+    S = max(map(len, srcs)) + 1
+    src = torch.full((len(srcs), S), PAD, dtype=torch.long)
+    for r, ids in enumerate(srcs):
+        src[r, : len(ids) + 1] = torch.tensor(ids + [EOS])
+    c = tree_constraint()
+    model = RandomModel(seed)
+    got = [h[0][0] for h in beam_search(model, src, beam=beam, length_penalty=0.3, max_len_b=40, constraint=c)]
+    got.append(greedy_search(model, src[:1], max_len_b=40, constraint=c)[0])
+    for ids, n in zip(got, [*words, words[0]]):
+        assert is_tree_over(ids, n), (ids, n)
+
+
+def test_unconstrained_random_outputs_are_not_trees():  # so the property above can fail
+    src = torch.tensor([[WORD, WORD, WORD, EOS]])
+    free = [greedy_search(RandomModel(seed), src, max_len_b=40)[0] for seed in range(20)]
+    assert sum(is_tree_over(ids, 3) for ids in free) < 5

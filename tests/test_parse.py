@@ -39,7 +39,22 @@ def test_a_parse_run_validates_with_evalb_f1_and_stops_on_it(parse_run):
     valid = [json.loads(x) for x in (parse_run / "metrics.jsonl").read_text().splitlines() if '"valid"' in x]
     assert [r["step"] for r in valid] == [80, 160] and all(0 <= r["f1"] <= 100 for r in valid)
     assert valid[-1]["f1"] > 50  # the synthetic sentences have two shapes: a trained parser gets them
-    assert json.loads((parse_run / "parse.json").read_text()) == {"leaves": "pos"}
+    meta = json.loads((parse_run / "parse.json").read_text())
+    assert meta["leaves"] == "pos" and {"(S", ")S", "(NP", ")NP", "NNP", "VBZ", "."} <= set(meta["markup"])
+
+
+def test_every_tree_token_is_one_piece_of_the_runs_vocabulary(parse_run):
+    import sentencepiece as spm
+
+    from aiayn.data.treebank import split_words, treebank_dir
+
+    sp = spm.SentencePieceProcessor(model_file=str(parse_run / "spm.model"))
+    trees = (treebank_dir(Config.load(str(parse_run / "config.yaml")).data, "pos")[0] / "train.tree").read_text()
+    tokens = {t for line in trees.splitlines() for t in split_words(line)}
+    assert {"(S", ")S", "(NP", ")NP", "NNP", "."} <= tokens
+    for line in trees.splitlines()[:20]:
+        pieces = sp.encode(line, out_type=str)
+        assert pieces == ["\u2581" + t for t in split_words(line)] and sp.decode(sp.encode(line)) == line
 
 
 def test_parse_sentences_and_the_runs_test_split(parse_run, tmp_path):
@@ -47,14 +62,24 @@ def test_parse_sentences_and_the_runs_test_split(parse_run, tmp_path):
     sentences = ["w5x1 runs .", "It was w9x3 .", "", "a sentence of unseen words that runs on"]
     trees = parser.parse(sentences)
     assert [t.words() for t in trees] == [s.split() for s in sentences]  # every sentence gets a tree
+    # constrained search: a leaf of the model's own for every word, even in a sentence twice as long as
+    # any it was trained on (the placeholder XX marks a word the model's output left without one)
+    assert parser.translator.engine == "torch" and parser.translator.searcher.constraint is not None
+    assert "(XX " not in str(trees[3]) and len(trees[3].leaves()) == 8
     assert str(trees[0]).startswith("(TOP (S (NP")
     cli = [sys.executable, "-m", "aiayn", "parse", "-c", str(parse_run)]
-    p = subprocess.run([*cli, "--pretty"], input="w5x1 runs .\n", capture_output=True, text=True, timeout=120)
+    png = tmp_path / "tree.png"
+    p = subprocess.run(
+        [*cli, "--pretty", "--draw", str(png)], input="\nw5x1 runs .\n", capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines()[0] == "(TOP" and p.stdout.count("(") == p.stdout.count(")")
+    assert p.stdout.splitlines()[:2] == ["(TOP )", "(TOP"] and p.stdout.count("(") == p.stdout.count(")")
+    assert f"drew the first sentence's tree to {png}" in p.stderr and png.read_bytes()[:4] == b"\x89PNG"
     p = subprocess.run([*cli, "--split", "test", "--output", str(tmp_path / "t.tree")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("test: EVALB F1 ") and "(all 12 sentences)" in p.stdout
+    p = subprocess.run([*cli, "--split", "valid", "--limit", "3", "--unconstrained"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("valid: EVALB F1 ") and "(all 3 sentences)" in p.stdout, p
     p = subprocess.run(
         [sys.executable, "-m", "aiayn", "evaluate", "-c", str(parse_run), "--split", "test", "--json"],
         capture_output=True,
@@ -84,5 +109,24 @@ def test_placeholder_leaves_are_scored_with_the_gold_tags():
 
     gold = "(TOP (S (NP (DT The) (NN dog)) (, ,) (VP (VBZ runs)) (. .)))"
     tree = delinearize(linearize(parse_tree(gold), "xx"), ["The", "dog", ",", "runs", "."], "xx")
-    assert score_trees([gold], [tree], "xx") == (100.0, 100.0)
+    assert score_trees([gold], [tree]) == (100.0, 100.0)
     assert evalb.evaluate([gold], [str(tree)]).all.valid_sentences == 0  # XX where gold has ',': a mismatch
+
+
+def test_a_sentence_the_model_mistags_is_still_scored():
+    """A model's own tags decide nothing: EVALB would drop a sentence whose punctuation the model tags
+    differently from gold (a length mismatch), and a half-trained parser would be scored on the few
+    sentences it tags right."""
+    from aiayn import evalb
+    from aiayn.data.treebank import delinearize
+    from aiayn.decode.parser import score_trees
+
+    words = ["The", "dog", ",", "runs", "."]
+    gold = "(TOP (S (NP (DT The) (NN dog)) (, ,) (VP (VBZ runs)) (. .)))"
+    right = delinearize("(S (NP DT NN )NP , (VP VBZ )VP . )S", words)
+    wrong = delinearize("(S DT (NP , NN VBZ )NP . )S", words)  # "dog" tagged ",", and NP over "dog , runs"
+    assert evalb.evaluate([gold], [str(wrong)]).all.valid_sentences == 0  # EVALB alone: left out
+    assert score_trees([gold], [right]) == (100.0, 100.0)
+    # S matches, NP (dog runs) does not: 4 of the 5 test brackets match 4 of the 6 gold ones
+    p, r = 4 / 5, 4 / 6
+    assert score_trees([gold, gold], [right, wrong])[0] == pytest.approx(100 * 2 * p * r / (p + r))

@@ -19,6 +19,7 @@ from aiayn.data.treebank import (
     corpus_trees,
     delinearize,
     linearize,
+    markup_tokens,
     parse_tree,
     pretty,
     read_trees,
@@ -81,6 +82,9 @@ def test_linearisation_in_each_leaf_form_and_back():
         "    (VP (VBD ran))",
         "    (. .)))",
     ]
+    # the markup: brackets and, unless the leaves are words, leaf tokens
+    assert markup_tokens([linearize(tree)]) == "(NP (S (VP )NP )S )VP . DT NNS VBD".split()
+    assert markup_tokens([linearize(tree, "words")], "words") == "(NP (S (VP )NP )S )VP".split()
 
 
 def test_broken_outputs_become_trees_over_exactly_the_words():

@@ -257,3 +257,31 @@ def test_cli_attention_and_plot(run_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     out = tmp_path / "r1" / "plots" / "curves.png"
     assert r.stdout.strip() == str(out) and png_shape(out)[:2] == (800, 1100)
+
+
+def test_a_tree_is_drawn_words_in_order_each_constituent_over_its_span(tmp_path, monkeypatch):
+    from aiayn.data.treebank import Tree, parse_tree
+
+    tree = parse_tree("(TOP (S (NP (DT The) (NNS mice)) (VP (VBD ran) (PP (IN to) (NP (NN food)))) (. .)))")
+    with plotted.figures(monkeypatch) as saved:
+        out = viz.plot_tree(tree, tmp_path / "tree.png", dpi=40)
+    assert plt_image(out).shape[:2] == (166, 216)  # (0.55 inch x 7 rows + 0.3) and 0.9 inch x 6 words, at 40 dpi
+    ax = saved[out].axes[0]
+    at = {}
+    for t in ax.texts:
+        at.setdefault(t.get_text(), []).append(t.get_position())
+    words = ["The", "mice", "ran", "to", "food", "."]
+    assert [at[w][0] for w in words] == [(i, 6) for i in range(6)]  # the bottom row, in order
+    assert at["PP"] == [(3.5, 3)] and at["VP"] == [(2.75, 2)]  # centred over their children
+    assert at["S"] == [((0.5 + 2.75 + 5) / 3, 1)] and at["TOP"] == [(2.75, 0)]
+    edges = {((ln.get_xdata()[0], ln.get_ydata()[0]), (ln.get_xdata()[1], ln.get_ydata()[1])) for ln in ax.lines}
+    assert ((3.5, 3), (3, 4)) in edges and ((3.5, 3), (4, 4)) in edges  # PP to IN and to NP
+    assert len(edges) == len(ax.texts) - 1  # a tree: one edge into every node but the root
+    with pytest.raises(viz.PlotError, match="without words"):
+        viz.plot_tree(Tree("TOP", [Tree("S")]), tmp_path / "empty.png")
+
+
+def plt_image(path):
+    import matplotlib.image
+
+    return matplotlib.image.imread(path)

@@ -22,11 +22,11 @@ def _run(a: argparse.Namespace) -> int:
         return 0
     if not a.checkpoint:
         raise AiaynError("give -c RUN (or --gold and --test to score tree files)")
-    parser = Parser.load(a.checkpoint, a.device, decode=None)
+    parser = Parser.load(a.checkpoint, a.device, constrain=not a.unconstrained, decode=None)
     search = parser.translator.search_config(a.beam, a.lenpen, a.max_len_a, a.max_len_b)
     parser.translator.decode = search
     if a.split:
-        res = parser.score_split(a.checkpoint, a.split)
+        res = parser.score_split(a.checkpoint, a.split, a.limit)
         if a.output:
             with open(a.output, "w") as f:
                 f.writelines(t + "\n" for t in res["trees"])
@@ -34,13 +34,21 @@ def _run(a: argparse.Namespace) -> int:
         return 0
     lines = read_lines(a.input) if a.input else [x.rstrip("\n") for x in sys.stdin]
     out = open(a.output, "w") if a.output else sys.stdout
+    trees = parser.parse(lines)
     try:
-        for tree in parser.parse(lines):
+        for tree in trees:
             out.write((pretty(tree) if a.pretty else str(tree)) + "\n")
             out.flush()
     finally:
         if a.output:
             out.close()
+    if a.draw:
+        from aiayn.viz import plot_tree
+
+        first = next((t for t in trees if t.leaves()), None)
+        if first is None:
+            raise AiaynError("--draw: no sentence with words to draw")
+        print(f"aiayn parse: drew the first sentence's tree to {plot_tree(first, a.draw)}", file=sys.stderr)
     return 0
 
 
@@ -80,7 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", help="sentences, one per line, words separated by spaces (default: stdin)")
     p.add_argument("--output", help="trees here (default: stdout)")
     p.add_argument("--pretty", action="store_true", help="each tree over several lines, indented")
+    p.add_argument("--draw", metavar="PNG", help="also draw the first sentence's tree to this PNG (needs matplotlib)")
     p.add_argument("--split", help="test | valid: parse the run's own split and score it with EVALB")
+    p.add_argument("--limit", type=int, metavar="N", help="with --split: its first N sentences only")
     p.add_argument("--gold", help="gold trees, one per line (with --test: score, no model)")
     p.add_argument("--test", help="parsed trees, one per line, aligned with --gold")
     p.add_argument("--beam", type=int, help="beam size (default: the run's decode.beam)")
@@ -88,4 +98,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len-a", type=float, help="max output = a * input + b (default: the run's)")
     p.add_argument("--max-len-b", type=int, help="(default: the run's)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
+    p.add_argument(
+        "--unconstrained",
+        action="store_true",
+        help="search any output, not only trees over exactly the sentence's words (the output is still "
+        "made a tree afterwards; faster engines may then decode)",
+    )
     p.set_defaults(run=_run)

@@ -94,23 +94,34 @@ def prepare(
     workers: int | None = None,
     progress: bool | None = None,
     chunk_pairs: int = CHUNK_PAIRS,
+    symbols: Sequence[str] = (),
 ) -> Prepared:
     """Validate, encode and cache the corpus described by `cfg`; copy spm.model into `run_dir`.
 
     `workers` encoding processes (default: all cores; 1 encodes in this process); `progress` shows
-    bars on stderr (default: when stderr is a terminal). Safe to call from many processes at once:
-    one builds a cache, the others wait for it and load it.
+    bars on stderr (default: when stderr is a terminal); `symbols`: pieces the trained BPE keeps whole
+    (sentencepiece's user_defined_symbols; a task's markup, such as a parse tree's brackets). Safe to
+    call from many processes at once: one builds a cache, the others wait for it and load it.
     """
     t0 = time.perf_counter()
     sources = _sources(cfg)  # missing files and unknown settings fail here, first
-    settings = _settings(cfg)
+    settings = _settings(cfg, symbols)
     stamp = _stamp_key(settings, sources)
     root = aiayn_home() / "prepared"
     progress = sys.stderr.isatty() if progress is None else progress
     final, cached = find_or_build(
         stamp,
         lambda: _build(
-            cfg, sources, settings, stamp, root, t0, workers=workers, progress=progress, chunk_pairs=chunk_pairs
+            cfg,
+            sources,
+            settings,
+            stamp,
+            root,
+            t0,
+            workers=workers,
+            progress=progress,
+            chunk_pairs=chunk_pairs,
+            symbols=symbols,
         ),
     )
     out = _load(cfg, final)
@@ -189,7 +200,7 @@ def _split_text(source: Source) -> tuple[list[str], list[str]]:
 # -- keys, stamps, lock -----------------------------------------------------------------------------
 
 
-def _settings(cfg: DataConfig) -> dict[str, Any]:
+def _settings(cfg: DataConfig, symbols: Sequence[str] = ()) -> dict[str, Any]:
     settings: dict[str, Any] = dict(
         format=_FORMAT,
         spm=sentencepiece.__version__,
@@ -206,6 +217,8 @@ def _settings(cfg: DataConfig) -> dict[str, Any]:
     if cfg.spm_model is not None:  # the model's bytes, not its path, decide the encoding
         del settings["vocab"], settings["bpe_sample_pairs"]
         settings["spm_model"] = hashlib.sha256(spm_model_bytes(cfg)).hexdigest()
+    elif symbols:  # absent when empty: the caches of corpora without symbols keep their keys
+        settings["symbols"] = list(symbols)
     return settings
 
 
@@ -323,6 +336,7 @@ def _build(
     workers: int | None,
     progress: bool,
     chunk_pairs: int,
+    symbols: Sequence[str] = (),
 ) -> tuple[Path, bool]:
     """Scan, then (unless the content is cached already) train BPE and encode into a temporary
     directory renamed into place; finally stamp the cheap key. Runs under the key's lock."""
@@ -333,7 +347,7 @@ def _build(
         root,
         key,
         stamp,
-        lambda out: _build_into(cfg, sources, counts, sample, out, key, t0, workers, progress, chunk_pairs),
+        lambda out: _build_into(cfg, sources, counts, sample, out, key, t0, workers, progress, chunk_pairs, symbols),
     )
 
 
@@ -348,6 +362,7 @@ def _build_into(
     workers: int | None,
     progress: bool,
     chunk_pairs: int,
+    symbols: Sequence[str] = (),
 ) -> None:
     t1 = time.perf_counter()
     sampled = None
@@ -355,7 +370,7 @@ def _build_into(
         tok = given_tokenizer(cfg, out / "spm.model")
     else:
         sampled = len(sample.items)
-        tok = _train_bpe(cfg, sources["train"], sample, out / "spm.model")  # empties the sample
+        tok = _train_bpe(cfg, sources["train"], sample, out / "spm.model", symbols)  # empties the sample
     t2 = time.perf_counter()
 
     report: dict[str, Any] = {
@@ -405,7 +420,9 @@ def _build_into(
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
-def _train_bpe(cfg: DataConfig, source: Source, sample: Reservoir, model_file: Path) -> Tokenizer:
+def _train_bpe(
+    cfg: DataConfig, source: Source, sample: Reservoir, model_file: Path, symbols: Sequence[str] = ()
+) -> Tokenizer:
     """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target."""
     src, tgt = [], []
     assert source is not None  # a training split always has a source
@@ -420,7 +437,9 @@ def _train_bpe(cfg: DataConfig, source: Source, sample: Reservoir, model_file: P
     del pairs
     if not src:
         raise DataError("every training pair has an empty side")
-    return train_tokenizer(src + tgt, model_file, cfg.vocab_size, max_sentences=max(2_000_000, 2 * len(src)))
+    return train_tokenizer(
+        src + tgt, model_file, cfg.vocab_size, max_sentences=max(2_000_000, 2 * len(src)), user_symbols=symbols
+    )
 
 
 def _encode_split(

@@ -176,6 +176,16 @@ def linearize(tree: Tree, leaves: str = "pos") -> str:
     return " ".join(out)
 
 
+def markup_tokens(tree_lines: Iterable[str], leaves: str = "pos") -> list[str]:
+    """The markup of linearised targets, sorted: every bracket (`(NP`, `)NP`) and, unless the leaves are
+    words, every leaf token (POS tags, `XX`). The joint BPE keeps each whole (parse task), and
+    constrained decoding (aiayn.decode.parser.TreeConstraint) tells brackets from leaves by them."""
+    found: set[str] = set()
+    for line in tree_lines:
+        found.update(t for t in split_words(line) if leaves != "words" or t[0] in "()")
+    return sorted(found)
+
+
 def delinearize(target: str | Sequence[str], words: Sequence[str], leaves: str = "pos") -> Tree:
     """A tree over exactly `words` from any token sequence (a model's output, however broken).
 

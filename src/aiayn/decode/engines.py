@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
-from aiayn.decode.search import beam_search, greedy_search
+from aiayn.decode.search import Constraint, beam_search, greedy_search
 from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
 
@@ -46,12 +46,15 @@ class TorchEngine:
 
     name = "torch"
 
-    def __init__(self, model: Any, device: str | torch.device | None = None) -> None:
+    def __init__(
+        self, model: Any, device: str | torch.device | None = None, constraint: Constraint | None = None
+    ) -> None:
         on = next(model.parameters()).device
         # device=None: keep a model already on an accelerator; else CUDA when present.
         self.device = on if device is None and on.type != "cpu" else resolve_device(device)
         self.model = model.to(self.device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
+        self.constraint = constraint  # which tokens each hypothesis may write next (aiayn.decode.search)
 
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
         eos, pad = self.config.eos_id, self.config.pad_id
@@ -63,9 +66,12 @@ class TorchEngine:
         was_training = self.model.training
         self.model.eval()  # the trainer validates with its live model: restore its mode after
         try:
+            c = self.constraint
             if d.beam == 1 and n_best == 1:
-                return [[(ids, float("nan"))] for ids in greedy_search(self.model, src, d.max_len_a, d.max_len_b)]
-            return beam_search(self.model, src, d.beam, d.length_penalty, d.max_len_a, d.max_len_b, n_best, d.patience)
+                return [[(ids, float("nan"))] for ids in greedy_search(self.model, src, d.max_len_a, d.max_len_b, c)]
+            return beam_search(
+                self.model, src, d.beam, d.length_penalty, d.max_len_a, d.max_len_b, n_best, d.patience, c
+            )
         finally:
             self.model.train(was_training)
 

@@ -14,15 +14,84 @@ import json
 import os
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from aiayn import evalb
 from aiayn.checkpoint import find_in_run
 from aiayn.config import Config
 from aiayn.data.io import read_lines
+from aiayn.data.tokenizer import Tokenizer
 from aiayn.data.treebank import Tree, delinearize, parse_tree, retag, split_words, treebank_dir
+from aiayn.decode.engines import TorchEngine
 from aiayn.decode.translator import Translator
 from aiayn.errors import AiaynError
 
-PARSE_META = "parse.json"  # in a parse run: {"leaves": ...}, how its targets were linearised
+PARSE_META = "parse.json"  # in a parse run: {"leaves": ..., "markup": [...]}, how its targets were linearised
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that starts a word
+
+
+class TreeConstraint:
+    """Decoding that can only write a tree over exactly the sentence's words (`pos` and `xx` leaves;
+    aiayn.decode.search.Constraint). A hypothesis writes only markup (brackets and leaf tokens), as
+    many leaves as the source has words, no leaf or open bracket once it has them all, no close
+    bracket with none open, and EOS only when every word has its leaf and every bracket is closed.
+    Without it a model that loses count of the words it has tagged writes too few or too many
+    leaves, and every bracket after the slip spans the wrong words (docs/parsing.md).
+
+    A source word is a piece that starts with WORD_START (sentencepiece marks the first piece of
+    every space-separated word)."""
+
+    def __init__(self, word_start: Tensor, leaf: Tensor, open_: Tensor, close: Tensor, eos_id: int) -> None:
+        self.word_start = word_start  # (V,) bool
+        self.leaf, self.open, self.close = leaf.long(), open_.long(), close.long()  # (V,) 0/1
+        eos = torch.zeros_like(leaf)
+        eos[eos_id] = True
+        # What each kind of state may write, by (all words have their leaf) * 2 + (no bracket is open):
+        self.table = ~torch.stack(
+            [
+                leaf | open_ | close,  # words to go, brackets open
+                leaf | open_,  # words to go, nothing open
+                close,  # all words written, brackets open: close them
+                eos,  # all words written, all closed: the end
+            ]
+        )  # (4, V) True where banned
+
+    @classmethod
+    def build(
+        cls, tokenizer: Tokenizer, markup: list[str], leaves: str, config: Any, device: str | torch.device
+    ) -> TreeConstraint | None:
+        """From a parse run's tokenizer and markup tokens (RUN/parse.json); None where it cannot hold:
+        `words` leaves (a word may take several pieces), or markup that is not one piece each (runs
+        whose BPE was trained without the markup as symbols)."""
+        if leaves == "words" or not markup:
+            return None
+        ids = [tokenizer.piece_id(WORD_START + t) for t in markup]
+        if any(i is None for i in ids):
+            return None
+        V = config.vocab_size
+        kinds = {"(": torch.zeros(V, dtype=torch.bool), ")": torch.zeros(V, dtype=torch.bool)}
+        leaf = torch.zeros(V, dtype=torch.bool)
+        for t, i in zip(markup, ids):
+            kinds.get(t[0], leaf)[i] = True
+        pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+        starts = torch.tensor([p.startswith(WORD_START) for p in pieces] + [False] * (V - len(pieces)))
+        dev = torch.device(device)
+        return cls(starts.to(dev), leaf.to(dev), kinds["("].to(dev), kinds[")"].to(dev), config.eos_id)
+
+    def start(self, src: Tensor) -> tuple[Tensor, ...]:
+        """(words to write, leaves written, brackets open), each (B,)."""
+        need = self.word_start[src].sum(1)  # (B,)
+        zero = torch.zeros_like(need)
+        return need, zero, zero.clone()
+
+    def banned(self, state: tuple[Tensor, ...]) -> Tensor:
+        need, k, d = state
+        return self.table[(k >= need).long() * 2 + (d == 0).long()]  # (R, V)
+
+    def advance(self, state: tuple[Tensor, ...], tokens: Tensor) -> tuple[Tensor, ...]:
+        need, k, d = state
+        return need, k + self.leaf[tokens], (d + self.open[tokens] - self.close[tokens]).clamp(min=0)
 
 
 def parse_lines(translator: Translator, lines: list[str], leaves: str, beam: int | None = None) -> list[Tree]:
@@ -38,20 +107,32 @@ class Parser:
         self.translator, self.leaves = translator, leaves
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: str | None = None, **kw: Any) -> Parser:
+    def load(cls, path: str | os.PathLike, device: str | None = None, constrain: bool = True, **kw: Any) -> Parser:
         """From a parse run directory (or a weights file in one); `kw` as Translator.load's. The run's
-        RUN/parse.json (written when training starts) says how its trees were linearised."""
+        RUN/parse.json (written when training starts) says how its trees were linearised. `constrain`:
+        search only trees over exactly the sentence's words (TreeConstraint), where the run allows it;
+        the torch engine then decodes unless `engine` says otherwise (CTranslate2 cannot constrain)."""
         found = find_in_run(path, PARSE_META)
         if found is None:
             raise AiaynError(f"{path} is not a parse run (task: parse runs hold {PARSE_META})")
-        return cls(Translator.load(path, device, **kw), json.loads(found.read_text())["leaves"])
+        meta = json.loads(found.read_text())
+        markup = meta.get("markup", []) if constrain and meta["leaves"] != "words" else []
+        if markup:
+            kw.setdefault("engine", "torch")
+        translator = Translator.load(path, device, **kw)
+        if markup and isinstance(translator.searcher, TorchEngine):
+            config = translator.searcher.config
+            translator.searcher.constraint = TreeConstraint.build(
+                translator.tokenizer, markup, meta["leaves"], config, translator.device
+            )
+        return cls(translator, meta["leaves"])
 
     def parse(self, sentences: list[str], beam: int | None = None) -> list[Tree]:
         return parse_lines(self.translator, sentences, self.leaves, beam)
 
-    def score_split(self, run: str | os.PathLike, split: str) -> dict[str, Any]:
-        """Parse the run's own `split` (test | valid) and score it against the gold trees with EVALB:
-        {"f1", "f1_40" (sentences of at most 40 words), "sentences", "trees"}."""
+    def score_split(self, run: str | os.PathLike, split: str, limit: int | None = None) -> dict[str, Any]:
+        """Parse the run's own `split` (test | valid; its first `limit` sentences) and score it against
+        the gold trees with EVALB: {"f1", "f1_40" (sentences of at most 40 words), "sentences", "trees"}."""
         found = find_in_run(run, "config.yaml")
         if found is None:
             raise AiaynError(f"{run}: no config.yaml, so no data to parse")
@@ -60,18 +141,21 @@ class Parser:
         if not (directory / f"{split}.words").is_file():
             raise AiaynError(f"the run's treebank has no {split} split in {directory}")
         words, gold = read_lines(directory / f"{split}.words"), read_lines(directory / f"{split}.gold")
+        words, gold = words[:limit], gold[:limit]
         trees = self.parse(words)
-        f1, f1_40 = score_trees(gold, trees, self.leaves)
+        f1, f1_40 = score_trees(gold, trees)
         return {"f1": f1, "f1_40": f1_40, "sentences": len(words), "trees": [str(t) for t in trees]}
 
 
-def score_trees(gold: list[str], trees: list[Tree], leaves: str) -> tuple[float, float]:
-    """EVALB F1 (all sentences, length <= 40) of `trees` against the `gold` lines. Trees written with
-    placeholder leaves (`xx`, `words`) take the gold POS tags first: EVALB drops punctuation by its tag,
-    and a placeholder where gold has `,` would make the sentence a length mismatch, left out of the
-    score. Tags themselves are never scored."""
-    if leaves != "pos":
-        trees = [retag(t, [tag for tag, _ in parse_tree(g).leaves()]) for t, g in zip(trees, gold)]
+def score_trees(gold: list[str], trees: list[Tree]) -> tuple[float, float]:
+    """EVALB F1 (all sentences, length <= 40) of `trees` against the `gold` lines, every sentence counted.
+
+    The trees take the gold POS tags first, whatever their leaves. Tags are never scored as brackets;
+    EVALB only uses them to drop punctuation, and a sentence whose test tree drops other words than the
+    gold tree (a word tagged `,` that gold tags `NN`, a placeholder `XX` where gold has `.`) is a length
+    mismatch that EVALB leaves out of its totals. With its own tags, a model that tags badly would be
+    scored on the few sentences it tags right (docs/parsing.md, Scoring)."""
+    trees = [retag(t, [tag for tag, _ in parse_tree(g).leaves()]) for t, g in zip(trees, gold)]
     return evalb.f1(gold, [str(t) for t in trees])
 
 

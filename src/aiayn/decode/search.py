@@ -22,6 +22,8 @@ The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eo
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
 
@@ -30,6 +32,29 @@ from aiayn.decode.decodable import Decodable
 from aiayn.model.masks import padding_mask
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
+
+
+class Constraint(Protocol):
+    """Which tokens a hypothesis may write next, from a state it carries (a parse tree's open brackets
+    and words so far: aiayn.decode.parser.TreeConstraint). States are tensors with one row per decoder
+    row; the search reorders and drops their rows with the hypotheses. EOS forced at the maximum length
+    stays allowed."""
+
+    def start(self, src: Tensor) -> tuple[Tensor, ...]:
+        """(B, S) source ids -> the state of each source's empty hypothesis, tensors of B rows."""
+        ...
+
+    def banned(self, state: tuple[Tensor, ...]) -> Tensor:
+        """(R,) rows of state -> (R, V) True where a token may not come next."""
+        ...
+
+    def advance(self, state: tuple[Tensor, ...], tokens: Tensor) -> tuple[Tensor, ...]:
+        """The state after each row wrote `tokens` (R,)."""
+        ...
+
+
+def _rows(state: tuple[Tensor, ...], rows: Tensor) -> tuple[Tensor, ...]:
+    return tuple(x[rows] for x in state)
 
 
 def max_lengths(
@@ -122,9 +147,14 @@ def greedy_next(logits: Tensor, cfg: ModelConfig, forced: Tensor) -> Tensor:
 
 @torch.inference_mode()
 def greedy_search(
-    model: Decodable, src: Tensor, max_len_a: float = DecodeConfig.max_len_a, max_len_b: float = DecodeConfig.max_len_b
+    model: Decodable,
+    src: Tensor,
+    max_len_a: float = DecodeConfig.max_len_a,
+    max_len_b: float = DecodeConfig.max_len_b,
+    constraint: Constraint | None = None,
 ) -> list[list[int]]:
-    """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS)."""
+    """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS); with a
+    `constraint`, the best token it allows."""
     cfg = model.config
     B, dev = src.size(0), src.device
     max_len = max_lengths(model, src, max_len_a, max_len_b)  # (B,)
@@ -134,8 +164,11 @@ def greedy_search(
     ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
     t = 0
     running = torch.ones(B, dtype=torch.bool, device=dev)  # (n,) rows still decoding
+    state = constraint.start(src) if constraint is not None else ()
     while True:
         logits, cache = model.step(ids, cache)  # (n, 1, V)
+        if constraint is not None:
+            logits = logits.masked_fill(constraint.banned(state)[:, None], float("-inf"))
         nxt = greedy_next(logits, cfg, max_len[alive] <= t)  # (n,)
         nxt = nxt.masked_fill(~running, cfg.eos_id)  # finished rows ride along until compacted: EOS again
         out[alive, t] = nxt
@@ -144,9 +177,12 @@ def greedy_search(
         n_run = int(running.sum())
         if n_run == 0:
             break
+        if constraint is not None:
+            state = constraint.advance(state, nxt)
         if compact_now(running.numel() - n_run, running.numel()):
             keep = running.nonzero().squeeze(1)
             alive, nxt, running, cache = alive[keep], nxt[keep], running[keep], cache.keep(keep)
+            state = _rows(state, keep)
         ids = nxt[:, None]  # (n, 1)
     hyps = []
     for row in out.tolist():
@@ -179,6 +215,7 @@ def beam_search(
     max_len_b: float = DecodeConfig.max_len_b,
     n_best: int = 1,
     patience: float = DecodeConfig.patience,
+    constraint: Constraint | None = None,
 ) -> Hypotheses:
     """Batched beam search (§6.1) -> per sentence the `n_best` best (ids, score), best first.
 
@@ -187,7 +224,7 @@ def beam_search(
     A sentence stops when its n_best-th finished score is at least the best score any live beam
     could still reach: log-probs only fall and lp only grows with length, so a live beam with
     sum log p = s (<= 0) ends at best at s / lp(max length + 1). That stop is exact: results equal
-    running every beam to the maximum length.
+    running every beam to the maximum length. With a `constraint`, only the tokens it allows compete.
     """
     if beam < 1 or not 1 <= n_best <= beam:
         raise ConfigError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
@@ -214,10 +251,14 @@ def beam_search(
     tokens = torch.empty((B, 0), dtype=torch.long, device=dev)  # (n*g, t) generated so far
     scores = torch.zeros((B, 1), device=dev)  # (n, g) sum of log-probs per live beam
     ids = torch.full((B, 1), bos, dtype=torch.long, device=dev)
+    state = constraint.start(src) if constraint is not None else ()  # (n*g,) rows each
     for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
         n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
         logits, cache = model.step(ids, cache)  # (n*g, 1, V)
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
+        eos_logp = logp[:, eos]  # (n*g,) a forced EOS keeps its own log-prob, allowed or not
+        if constraint is not None:
+            logp = logp.masked_fill(constraint.banned(state), float("-inf"))
         logp[:, [pad, bos]] = float("-inf")  # never generated
         # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
         # (n, g*V) candidate matrix is ever written.
@@ -229,7 +270,7 @@ def beam_search(
         forced = max_len[alive] + 1 == t  # (n,)
         forced_rows = forced.repeat_interleave(g)[:, None]  # (n*g, 1)
         f = forced_rows & (torch.arange(c, device=dev) == 0)  # (n*g, c)
-        eos_s = (scores.view(-1) + logp[:, eos])[:, None]  # (n*g, 1)
+        eos_s = (scores.view(-1) + eos_logp)[:, None]  # (n*g, 1)
         row_s = torch.where(f, eos_s, row_s.masked_fill(forced_rows, float("-inf")))
         row_tok = row_tok.masked_fill(f, eos)
 
@@ -262,6 +303,8 @@ def beam_search(
         rows = (torch.arange(n, device=dev)[:, None] * g + parent).view(-1)  # (n*kk,)
         tokens = torch.cat([tokens[rows], top_tok.gather(1, live_j).view(-1, 1)], dim=1)  # (n*kk, t)
         cache = cache.reorder(rows)
+        if constraint is not None:
+            state = constraint.advance(_rows(state, rows), tokens[:, -1])
         scores, g = live_s, kk
 
         # Early stop: no live beam can beat the n_best-th finished hypothesis.
@@ -272,7 +315,8 @@ def beam_search(
         if compact_now(n_done, n):
             keep = (~done).nonzero().squeeze(1)
             alive, scores, cache = alive[keep], scores[keep], cache.keep(keep)
-            tokens = tokens[(keep[:, None] * g + torch.arange(g, device=dev)).view(-1)]
+            kept_rows = (keep[:, None] * g + torch.arange(g, device=dev)).view(-1)
+            tokens, state = tokens[kept_rows], _rows(state, kept_rows)
         elif n_done:  # finished sentences ride along with -inf scores: nothing of theirs can finish again
             scores = scores.masked_fill(done[:, None], float("-inf"))
         ids = tokens[:, -1:]  # (n*g, 1)

@@ -45,6 +45,7 @@ from aiayn.decode.engines import (
     is_ctranslate2_export,
 )
 from aiayn.decode.ensemble import load_members
+from aiayn.decode.search import Constraint
 from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
 from aiayn.hub import resolve_run
@@ -63,7 +64,8 @@ class Translator:
     """A model + its tokenizer + the search settings it decodes with (`decode`; its `max_tokens` bounds
     a batch: padded source tokens x beam). `max_tokens`, when given, overrides `decode.max_tokens`.
     `model`: a PyTorch model (or Ensemble), decoded by our search, or a `SearchEngine`.
-    `engine` / `engine_reason`: which engine decodes and why, in words (nothing is printed)."""
+    `engine` / `engine_reason`: which engine decodes and why, in words (nothing is printed).
+    `constraint`: which tokens each hypothesis may write next (aiayn.decode.search.Constraint; torch)."""
 
     def __init__(
         self,
@@ -74,8 +76,14 @@ class Translator:
         max_input_len: int | None = None,
         decode: DecodeConfig | None = None,
         engine_reason: str = "",
+        constraint: Constraint | None = None,
     ) -> None:
-        self.searcher: SearchEngine = TorchEngine(model, device) if isinstance(model, torch.nn.Module) else model
+        if isinstance(model, torch.nn.Module):
+            self.searcher: SearchEngine = TorchEngine(model, device, constraint)
+        elif constraint is not None:
+            raise AiaynError(f"the {model.name} engine cannot constrain its search (the torch engine can)")
+        else:
+            self.searcher = model
         self.engine: str = self.searcher.name
         self.engine_reason = engine_reason or "a model given to Translator"
         self.device = self.searcher.device

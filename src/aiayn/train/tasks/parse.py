@@ -18,9 +18,9 @@ import torch
 from aiayn.config import Config, DataConfig
 from aiayn.data.io import read_lines
 from aiayn.data.prepare import Prepared, prepare
-from aiayn.data.treebank import treebank_dir, write_parallel
+from aiayn.data.treebank import markup_tokens, treebank_dir, write_parallel
 from aiayn.decode import Translator
-from aiayn.decode.parser import PARSE_META, parse_lines, score_trees
+from aiayn.decode.parser import PARSE_META, WORD_START, TreeConstraint, parse_lines, score_trees
 from aiayn.fileio import atomic_write
 from aiayn.train.tasks import translate
 from aiayn.train.tasks.spec import TaskSpec, register, sentence_batches
@@ -33,8 +33,9 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepar
     leaves = cfg.task.tree_leaves
     directory, load = treebank_dir(data, leaves)
     files = write_parallel(load(), directory, leaves)
-    if run_dir is not None:  # what Parser.load needs to read the run's outputs as trees
-        text = json.dumps({"leaves": leaves}) + "\n"
+    markup = markup_tokens(read_lines(files["train_tgt"]), leaves)
+    if run_dir is not None:  # what Parser.load needs to read the run's outputs as trees, and to constrain them
+        text = json.dumps({"leaves": leaves, "markup": markup}) + "\n"
         atomic_write(Path(run_dir) / PARSE_META, lambda tmp: Path(tmp).write_text(text))
     as_files = dataclasses.replace(
         data,
@@ -46,7 +47,10 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepar
         test_src=files.get("test_src"),
         test_tgt=files.get("test_tgt"),
     )
-    return prepare(as_files, run_dir)
+    # Each markup token one piece of the joint BPE: given with sentencepiece's word-start mark, so
+    # "(NP" is one piece rather than "▁" and "(NP"; left to itself, sentencepiece cuts "(NP" at the
+    # change of script (docs/parsing.md, Linearisation).
+    return prepare(as_files, run_dir, symbols=[WORD_START + t for t in markup])
 
 
 class ParseTask(TranslationTask):
@@ -57,6 +61,7 @@ class ParseTask(TranslationTask):
         super().__init__(cfg, *rest)
         self.leaves, self.decode = cfg.task.tree_leaves, cfg.decode
         self.directory = treebank_dir(cfg.data, self.leaves)[0]
+        self.markup = markup_tokens(read_lines(self.directory / "train.tree"), self.leaves)
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
@@ -65,10 +70,12 @@ class ParseTask(TranslationTask):
     def _greedy_f1(self, model: torch.nn.Module) -> float:
         words, gold = read_lines(self.directory / "valid.words"), read_lines(self.directory / "valid.gold")
         n = self.eval_max_sentences or len(words)
-        translator = Translator(model, self.prepared.tokenizer, device=self.device, decode=self.decode)
+        tokenizer = self.prepared.tokenizer
+        constraint = TreeConstraint.build(tokenizer, self.markup, self.leaves, model.config, self.device)
+        translator = Translator(model, tokenizer, device=self.device, decode=self.decode, constraint=constraint)
         with self.autocast():
             trees = parse_lines(translator, words[:n], self.leaves, beam=1)
-        return score_trees(gold[:n], trees, self.leaves)[0]
+        return score_trees(gold[:n], trees)[0]
 
 
 SPEC = register(
