@@ -287,13 +287,13 @@ def greedy_run(run_dir, tmp_path, monkeypatch):
     calls: list[tuple] = []
     greedy, beam = tr.greedy_search, tr.beam_search
 
-    def spy_greedy(model, src, a, b):
+    def spy_greedy(model, src, a, b, constraint):
         calls.append(("greedy", a, b))
-        return greedy(model, src, a, b)
+        return greedy(model, src, a, b, constraint)
 
-    def spy_beam(model, src, k, lp, a, b, n_best, patience):
+    def spy_beam(model, src, k, lp, a, b, n_best, patience, constraint):
         calls.append(("beam", k, lp, a, b))
-        return beam(model, src, k, lp, a, b, n_best, patience)
+        return beam(model, src, k, lp, a, b, n_best, patience, constraint)
 
     monkeypatch.setattr(tr, "greedy_search", spy_greedy)
     monkeypatch.setattr(tr, "beam_search", spy_beam)
