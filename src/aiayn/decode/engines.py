@@ -106,6 +106,9 @@ class CTranslate2Engine:
     """
 
     name = "ctranslate2"
+    # Translator hands it every sentence at once: CTranslate2 batches by tokens itself, in one call, faster
+    # than one call per Translator batch (docs/benchmarks.md, "Decoding a trained model").
+    batches_itself = True
 
     def __init__(
         self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default", threads: int = 0
@@ -139,6 +142,8 @@ class CTranslate2Engine:
         if d.beam == 1 and n_best == 1:  # one call to the longest limit + EOS, each output cut to its own
             res = self.translator.translate_batch(
                 pieces,
+                max_batch_size=max(1, d.max_tokens),
+                batch_type="tokens",
                 beam_size=1,
                 max_decoding_length=max(limits) + 1,
                 max_input_length=0,  # Translator has cut the inputs to the positions
@@ -155,6 +160,8 @@ class CTranslate2Engine:
         def call(group: list[int], limit: int) -> list[Any]:
             return self.translator.translate_batch(
                 [pieces[i] for i in group],
+                max_batch_size=max(1, d.max_tokens // d.beam),
+                batch_type="tokens",
                 beam_size=d.beam,
                 num_hypotheses=want,
                 patience=d.patience,

@@ -227,6 +227,10 @@ class Translator:
                 encoded[i] = ids[:limit]
         results: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in texts]
         order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: len(encoded[i]))
+        if getattr(self.searcher, "batches_itself", False):  # CTranslate2: one call, its own token batches
+            if order:
+                self._run(order, encoded, results, d, n_best)
+            return results
         batch: list[int] = []
         for i in order:  # ascending length: the newest line is the longest of its batch
             if batch and (len(batch) + 1) * (len(encoded[i]) + 1) * d.beam > d.max_tokens:
