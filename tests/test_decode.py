@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aiayn.config import ModelConfig
@@ -465,9 +465,15 @@ def is_tree_over(ids: list[int], n_words: int) -> bool:
     return depth == 0 and leaves == n_words
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10**6), words=st.lists(st.integers(1, 6), min_size=1, max_size=3), beam=st.integers(1, 4))
-def test_constrained_search_writes_trees_over_exactly_the_words(seed, words, beam):
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    words=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    beam=st.integers(1, 4),
+    room=st.integers(0, 40),  # max_len_b: 0 leaves room for the leaves and hardly a bracket
+)
+@example(seed=73115, words=[5], beam=4, room=40)  # opened brackets until the forced EOS cut the tree
+def test_constrained_search_writes_trees_over_exactly_the_words(seed, words, beam, room):
     # each source: `n` words, each a word-start piece, every second one followed by a continuation piece
     srcs = [[t for i in range(n) for t in ([WORD, PIECE] if i % 2 else [WORD])] for n in words]
     S = max(map(len, srcs)) + 1
@@ -476,8 +482,8 @@ def test_constrained_search_writes_trees_over_exactly_the_words(seed, words, bea
         src[r, : len(ids) + 1] = torch.tensor(ids + [EOS])
     c = tree_constraint()
     model = RandomModel(seed)
-    got = [h[0][0] for h in beam_search(model, src, beam=beam, length_penalty=0.3, max_len_b=40, constraint=c)]
-    got.append(greedy_search(model, src[:1], max_len_b=40, constraint=c)[0])
+    got = [h[0][0] for h in beam_search(model, src, beam=beam, length_penalty=0.3, max_len_b=room, constraint=c)]
+    got.append(greedy_search(model, src[:1], max_len_b=room, constraint=c)[0])
     for ids, n in zip(got, [*words, words[0]]):
         assert is_tree_over(ids, n), (ids, n)
 

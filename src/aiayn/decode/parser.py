@@ -35,7 +35,8 @@ class TreeConstraint:
     """Decoding that can only write a tree over exactly the sentence's words (`pos` and `xx` leaves;
     aiayn.decode.search.Constraint). A hypothesis writes only markup (brackets and leaf tokens), as
     many leaves as the source has words, no leaf or open bracket once it has them all, no close
-    bracket with none open, and EOS only when every word has its leaf and every bracket is closed.
+    bracket with none open, no open bracket that would leave too little room for the rest before the
+    maximum length, and EOS only when every word has its leaf and every bracket is closed.
     Without it a model that loses count of the words it has tagged writes too few or too many
     leaves, and every bracket after the slip spans the wrong words (docs/parsing.md).
 
@@ -47,15 +48,11 @@ class TreeConstraint:
         self.leaf, self.open, self.close = leaf.long(), open_.long(), close.long()  # (V,) 0/1
         eos = torch.zeros_like(leaf)
         eos[eos_id] = True
-        # What each kind of state may write, by (all words have their leaf) * 2 + (no bracket is open):
-        self.table = ~torch.stack(
-            [
-                leaf | open_ | close,  # words to go, brackets open
-                leaf | open_,  # words to go, nothing open
-                close,  # all words written, brackets open: close them
-                eos,  # all words written, all closed: the end
-            ]
-        )  # (4, V) True where banned
+        # What each kind of state may write, by (no room for another bracket) * 4 + (all words have their
+        # leaf) * 2 + (no bracket is open). No room: another open bracket and then the words to go and
+        # every close would not fit before the search forces EOS.
+        allowed = [leaf | open_ | close, leaf | open_, close, eos]  # words to go / done x brackets open / not
+        self.table = ~torch.stack(allowed + [a & ~open_ for a in allowed])  # (8, V) True where banned
 
     @classmethod
     def build(
@@ -85,9 +82,10 @@ class TreeConstraint:
         zero = torch.zeros_like(need)
         return need, zero, zero.clone()
 
-    def banned(self, state: tuple[Tensor, ...]) -> Tensor:
+    def banned(self, state: tuple[Tensor, ...], left: Tensor) -> Tensor:
         need, k, d = state
-        return self.table[(k >= need).long() * 2 + (d == 0).long()]  # (R, V)
+        tight = (need - k) + d + 2 > left  # an open now, then every leaf and close, then EOS would not fit
+        return self.table[tight.long() * 4 + (k >= need).long() * 2 + (d == 0).long()]  # (R, V)
 
     def advance(self, state: tuple[Tensor, ...], tokens: Tensor) -> tuple[Tensor, ...]:
         need, k, d = state

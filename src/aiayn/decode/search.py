@@ -44,8 +44,9 @@ class Constraint(Protocol):
         """(B, S) source ids -> the state of each source's empty hypothesis, tensors of B rows."""
         ...
 
-    def banned(self, state: tuple[Tensor, ...]) -> Tensor:
-        """(R,) rows of state -> (R, V) True where a token may not come next."""
+    def banned(self, state: tuple[Tensor, ...], left: Tensor) -> Tensor:
+        """(R,) rows of state, and (R,) tokens each row may still write before its forced EOS (this one
+        included) -> (R, V) True where a token may not come next."""
         ...
 
     def advance(self, state: tuple[Tensor, ...], tokens: Tensor) -> tuple[Tensor, ...]:
@@ -168,7 +169,7 @@ def greedy_search(
     while True:
         logits, cache = model.step(ids, cache)  # (n, 1, V)
         if constraint is not None:
-            logits = logits.masked_fill(constraint.banned(state)[:, None], float("-inf"))
+            logits = logits.masked_fill(constraint.banned(state, max_len[alive] - t)[:, None], float("-inf"))
         nxt = greedy_next(logits, cfg, max_len[alive] <= t)  # (n,)
         nxt = nxt.masked_fill(~running, cfg.eos_id)  # finished rows ride along until compacted: EOS again
         out[alive, t] = nxt
@@ -258,7 +259,8 @@ def beam_search(
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
         eos_logp = logp[:, eos]  # (n*g,) a forced EOS keeps its own log-prob, allowed or not
         if constraint is not None:
-            logp = logp.masked_fill(constraint.banned(state), float("-inf"))
+            left = (max_len[alive] - (t - 1)).repeat_interleave(g)  # (n*g,) tokens before the forced EOS
+            logp = logp.masked_fill(constraint.banned(state, left), float("-inf"))
         logp[:, [pad, bos]] = float("-inf")  # never generated
         # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
         # (n, g*V) candidate matrix is ever written.
