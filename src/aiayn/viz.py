@@ -372,9 +372,9 @@ def tree_layout(tree: Tree) -> tuple[list[tuple[str, float, int]], list[tuple[fl
             nodes.append((str(t.children[0]), x, bottom))
             edges.append((x, depth, x, bottom))
         else:
-            xs = [(place(c, depth + 1), c) for c in t.children if not isinstance(c, str) and c.leaves()]
-            x = sum(cx for cx, _ in xs) / len(xs)
-            edges.extend((x, depth, cx, depth + 1) for cx, _ in xs)
+            xs = [place(c, depth + 1) for c in t.children if not isinstance(c, str) and c.leaves()]
+            x = sum(xs) / len(xs)
+            edges.extend((x, depth, cx, depth + 1) for cx in xs)
         nodes.append((t.label, x, depth))
         return x
 
