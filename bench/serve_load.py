@@ -63,7 +63,9 @@ def metric(url: str, name: str) -> float:
     return 0.0
 
 
-def start_server(run: str, flags: list[str], beam: int, threads: int, engine: str) -> tuple[subprocess.Popen, str]:
+def start_server(
+    run: str, flags: list[str], beam: int, threads: int, engine: str, workers: int = 0
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"aiayn-serve-{port}.log", "w+b")  # never a full pipe
@@ -85,6 +87,8 @@ def start_server(run: str, flags: list[str], beam: int, threads: int, engine: st
             str(threads),
             "--engine",
             engine,
+            "--workers",
+            str(workers),
             *flags,
         ],
         env=env,
@@ -239,8 +243,10 @@ def main() -> int:
         "--threads",
         type=int,
         default=1,
-        help="server's torch threads (default 1: on a shared CPU more threads spin-wait)",
+        help="server's intra-op threads per worker (default 1: on a shared CPU more threads spin-wait; 0: the "
+        "server's default)",
     )
+    p.add_argument("--workers", type=int, default=0, help="server's --workers (default 0: the server's default)")
     p.add_argument("--modes", default="batched,one-at-a-time", help="comma-separated: " + ", ".join(MODES))
     p.add_argument("--engine", default="auto", help="auto | torch | ctranslate2 (passed to aiayn serve)")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
@@ -253,12 +259,13 @@ def main() -> int:
         "seconds": a.seconds,
         "beam": a.beam,
         "threads": a.threads,
+        "workers": a.workers,
         "engine": a.engine,
         "run": a.checkpoint,
         "modes": {},
     }
     for mode in a.modes.split(","):
-        proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.engine)
+        proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.engine, a.workers)
         try:
             httpx.post(url + "/v1/translate", json={"q": sentences[:8]}, timeout=120)  # warm up
             r = asyncio.run(load(url, sentences, a.clients, a.seconds, proc.pid))

@@ -1,7 +1,7 @@
 """Whole files through each decoding engine, each in a fresh process: what a user of `aiayn translate` gets.
 
     python bench/translate.py RUN SRC [REF] [--engines torch,ctranslate2,ct2-direct,...] [--beam 4]
-                              [--threads 2] [--rounds 3] [--json out.json]
+                              [--threads 2] [--replicas 0] [--rounds 3] [--json out.json]
 
 Per engine and round, one new process loads the run (Translator.load(RUN, "cpu", engine=..., int8=...);
 CTranslate2's export is built before the first round, so no round pays for it), translates the first
@@ -15,6 +15,12 @@ Reported per engine, medians over the rounds: decode_s (the timed pass, inside t
 (the whole process: start, imports, load, warm-up, decode), sentences/s and output pieces/s of the
 timed pass, and sacreBLEU against REF when given. One JSON object per engine on stdout; --json also
 writes them all to a file.
+
+Threads: `--threads N` intra-op threads per engine (torch.set_num_threads, CTranslate2's intra_threads),
+`--replicas R` CTranslate2 batches decoded at once (inter_threads, for ctranslate2 and ct2-direct alike).
+0 leaves the choice to each engine: `--threads 0 --replicas 0` measures every engine with its own
+defaults (Translator.load's layout for ctranslate2: aiayn.decode.engines.ctranslate2_layout; CTranslate2's
+own for ct2-direct).
 """
 
 from __future__ import annotations
@@ -44,7 +50,11 @@ def _direct(a: argparse.Namespace, int8: bool) -> int:
     export = Path(a.export)
     sp = sentencepiece.SentencePieceProcessor(model_file=str(export / "spm.model"))
     tr = ctranslate2.Translator(
-        str(export), device="cpu", compute_type="int8" if int8 else "default", intra_threads=a.threads
+        str(export),
+        device="cpu",
+        compute_type="int8" if int8 else "default",
+        intra_threads=a.threads,
+        inter_threads=max(1, a.replicas),
     )
     lines = Path(a.src).read_text(encoding="utf-8").splitlines()
 
@@ -78,10 +88,11 @@ def _worker(a: argparse.Namespace) -> int:
 
     from aiayn import Translator
 
-    torch.set_num_threads(a.threads)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     engine, _, int8 = a.worker.partition("-")
     lines = Path(a.src).read_text(encoding="utf-8").splitlines()
-    t = Translator.load(a.run, "cpu", engine=engine, int8=bool(int8), threads=a.threads)
+    t = Translator.load(a.run, "cpu", engine=engine, int8=bool(int8), threads=a.threads, replicas=a.replicas)
     t.translate(lines[: a.warmup], beam=a.beam)
     start = time.perf_counter()
     out = t.translate(lines, beam=a.beam)
@@ -94,7 +105,8 @@ def _worker(a: argparse.Namespace) -> int:
 
 def _round(a: argparse.Namespace, name: str, out: Path) -> dict:
     cmd = [sys.executable, __file__, a.run, a.src, "--worker", name, "--out", str(out)]
-    cmd += ["--beam", str(a.beam), "--threads", str(a.threads), "--warmup", str(a.warmup)]
+    cmd += ["--beam", str(a.beam), "--threads", str(a.threads), "--replicas", str(a.replicas)]
+    cmd += ["--warmup", str(a.warmup)]
     cmd += ["--export", str(a.exports.get(name, ""))]
     start = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -113,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("ref", nargs="?")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads per engine (0: each engine's own)")
+    p.add_argument("--replicas", type=int, default=0, help="CTranslate2 replicas (0: each engine's own)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=16, help="lines translated before the timed pass")
     p.add_argument("--json", help="also write the results to this file")
@@ -147,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 "decoded_by": runs[0]["engine"],
                 "beam": a.beam,
                 "threads": a.threads,
+                "replicas": a.replicas,
                 "rounds": a.rounds,
                 "sentences": runs[0]["sentences"],
                 "decode_s": round(decode_s, 3),

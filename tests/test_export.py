@@ -7,6 +7,7 @@ are scored / translated by aiayn and by CTranslate2 and compared.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -319,6 +320,22 @@ def test_greedy_is_token_for_token_the_same_on_both_engines(setup: dict, tmp_pat
         out = theirs.translate(lines, beam=1, max_len_a=a, max_len_b=b)
         assert out == ours.translate(lines, beam=1, max_len_a=a, max_len_b=b)
         assert out[-2] == ""
+    # The default layout: one single-threaded CTranslate2 replica per core, so the token batches of one
+    # call above were spread over several replicas (on a machine with more than one core).
+    assert theirs.searcher.translator.num_translators == len(os.sched_getaffinity(0))
+
+
+def test_ctranslate2_layout_one_single_threaded_replica_per_core_unless_told() -> None:
+    from aiayn.decode.engines import ctranslate2_layout
+    from aiayn.errors import AiaynError
+
+    cores = len(os.sched_getaffinity(0))
+    assert ctranslate2_layout("cpu") == (1, cores)
+    assert ctranslate2_layout("cpu", threads=2) == (2, 1)  # threads given: one replica on them
+    assert ctranslate2_layout("cpu", replicas=3) == (0, 3)  # replicas given: CTranslate2's threads each
+    assert ctranslate2_layout("cuda") == (0, 1)  # a GPU: one replica
+    with pytest.raises(AiaynError, match=">= 0"):
+        ctranslate2_layout("cpu", threads=-1)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])

@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from aiayn.checkpoint import save_weights
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.errors import AiaynError
 from aiayn.model import Transformer
 
 PAIRS = [
@@ -832,5 +833,73 @@ def test_load_backend_follows_the_engine_choice(run_dir: Path) -> None:
     auto = load_backend("auto", run_dir, device="cpu", threads=1)
     assert isinstance(auto, CTranslate2Backend) and auto.translator.engine_reason.startswith("CPU, ctranslate2 ")
     assert auto.stream() is None  # CTranslate2 decodes whole batches
+    assert auto.workers == 1  # threads given: one batch at a time on them
+    assert auto.translator.searcher.translator.num_translators == 1
+    default = load_backend("auto", run_dir, device="cpu")  # one single-threaded replica per core
+    cores = len(os.sched_getaffinity(0))
+    assert default.workers == cores and default.translator.searcher.translator.num_translators == cores
+    assert load_backend("ctranslate2", run_dir, device="cpu", workers=3).workers == 3
     torch_ = load_backend("torch", run_dir, device="cpu", threads=1)
-    assert type(torch_) is TorchBackend and torch_.translator.engine == "torch"
+    assert type(torch_) is TorchBackend and torch_.translator.engine == "torch" and torch_.workers == 1
+    with pytest.raises(AiaynError, match="one batch at a time"):
+        load_backend("torch", run_dir, device="cpu", workers=2)
+
+
+def test_serve_takes_workers() -> None:
+    import argparse
+
+    from aiayn.cli.serve import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["serve", "-c", "r"]).workers == 0
+    assert parser.parse_args(["serve", "-c", "r", "--workers", "3"]).workers == 3
+
+
+def test_ctranslate2_workers_decode_batches_at_once_and_each_answer_is_its_own(run_dir: Path) -> None:
+    """Two workers over two CTranslate2 replicas: batches of one request and of concurrent ones decode
+    at the same time (their calls overlap), every sentence gets the translation of it alone, in its
+    request's order, and closing stops both workers. A backend that cannot decode two batches at once
+    refuses two workers."""
+    from aiayn.serve import Batcher, CTranslate2Backend, SearchOptions
+
+    ct2 = CTranslate2Backend(run_dir, threads=1, workers=2)
+    translate = ct2.translate
+    calls: list[tuple[float, float]] = []
+
+    def timed(texts, opts):
+        t0 = time.monotonic()
+        try:
+            return translate(texts, opts)
+        finally:
+            calls.append((t0, time.monotonic()))
+
+    ct2.translate = timed  # type: ignore[method-assign]
+    lines = [de + " Hund" * (i % 3) for i, de in enumerate(SOURCES * 3)]
+    want = {line: ct2.translator.translate([line], beam=4)[0] for line in set(lines)}
+    b = Batcher(ct2, max_batch_tokens=4 * 4 * 30, max_wait_ms=0, workers=2)  # a few sentences per batch
+    b.start()
+
+    async def main() -> list:
+        one = b.translate(lines, SearchOptions(beam=4))  # one request, split over many batches
+        many = [b.translate([line], SearchOptions(beam=4)) for line in lines]
+        return await asyncio.wait_for(asyncio.gather(one, *many), 120)
+
+    try:
+        for _ in range(3):
+            calls.clear()
+            outs = asyncio.run(main())
+            assert [h[0][0] for h in outs[0]] == [want[line] for line in lines]
+            assert [o[0][0][0] for o in outs[1:]] == [want[line] for line in lines]
+            assert b.queued == 0 and len(calls) > 4
+            spans = sorted(calls)
+            if any(a_end > b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])):
+                break
+        else:
+            raise AssertionError(f"no two batches decoded at once in 3 rounds: {spans}")
+    finally:
+        b.close()
+    assert not any(t.is_alive() for t in b._threads)
+    fake = _FakeBackend()
+    with pytest.raises(AiaynError, match="one batch at a time"):
+        Batcher(fake, workers=2)

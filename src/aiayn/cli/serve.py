@@ -50,7 +50,7 @@ def _serve(a: argparse.Namespace) -> int:
     )
     from aiayn.cli.translate import say_engine
 
-    backend = load_backend(a.engine, run, device=a.device, threads=a.threads)
+    backend = load_backend(a.engine, run, device=a.device, threads=a.threads, workers=a.workers)
     say_engine(backend.translator)
     app = create_app(backend, settings)
     print(
@@ -137,7 +137,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threads",
         type=int,
         default=0,
-        help="intra-op threads of torch / CTranslate2 (default 0: the library's choice)",
+        help="intra-op threads of torch / CTranslate2 (default 0: the library's choice; CTranslate2 on the "
+        "CPU with --workers 0: 1 per worker)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="batches decoded at once (CTranslate2 only; default 0: one per CPU core for CTranslate2 on the "
+        "CPU when --threads is 0, else 1)",
     )
     p.add_argument(
         "--max-connections", type=int, default=1000, help="open connections beyond this get 503 (default 1000)"

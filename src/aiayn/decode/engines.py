@@ -26,7 +26,7 @@ import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.search import Constraint, beam_search, greedy_search
-from aiayn.devices import resolve_device
+from aiayn.devices import cpu_cores, resolve_device
 from aiayn.errors import AiaynError
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
@@ -111,8 +111,15 @@ class CTranslate2Engine:
     batches_itself = True
 
     def __init__(
-        self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default", threads: int = 0
+        self,
+        model_dir: str | os.PathLike,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        replicas: int = 1,
     ) -> None:
+        """`threads`: intra-op threads per replica (0: CTranslate2's default); `replicas`: batches it decodes
+        at once, from as many calling threads (its inter_threads)."""
         import ctranslate2
 
         d = Path(model_dir)
@@ -126,8 +133,9 @@ class CTranslate2Engine:
         self.device = torch.device(device)
         self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
-            str(d), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
+            str(d), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=replicas
         )
+        self.replicas = replicas
         c = self.config
         self._banned = [[self.vocabulary[c.pad_id]], [self.vocabulary[c.bos_id]]]
 
@@ -208,6 +216,20 @@ class CTranslate2Engine:
             ranked = sorted(((logp / ((5.0 + len(ids) + 1) / 6.0) ** alpha, ids) for ids, logp in hyps), reverse=True)
             out[i] = [(ids, score) for score, ids in ranked[:n_best]]
         return out
+
+
+def ctranslate2_layout(device: str, threads: int = 0, replicas: int = 0) -> tuple[int, int]:
+    """CTranslate2's (intra-op threads per replica, replicas): the given ones, else on the CPU with
+    neither given one single-threaded replica per core. At the sizes aiayn trains on a CPU, a second
+    thread speeds one batch up by far less than a second batch beside it gains (docs/benchmarks.md), and
+    CTranslate2 spreads one call's token batches over its replicas, which share the weights."""
+    if threads < 0 or replicas < 0:
+        raise AiaynError(f"threads and replicas must be >= 0 (0: chosen here), got {threads} and {replicas}")
+    if replicas:
+        return threads, replicas
+    if device == "cpu" and threads == 0:
+        return 1, cpu_cores()
+    return threads, 1
 
 
 def ctranslate2_version() -> str | None:

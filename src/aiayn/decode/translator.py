@@ -42,6 +42,7 @@ from aiayn.decode.engines import (
     SearchEngine,
     TorchEngine,
     choose_engine,
+    ctranslate2_layout,
     is_ctranslate2_export,
 )
 from aiayn.decode.ensemble import load_members
@@ -126,6 +127,7 @@ class Translator:
         packed: bool = False,
         engine: str = "auto",
         threads: int = 0,
+        replicas: int = 0,
         **kw,
     ) -> Translator:
         """From a run directory (best.safetensors, else the newest checkpoint), a weights file, a
@@ -140,7 +142,8 @@ class Translator:
         (aiayn.model.cpu_layout): 1-8 % faster decoding on the CPU (docs/benchmarks.md) for one more copy
         of those weights; logits may differ from nn.Linear's in the last bits. Ignored with int8, off the
         CPU and without MKL; a torch engine option. `engine`: auto, torch or ctranslate2
-        (aiayn.decode.engines.choose_engine). `threads`: CTranslate2's intra-op threads (0: its default)."""
+        (aiayn.decode.engines.choose_engine). `threads`, `replicas`: CTranslate2's intra-op threads per
+        replica and batches decoded at once (aiayn.decode.engines.ctranslate2_layout; 0: chosen there)."""
         path = resolve_run(path)
         ensemble = [resolve_run(p) for p in ensemble]
         if int8 and device is None:
@@ -160,7 +163,10 @@ class Translator:
 
                 model_dir, _ = cached_export(path, average_last=average_last, quantization="int8" if int8 else None)
             where = "cpu" if device is None or str(device) == "auto" else str(device)
-            searcher = CTranslate2Engine(model_dir, where, compute_type="int8" if int8 else "default", threads=threads)
+            threads, replicas = ctranslate2_layout(where, threads, replicas)
+            searcher = CTranslate2Engine(
+                model_dir, where, compute_type="int8" if int8 else "default", threads=threads, replicas=replicas
+            )
             spm = model_dir / "spm.model"
             return cls(searcher, Tokenizer(spm), decode=decode, engine_reason=reason, **kw)
         dev = resolve_device(device)

@@ -203,6 +203,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         s.max_wait_ms,
         observer=metrics.observe_batch,
         continuous=s.batching == "continuous",
+        workers=getattr(backend, "workers", 1),
     )
     metrics.queue.set_function(lambda: batcher.queued)
 
@@ -409,7 +410,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        alive = batcher._thread.is_alive()
+        alive = batcher.alive
         return JSONResponse(
             {
                 "status": "ok" if alive else "worker stopped",

@@ -54,6 +54,7 @@ class TorchBackend(_TranslatorBackend):
     """The PyTorch model through `Translator`'s torch engine (continuous batching, attention maps)."""
 
     name = "torch"
+    workers = 1  # one batch at a time: the batcher's worker owns the model
 
     def __init__(
         self, run: str | os.PathLike, device: str | None = None, max_tokens: int | None = None, threads: int = 0
@@ -167,14 +168,20 @@ class CTranslate2Backend(_TranslatorBackend):
     hypotheses with our length penalty (see CTranslate2Engine)."""
 
     name = "ctranslate2"
+    concurrent = True  # CTranslate2 decodes a batch per replica at once, called from as many threads
 
-    def __init__(self, path: str | os.PathLike, device: str = "cpu", threads: int = 0, reason: str = "") -> None:
+    def __init__(
+        self, path: str | os.PathLike, device: str = "cpu", threads: int = 0, reason: str = "", workers: int = 1
+    ) -> None:
+        """`workers`: batches decoded at once (CTranslate2 replicas, one per batcher worker), each on
+        `threads` intra-op threads (0: CTranslate2's default)."""
         from aiayn.decode.engines import ctranslate2_version
         from aiayn.decode.translator import Translator
 
         if ctranslate2_version() is None:
             raise AiaynError("the ctranslate2 engine needs ctranslate2: pip install ctranslate2")
-        self.translator = Translator.load(path, device=device, engine="ctranslate2", threads=threads)
+        self.workers = workers
+        self.translator = Translator.load(path, device=device, engine="ctranslate2", threads=threads, replicas=workers)
         if reason:
             self.translator.engine_reason = reason
         self.tokenizer = self.translator.tokenizer
@@ -216,15 +223,24 @@ class CTranslate2Backend(_TranslatorBackend):
         }
 
 
-def load_backend(kind: str, run: str | os.PathLike, device: str | None = None, threads: int = 0) -> Any:
+def load_backend(
+    kind: str, run: str | os.PathLike, device: str | None = None, threads: int = 0, workers: int = 0
+) -> Any:
     """The backend serving the run (or exported directory) at `run`: `kind` is an engine, auto, torch
-    or ctranslate2 (aiayn.decode.engines.choose_engine); its `translator.engine_reason` says why."""
-    from aiayn.decode.engines import choose_engine
+    or ctranslate2 (aiayn.decode.engines.choose_engine); its `translator.engine_reason` says why.
+
+    `workers`: batches decoded at once, each by a CTranslate2 replica on `threads` intra-op threads
+    (0 and 0: aiayn.decode.engines.ctranslate2_layout chooses, one single-threaded replica per core on
+    the CPU). The torch engine decodes one batch at a time."""
+    from aiayn.decode.engines import choose_engine, ctranslate2_layout
 
     engine, reason = choose_engine(kind, run, device=device)
     if engine == "torch":
+        if workers > 1:
+            raise AiaynError("the torch engine decodes one batch at a time: --workers 1 (or --engine ctranslate2)")
         backend: Any = TorchBackend(run, device=device, threads=threads)
         backend.translator.engine_reason = reason
         return backend
     where = device if device not in (None, "auto") else "cpu"
-    return CTranslate2Backend(run, device=where, threads=threads, reason=reason)
+    threads, workers = ctranslate2_layout(where, threads, workers)
+    return CTranslate2Backend(run, device=where, threads=threads, reason=reason, workers=workers)

@@ -145,22 +145,33 @@ class Batcher:
         max_queue: int = 10_000,
         observer: Callable[[BatchStats], None] | None = None,
         continuous: bool = True,
+        workers: int = 1,
     ) -> None:
-        """`continuous`: greedy searches join a running batch (when the backend offers `stream()`)."""
+        """`continuous`: greedy searches join a running batch (when the backend offers `stream()`).
+        `workers` > 1: that many batches decode at once, each on a worker thread of its own; for a
+        backend whose `translate` may be called from several threads at once (`concurrent`, the
+        CTranslate2 one with as many replicas), and without continuous batching."""
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
+        if workers < 1 or (workers > 1 and not getattr(backend, "concurrent", False)):
+            raise AiaynError(
+                f"{getattr(backend, 'name', 'this')} backend decodes one batch at a time (workers {workers})"
+            )
         self.backend = backend
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.observer = observer
         self._queue: queue.Queue[_Item | None] = queue.Queue()
-        self._pending: list[_Item] = []  # taken off the queue, not yet batched (worker thread only)
-        self._thread = threading.Thread(target=self._work, name="aiayn-batcher", daemon=True)
+        self._pending: list[_Item] = []  # taken off the queue, not yet batched (under `_gather`)
+        self._gather = threading.Lock()  # one worker at a time takes items and forms its batch
+        self._threads = [
+            threading.Thread(target=self._work, name=f"aiayn-batcher-{i}", daemon=True) for i in range(workers)
+        ]
         self._stop = threading.Event()
-        self._count_lock = threading.Lock()  # `queued` changes on both threads
+        self._count_lock = threading.Lock()  # `queued` and tickets change on several threads
         self.queued = 0  # sentences submitted and not yet decoded
-        make_stream = getattr(backend, "stream", None) if continuous else None
+        make_stream = getattr(backend, "stream", None) if continuous and workers == 1 else None
         self._stream: Stream | None = make_stream() if make_stream is not None else None
         # The sentences in the running stream, by id: kept here, not asked of the stream, so a step that
         # fails part-way (after the stream let finished rows go) still answers every one of them.
@@ -170,17 +181,26 @@ class Batcher:
     # -- the event-loop side ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        for t in self._threads:
+            t.start()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Decode what is queued, then stop the worker (uvicorn has already drained the requests)."""
+        """Decode what is queued, then stop the workers (uvicorn has already drained the requests)."""
         self._stop.set()
-        self._queue.put(None)
-        self._thread.join(timeout)
+        for _ in self._threads:
+            self._queue.put(None)  # wakes a worker waiting for items
+        end = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, end - time.monotonic()))
+
+    @property
+    def alive(self) -> bool:
+        """Whether every worker thread runs (they stop only with `close`)."""
+        return all(t.is_alive() for t in self._threads)
 
     async def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
         """Queue a request's sentences; returns their n-best lists in order."""
-        if not self._thread.is_alive():
+        if not self.alive:
             raise AiaynError("the translation worker is not running")
         if not texts:
             return []
@@ -195,8 +215,9 @@ class Batcher:
         return await ticket.future
 
     async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on the worker thread between batches (the model is not thread-safe)."""
-        if not self._thread.is_alive():
+        """Run `fn` on a worker thread between its batches (with one worker, as the PyTorch backend has:
+        the model is not used by anything else meanwhile)."""
+        if not self.alive:
             raise AiaynError("the translation worker is not running")
         ticket = Ticket(1, asyncio.get_running_loop())
         self._queue.put(_Item(ticket, 0, "", 0, None, fn=fn))
@@ -246,29 +267,36 @@ class Batcher:
 
     def _work(self) -> None:
         while True:
-            if self._stream is not None and self._stream.rows:
+            if self._stream is not None and self._stream.rows:  # one worker: `_gather` is its own
                 self._take(0)
                 self._admit()
                 self._advance()
                 continue
-            if not self._pending:
-                if self._stop.is_set() and self._queue.empty():
-                    return
-                self._take(None if not self._stop.is_set() else 0)
-                continue
-            head = self._pending[0]
-            deadline = head.arrived + self.max_wait
-            while True:
-                batch, full = self._select()
-                left = deadline - time.monotonic()
-                if full or left <= 0 or not self._take(left):
-                    break
-            chosen = {id(it) for it in batch}
-            self._pending = [it for it in self._pending if id(it) not in chosen]
+            with self._gather:
+                batch = self._next_batch()
+            if batch is None:
+                return
             if self._streams(batch[0]):
                 self._join(batch)
             else:
                 self._run(batch)
+
+    def _next_batch(self) -> list[_Item] | None:
+        """Wait for items and form the next batch (see the module's docstring); None: stop."""
+        while not self._pending:
+            if self._stop.is_set() and self._queue.empty():
+                return None
+            self._take(None if not self._stop.is_set() else 0)
+        head = self._pending[0]
+        deadline = head.arrived + self.max_wait
+        while True:
+            batch, full = self._select()
+            left = deadline - time.monotonic()
+            if full or left <= 0 or not self._take(left):
+                break
+        chosen = {id(it) for it in batch}
+        self._pending = [it for it in self._pending if id(it) not in chosen]
+        return batch
 
     # -- continuous batching (worker thread) ----------------------------------------------------------
 
@@ -371,13 +399,13 @@ class Batcher:
     ) -> None:
         """Items done (outputs None: failed with `error`): results in, tickets resolved when complete.
         `queued`: they are sentences counted in `queued` (an exclusive job is not)."""
-        for i, it in enumerate(items):
-            it.ticket.results[it.index] = None if outputs is None else outputs[i]
-            it.ticket.remaining -= 1
-            if error is not None:
-                it.ticket.error = error
-        if queued:
-            with self._count_lock:
+        with self._count_lock:  # a request's sentences may end in batches of different workers
+            for i, it in enumerate(items):
+                it.ticket.results[it.index] = None if outputs is None else outputs[i]
+                it.ticket.remaining -= 1
+                if error is not None:
+                    it.ticket.error = error
+            if queued:
                 self.queued -= len(items)
         self._resolve({id(it.ticket): it.ticket for it in items}.values())
 
