@@ -11,9 +11,10 @@ of each line into `translate_batch` on the run's export, with its own token batc
 `max_batch_size` = the run's decode.max_tokens / beam source tokens), its own beam search (patience 1) and
 length penalty, the run's beam, length penalty and max length b. Engines run in alternating order from round to round
 (one order forwards, the next backwards) so a drift of the machine does not favour one engine.
-Reported per engine, medians over the rounds: decode_s (the timed pass, inside the process), command_s
-(the whole process: start, imports, load, warm-up, decode), sentences/s and output pieces/s of the
-timed pass, and sacreBLEU against REF when given. One JSON object per engine on stdout; --json also
+Reported per engine, medians over the rounds: decode_s (the timed pass, inside the process; with
+`--passes N` > 1 the median of passes 2..N, a warm process, and first_s the first pass), command_s
+(the whole process: start, imports, load, warm-up, decode), sentences/s and output pieces/s of
+decode_s, and sacreBLEU against REF when given. One JSON object per engine on stdout; --json also
 writes them all to a file.
 
 Threads: `--threads N` intra-op threads per engine (torch.set_num_threads, CTranslate2's intra_threads),
@@ -70,13 +71,15 @@ def _direct(a: argparse.Namespace, int8: bool) -> int:
         return sp.decode([r.hypotheses[0] for r in res])
 
     translate(lines[: a.warmup])
-    start = time.perf_counter()
-    out = translate(lines)
-    decode_s = time.perf_counter() - start
+    times = []
+    for _ in range(a.passes):
+        start = time.perf_counter()
+        out = translate(lines)
+        times.append(time.perf_counter() - start)
     assert "torch" not in sys.modules, "the direct CTranslate2 worker imported torch"
     Path(a.out).write_text("".join(x + "\n" for x in out), encoding="utf-8")
     pieces = sum(len(x) + 1 for x in sp.encode(out))
-    print(json.dumps({"decode_s": decode_s, "sentences": len(lines), "pieces": pieces, "engine": "ct2-direct"}))
+    print(json.dumps({"decode_s": times, "sentences": len(lines), "pieces": pieces, "engine": "ct2-direct"}))
     return 0
 
 
@@ -94,19 +97,21 @@ def _worker(a: argparse.Namespace) -> int:
     lines = Path(a.src).read_text(encoding="utf-8").splitlines()
     t = Translator.load(a.run, "cpu", engine=engine, int8=bool(int8), threads=a.threads, replicas=a.replicas)
     t.translate(lines[: a.warmup], beam=a.beam)
-    start = time.perf_counter()
-    out = t.translate(lines, beam=a.beam)
-    decode_s = time.perf_counter() - start
+    times = []
+    for _ in range(a.passes):
+        start = time.perf_counter()
+        out = t.translate(lines, beam=a.beam)
+        times.append(time.perf_counter() - start)
     Path(a.out).write_text("".join(x + "\n" for x in out), encoding="utf-8")
     pieces = sum(len(ids) + 1 for ids in t.tokenizer.encode_batch(out))  # generated pieces + EOS
-    print(json.dumps({"decode_s": decode_s, "sentences": len(lines), "pieces": pieces, "engine": t.engine}))
+    print(json.dumps({"decode_s": times, "sentences": len(lines), "pieces": pieces, "engine": t.engine}))
     return 0
 
 
 def _round(a: argparse.Namespace, name: str, out: Path) -> dict:
     cmd = [sys.executable, __file__, a.run, a.src, "--worker", name, "--out", str(out)]
     cmd += ["--beam", str(a.beam), "--threads", str(a.threads), "--replicas", str(a.replicas)]
-    cmd += ["--warmup", str(a.warmup)]
+    cmd += ["--warmup", str(a.warmup), "--passes", str(a.passes)]
     cmd += ["--export", str(a.exports.get(name, ""))]
     start = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -114,6 +119,7 @@ def _round(a: argparse.Namespace, name: str, out: Path) -> dict:
     if p.returncode != 0:
         raise SystemExit(f"{name} failed:\n{p.stderr[-3000:]}")
     row = json.loads(p.stdout.strip().splitlines()[-1])
+    row["first_s"], row["decode_s"] = row["decode_s"][0], statistics.median(row["decode_s"][1:] or row["decode_s"])
     row["command_s"] = command_s
     return row
 
@@ -129,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replicas", type=int, default=0, help="CTranslate2 replicas (0: each engine's own)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=16, help="lines translated before the timed pass")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="timed passes over the file per process: with more than 1, decode_s is the median of the passes "
+        "after the first (a warm process), first_s the first",
+    )
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -163,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                 "replicas": a.replicas,
                 "rounds": a.rounds,
                 "sentences": runs[0]["sentences"],
+                "passes": a.passes,
                 "decode_s": round(decode_s, 3),
+                "first_s": round(statistics.median(x["first_s"] for x in runs), 3),
                 "command_s": round(statistics.median(x["command_s"] for x in runs), 3),
                 "sentences_per_s": round(runs[0]["sentences"] / decode_s, 1),
                 "pieces_per_s": round(statistics.median(x["pieces"] / x["decode_s"] for x in runs), 1),
