@@ -54,7 +54,8 @@ def _serve(a: argparse.Namespace) -> int:
     say_engine(backend.translator)
     app = create_app(backend, settings)
     print(
-        f"aiayn serve: {a.checkpoint} ({backend.name}, {settings.source_lang}->{settings.target_lang}, beam {beam}) "
+        f"aiayn serve: {a.checkpoint} ({backend.name}, {backend.workers} worker{'s' if backend.workers > 1 else ''}, "
+        f"{settings.source_lang}->{settings.target_lang}, beam {beam}) "
         f"on http://{a.host}:{a.port}",
         flush=True,
     )
