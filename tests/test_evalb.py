@@ -19,7 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiayn.errors import AiaynError
-from aiayn.evalb import Params, evaluate, evaluate_files, f1, read_evalb_lines, read_trees, report
+from aiayn.evalb import (
+    Params,
+    evaluate,
+    evaluate_files,
+    f1,
+    f1_by_length,
+    read_evalb_lines,
+    read_trees,
+    report,
+)
 from conftest import shared_data
 
 needs_shared = pytest.mark.needs_shared  # the shared-data rule: tests/conftest.py
@@ -526,6 +535,29 @@ def test_errors_and_skips_are_left_out_of_the_totals() -> None:
     assert (ev.all.valid_sentences, ev.all.error_sentences, ev.all.skip_sentences) == (1, 2, 1)
     assert ev.stderr() == "2 : Length unmatch (2|1)\n4 : Words unmatch (b|c)\n"
     assert f1(["(S (A a) (B b))"] * 2, ["(S (A a) (B b))", "(S (A a))"]) == (100.0, 100.0)
+
+
+@given(batch=st.lists(pairs(), min_size=1, max_size=12), width=st.integers(1, 6))
+def test_length_buckets_partition_the_totals(batch: list[tuple[Tree, Tree]], width: int) -> None:
+    """Every sentence falls in exactly one bucket, so the buckets' counts add up to the totals."""
+    gold, test = [show(g) for g, _ in batch], [show(t) for _, t in batch]
+    ev = evaluate(gold, test, dataclasses.replace(Params.collins(), max_error=None))
+    buckets = ev.by_length(width)
+    assert [start for start, _ in buckets] == sorted({s.length // width * width for s in ev.sentences})
+    for name in ("sentences", "error_sentences", "matched", "gold_brackets", "test_brackets", "words"):
+        assert sum(getattr(t, name) for _, t in buckets) == getattr(ev.all, name), name
+    assert [n for _, n, _ in f1_by_length(gold, test, width)] == [t.valid_sentences for _, t in buckets]
+
+
+def test_f1_by_length_tells_short_sentences_from_long_ones() -> None:
+    short = "(S (NP (DT The) (NN dog)) (VP (VBZ runs)))"
+    long_gold = "(S (NP (DT The) (NN dog) (PP (IN with) (NP (DT a) (NN hat)))) (VP (VBZ runs) (ADVP (RB fast))))"
+    long_test = "(S (NP (DT The) (NN dog)) (PP (IN with) (NP (DT a) (NN hat) (VBZ runs))) (ADVP (RB fast)))"
+    got = f1_by_length([short, long_gold], [short, long_test], width=5)
+    assert [(start, n) for start, n, _ in got] == [(0, 1), (5, 1)]  # 3 words; 8 words
+    assert got[0][2] == 100.0 and 0.0 < got[1][2] < 100.0
+    with pytest.raises(AiaynError, match="width"):
+        evaluate([short], [short]).by_length(0)
 
 
 def test_quote_fix_reinserts_a_deleted_quote() -> None:

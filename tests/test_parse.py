@@ -5,6 +5,7 @@ test split, and on two tree files."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -78,6 +79,8 @@ def test_parse_sentences_and_the_runs_test_split(parse_run, tmp_path):
     p = subprocess.run([*cli, "--split", "test", "--output", str(tmp_path / "t.tree")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("test: EVALB F1 ") and "(all 12 sentences)" in p.stdout
+    by_length = p.stdout.splitlines()[1]  # F1 per 10-word bucket, with its sentence counts
+    assert by_length.startswith("F1 by length: 0-9: ") and sum(map(int, re.findall(r"\((\d+)\)", by_length))) <= 12
     p = subprocess.run([*cli, "--split", "valid", "--limit", "3", "--unconstrained"], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("valid: EVALB F1 ") and "(all 3 sentences)" in p.stdout, p
     p = subprocess.run(

@@ -467,6 +467,17 @@ class Evaluation:
         out.append(self.cutoff.summary(f"len<={self.params.cutoff_len}"))
         return "".join(out)
 
+    def by_length(self, width: int = 10) -> list[tuple[int, Totals]]:
+        """The totals of the sentences whose length (EVALB's: words less deleted ones) falls in each
+        bucket of `width` -> (the bucket's first length, its totals), ascending; buckets without a
+        sentence are left out. Not an EVALB figure: where the brackets are lost."""
+        if width < 1:
+            raise AiaynError(f"width must be >= 1, got {width}")
+        buckets: dict[int, Totals] = {}
+        for s in self.sentences:
+            buckets.setdefault(s.length // width * width, Totals()).add(s)
+        return sorted(buckets.items())
+
     def stderr(self) -> str:
         """EVALB's error messages ("LINE : message"), one a line."""
         return "".join(m + "\n" for m in self.errors)
@@ -640,6 +651,19 @@ def f1(gold_trees: Sequence[str], test_trees: Sequence[str], params: Params | No
     ev = evaluate(gold_trees, test_trees, params)
     all_f1, cutoff_f1 = ev.all.fmeasure, ev.cutoff.fmeasure
     return (0.0 if math.isnan(all_f1) else all_f1), (0.0 if math.isnan(cutoff_f1) else cutoff_f1)
+
+
+def f1_by_length(gold_trees: Sequence[str], test_trees: Sequence[str], width: int = 10) -> list[tuple[int, int, float]]:
+    """F1 per sentence-length bucket, as `f1` scores (COLLINS.prm, no MAX_ERROR) -> (the bucket's first
+    length, its valid sentences, its Bracketing FMeasure, 0.0 for -nan), ascending."""
+    if len(gold_trees) != len(test_trees):
+        raise AiaynError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
+    ev = evaluate(gold_trees, test_trees, dataclasses.replace(Params.collins(), max_error=None))
+    out = []
+    for start, t in ev.by_length(width):
+        f = t.fmeasure
+        out.append((start, t.valid_sentences, 0.0 if math.isnan(f) else f))
+    return out
 
 
 def read_trees(text: str) -> list[str]:

@@ -70,9 +70,12 @@ def evaluate_parse_run(run: str, split: str | None, device: str | None, decode: 
 
 
 def format_scores(split: str, res: dict[str, Any], search: Any) -> str:
+    """The F1 line, then F1 per 10-word length bucket (sentences in brackets)."""
+    buckets = " | ".join(f"{lo}-{lo + 9}: {f:.1f} ({n})" for lo, n, f in res.get("by_length", []))
     return (
         f"{split}: EVALB F1 {res['f1']:.2f} (all {res['sentences']} sentences), {res['f1_40']:.2f} (length <= 40) "
         f"[beam {search.beam}, length penalty {search.length_penalty:g}]"
+        + (f"\nF1 by length: {buckets}" if buckets else "")
     )
 
 

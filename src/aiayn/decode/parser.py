@@ -130,7 +130,8 @@ class Parser:
 
     def score_split(self, run: str | os.PathLike, split: str, limit: int | None = None) -> dict[str, Any]:
         """Parse the run's own `split` (test | valid; its first `limit` sentences) and score it against
-        the gold trees with EVALB: {"f1", "f1_40" (sentences of at most 40 words), "sentences", "trees"}."""
+        the gold trees with EVALB: {"f1", "f1_40" (sentences of at most 40 words), "by_length" ([first
+        length, sentences, F1] per 10-word bucket), "sentences", "trees"}."""
         found = find_in_run(run, "config.yaml")
         if found is None:
             raise AiaynError(f"{run}: no config.yaml, so no data to parse")
@@ -142,7 +143,14 @@ class Parser:
         words, gold = words[:limit], gold[:limit]
         trees = self.parse(words)
         f1, f1_40 = score_trees(gold, trees)
-        return {"f1": f1, "f1_40": f1_40, "sentences": len(words), "trees": [str(t) for t in trees]}
+        by_length = evalb.f1_by_length(gold, gold_tagged(gold, trees))
+        return {
+            "f1": f1,
+            "f1_40": f1_40,
+            "by_length": [list(b) for b in by_length],
+            "sentences": len(words),
+            "trees": [str(t) for t in trees],
+        }
 
 
 def score_trees(gold: list[str], trees: list[Tree]) -> tuple[float, float]:
@@ -153,8 +161,12 @@ def score_trees(gold: list[str], trees: list[Tree]) -> tuple[float, float]:
     gold tree (a word tagged `,` that gold tags `NN`, a placeholder `XX` where gold has `.`) is a length
     mismatch that EVALB leaves out of its totals. With its own tags, a model that tags badly would be
     scored on the few sentences it tags right (docs/parsing.md, Scoring)."""
-    trees = [retag(t, [tag for tag, _ in parse_tree(g).leaves()]) for t, g in zip(trees, gold)]
-    return evalb.f1(gold, [str(t) for t in trees])
+    return evalb.f1(gold, gold_tagged(gold, trees))
+
+
+def gold_tagged(gold: list[str], trees: list[Tree]) -> list[str]:
+    """The lines of `trees`, each with its gold tree's POS tags (see score_trees)."""
+    return [str(retag(t, [tag for tag, _ in parse_tree(g).leaves()])) for t, g in zip(trees, gold)]
 
 
 def is_parse_run(path: str | os.PathLike) -> bool:
