@@ -295,8 +295,10 @@ def test_translate_prints_one_engine_line(setup: dict, tmp_path: Path) -> None:
     stdin = ("\n".join(_texts(setup)[:3]) + "\n").encode()
     r = _aiayn("translate", "-c", str(run), "--beam", "1", stdin=stdin)
     assert r.returncode == 0, r.stderr.decode()
+    cores = len(os.sched_getaffinity(0))
     assert r.stderr.decode().splitlines() == [
-        f"engine: ctranslate2 (CPU, ctranslate2 {ctranslate2.__version__} installed; --engine torch for PyTorch)"
+        f"engine: ctranslate2 (CPU, ctranslate2 {ctranslate2.__version__} installed; {cores} replica"
+        f"{'s' if cores > 1 else ''} x 1 thread; --engine torch for PyTorch)"
     ]
     t = _aiayn("translate", "-c", str(run), "--beam", "1", "--engine", "torch", stdin=stdin)
     assert t.stderr.decode().splitlines() == ["engine: torch (--engine torch)"]

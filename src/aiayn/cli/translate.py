@@ -92,15 +92,22 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def engine_line(engine: str, reason: str) -> str:
-    """The one stderr line that says which engine decodes and why."""
+def engine_line(engine: str, reason: str, layout: str = "") -> str:
+    """The one stderr line that says which engine decodes, why, and (CTranslate2) on how many replicas."""
+    how = f"; {layout}" if layout else ""
     if engine == "ctranslate2" and reason != "asked for":
-        return f"engine: ctranslate2 ({reason}; --engine torch for PyTorch)"
-    return f"engine: {engine} ({'--engine ' + engine if reason == 'asked for' else reason})"
+        return f"engine: ctranslate2 ({reason}{how}; --engine torch for PyTorch)"
+    return f"engine: {engine} ({'--engine ' + engine if reason == 'asked for' else reason}{how})"
 
 
 def say_engine(t: Any) -> None:
-    print(engine_line(t.engine, t.engine_reason), file=sys.stderr, flush=True)
+    layout = ""
+    replicas = getattr(t.searcher, "replicas", None)
+    if t.engine == "ctranslate2" and replicas is not None:
+        threads = getattr(t.searcher, "threads", 0)
+        each = f"{threads} thread{'s' if threads != 1 else ''}" if threads else "CTranslate2's threads"
+        layout = f"{replicas} replica{'s' if replicas != 1 else ''} x {each}"
+    print(engine_line(t.engine, t.engine_reason, layout), file=sys.stderr, flush=True)
 
 
 def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:

@@ -135,7 +135,7 @@ class CTranslate2Engine:
         self.translator = ctranslate2.Translator(
             str(d), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=replicas
         )
-        self.replicas = replicas
+        self.threads, self.replicas = threads, replicas
         c = self.config
         self._banned = [[self.vocabulary[c.pad_id]], [self.vocabulary[c.bos_id]]]
 
