@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--export", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.passes < 1:
+        p.error("--passes must be >= 1")
     if a.worker:
         return _worker(a)
     names = [e for e in a.engines.split(",") if e]

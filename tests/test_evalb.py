@@ -537,6 +537,7 @@ def test_errors_and_skips_are_left_out_of_the_totals() -> None:
     assert f1(["(S (A a) (B b))"] * 2, ["(S (A a) (B b))", "(S (A a))"]) == (100.0, 100.0)
 
 
+@settings(deadline=None)  # a dozen pairs per example: slow on a loaded machine
 @given(batch=st.lists(pairs(), min_size=1, max_size=12), width=st.integers(1, 6))
 def test_length_buckets_partition_the_totals(batch: list[tuple[Tree, Tree]], width: int) -> None:
     """Every sentence falls in exactly one bucket, so the buckets' counts add up to the totals."""
@@ -554,7 +555,7 @@ def test_f1_by_length_tells_short_sentences_from_long_ones() -> None:
     long_gold = "(S (NP (DT The) (NN dog) (PP (IN with) (NP (DT a) (NN hat)))) (VP (VBZ runs) (ADVP (RB fast))))"
     long_test = "(S (NP (DT The) (NN dog)) (PP (IN with) (NP (DT a) (NN hat) (VBZ runs))) (ADVP (RB fast)))"
     got = f1_by_length([short, long_gold], [short, long_test], width=5)
-    assert [(start, n) for start, n, _ in got] == [(0, 1), (5, 1)]  # 3 words; 8 words
+    assert [(start, n) for start, n, _ in got] == [(0, 1), (5, 1)]  # 3 words; 7 words
     assert got[0][2] == 100.0 and 0.0 < got[1][2] < 100.0
     with pytest.raises(AiaynError, match="width"):
         evaluate([short], [short]).by_length(0)

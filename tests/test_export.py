@@ -22,6 +22,7 @@ from aiayn import decode
 from aiayn.checkpoint import CheckpointError, save_weights
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.devices import cpu_cores
 from aiayn.export import export_ctranslate2, spm_vocabulary
 from aiayn.model import Transformer, padding_mask
 
@@ -295,11 +296,13 @@ def test_translate_prints_one_engine_line(setup: dict, tmp_path: Path) -> None:
     stdin = ("\n".join(_texts(setup)[:3]) + "\n").encode()
     r = _aiayn("translate", "-c", str(run), "--beam", "1", stdin=stdin)
     assert r.returncode == 0, r.stderr.decode()
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()
     assert r.stderr.decode().splitlines() == [
         f"engine: ctranslate2 (CPU, ctranslate2 {ctranslate2.__version__} installed; {cores} replica"
         f"{'s' if cores > 1 else ''} x 1 thread; --engine torch for PyTorch)"
     ]
+    one = _aiayn("translate", "-c", str(run), "--beam", "1", "--threads", "2", "--replicas", "1", stdin=stdin)
+    assert "; 1 replica x 2 threads; " in one.stderr.decode() and one.stdout == r.stdout  # same answers
     t = _aiayn("translate", "-c", str(run), "--beam", "1", "--engine", "torch", stdin=stdin)
     assert t.stderr.decode().splitlines() == ["engine: torch (--engine torch)"]
     assert t.stdout == r.stdout  # greedy: the same text from both engines
@@ -324,17 +327,36 @@ def test_greedy_is_token_for_token_the_same_on_both_engines(setup: dict, tmp_pat
         assert out[-2] == ""
     # The default layout: one single-threaded CTranslate2 replica per core, so the token batches of one
     # call above were spread over several replicas (on a machine with more than one core).
-    assert theirs.searcher.translator.num_translators == len(os.sched_getaffinity(0))
+    assert theirs.searcher.translator.num_translators == cpu_cores()
+
+
+def test_cpu_cores_follows_the_affinity_and_a_containers_quota(tmp_path: Path) -> None:
+    from aiayn.devices import _cgroup_quota
+
+    assert 1 <= cpu_cores() <= len(os.sched_getaffinity(0))
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    for text, want in (("max 100000\n", None), ("200000 100000\n", 2), ("150000 100000\n", 2), ("50000 100000", 1)):
+        (v2 / "cpu.max").write_text(text)
+        assert _cgroup_quota(str(v2)) == want, text
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    for quota, want in (("-1", None), ("300000", 3)):
+        (v1 / "cpu.cfs_quota_us").write_text(quota + "\n")
+        (v1 / "cpu.cfs_period_us").write_text("100000\n")
+        assert _cgroup_quota(str(tmp_path / "v1")) == want, quota
+    assert _cgroup_quota(str(tmp_path / "none")) is None
 
 
 def test_ctranslate2_layout_one_single_threaded_replica_per_core_unless_told() -> None:
     from aiayn.decode.engines import ctranslate2_layout
     from aiayn.errors import AiaynError
 
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()
     assert ctranslate2_layout("cpu") == (1, cores)
     assert ctranslate2_layout("cpu", threads=2) == (2, 1)  # threads given: one replica on them
-    assert ctranslate2_layout("cpu", replicas=3) == (0, 3)  # replicas given: CTranslate2's threads each
+    assert ctranslate2_layout("cpu", replicas=3) == (max(1, cores // 3), 3)  # replicas given: cores shared
+    assert ctranslate2_layout("cpu", threads=2, replicas=3) == (2, 3)
     assert ctranslate2_layout("cuda") == (0, 1)  # a GPU: one replica
     with pytest.raises(AiaynError, match=">= 0"):
         ctranslate2_layout("cpu", threads=-1)

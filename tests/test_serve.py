@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from aiayn.checkpoint import save_weights
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.devices import cpu_cores
 from aiayn.errors import AiaynError
 from aiayn.model import Transformer
 
@@ -836,9 +837,10 @@ def test_load_backend_follows_the_engine_choice(run_dir: Path) -> None:
     assert auto.workers == 1  # threads given: one batch at a time on them
     assert auto.translator.searcher.translator.num_translators == 1
     default = load_backend("auto", run_dir, device="cpu")  # one single-threaded replica per core
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()
     assert default.workers == cores and default.translator.searcher.translator.num_translators == cores
-    assert load_backend("ctranslate2", run_dir, device="cpu", workers=3).workers == 3
+    three = load_backend("ctranslate2", run_dir, device="cpu", workers=3)
+    assert three.workers == three.translator.searcher.translator.num_translators == 3
     torch_ = load_backend("torch", run_dir, device="cpu", threads=1)
     assert type(torch_) is TorchBackend and torch_.translator.engine == "torch" and torch_.workers == 1
     with pytest.raises(AiaynError, match="one batch at a time"):
@@ -864,6 +866,7 @@ def test_ctranslate2_workers_decode_batches_at_once_and_each_answer_is_its_own(r
     from aiayn.serve import Batcher, CTranslate2Backend, SearchOptions
 
     ct2 = CTranslate2Backend(run_dir, threads=1, workers=2)
+    assert ct2.workers == ct2.engine.translator.num_translators == 2  # a replica per worker
     translate = ct2.translate
     calls: list[tuple[float, float]] = []
 
@@ -903,3 +906,6 @@ def test_ctranslate2_workers_decode_batches_at_once_and_each_answer_is_its_own(r
     fake = _FakeBackend()
     with pytest.raises(AiaynError, match="one batch at a time"):
         Batcher(fake, workers=2)
+    with pytest.raises(AiaynError, match="at least one worker"):
+        Batcher(ct2, workers=0)
+    assert CTranslate2Backend(run_dir).workers == cpu_cores()  # the layout Translator chose

@@ -23,8 +23,29 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def cpu_cores() -> int:
-    """The CPU cores this process may run on."""
+    """The CPUs this process may use: those it may run on, capped by a container's CPU quota (cgroup v2
+    cpu.max or v1 cpu.cfs_quota_us, as `docker --cpus` and Kubernetes limits set it)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(n, quota)) if quota else n
+
+
+def _cgroup_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """ceil(quota / period) CPUs, or None without a quota."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:  # cgroup v2: "max 100000" or "200000 100000"
+            limit, length = f.read().split()[:2]
+        return None if limit == "max" else -(-int(limit) // int(length))
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            q = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            p = int(f.read())
+        return -(-q // p) if q > 0 and p > 0 else None
+    except (OSError, ValueError):
+        return None

@@ -468,7 +468,8 @@ class Evaluation:
         return "".join(out)
 
     def by_length(self, width: int = 10) -> list[tuple[int, Totals]]:
-        """The totals of the sentences whose length (EVALB's: words less deleted ones) falls in each
+        """The totals of the sentences whose length (EVALB's: the gold words, deleted punctuation counted,
+        traces not) falls in each
         bucket of `width` -> (the bucket's first length, its totals), ascending; buckets without a
         sentence are left out. Not an EVALB figure: where the brackets are lost."""
         if width < 1:

@@ -165,9 +165,23 @@ def _translate(a: argparse.Namespace) -> int:
         raise AiaynError(f"input file not found: {a.input}")
     first, more = _members(a)
     assert first is not None  # -c is required here
+    if a.threads < 0 or a.replicas < 0:
+        raise AiaynError("--threads and --replicas must be >= 0 (0: chosen for you)")
     t = Translator.load(
-        first, device=a.device, ensemble=more, int8=a.int8, decode=decode, packed=a.pack, engine=a.engine
+        first,
+        device=a.device,
+        ensemble=more,
+        int8=a.int8,
+        decode=decode,
+        packed=a.pack,
+        engine=a.engine,
+        threads=a.threads,
+        replicas=a.replicas,
     )
+    if t.engine == "torch" and a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
     say_engine(t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
@@ -266,6 +280,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print the N best hypotheses per line as 'i ||| text ||| score' (default 1)",
     )
     _add_search_args(p)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads: torch's, or each CTranslate2 replica's (default 0: on the CPU, one per "
+        "replica for CTranslate2, torch's own choice for torch)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="CTranslate2: batches decoded at once (default 0: one per CPU core when --threads is 0)",
+    )
     p.set_defaults(run=_translate)
 
     p = sub.add_parser("evaluate", help="translate a test set and score it: sacreBLEU + chrF (+ tokenized BLEU)")

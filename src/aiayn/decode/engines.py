@@ -219,13 +219,17 @@ class CTranslate2Engine:
 
 
 def ctranslate2_layout(device: str, threads: int = 0, replicas: int = 0) -> tuple[int, int]:
-    """CTranslate2's (intra-op threads per replica, replicas): the given ones, else on the CPU with
-    neither given one single-threaded replica per core. At the sizes aiayn trains on a CPU, a second
-    thread speeds one batch up by far less than a second batch beside it gains (docs/benchmarks.md), and
-    CTranslate2 spreads one call's token batches over its replicas, which share the weights."""
+    """CTranslate2's (intra-op threads per replica, replicas): the given ones; on the CPU with neither
+    given, one single-threaded replica per core (devices.cpu_cores), and with only replicas given, the
+    cores shared among them. At the sizes aiayn trains on a CPU, a second thread speeds one batch up by
+    far less than a second batch beside it gains (docs/benchmarks.md), and CTranslate2 spreads one
+    call's token batches over its replicas, which share the weights. Off the CPU: one replica, and
+    CTranslate2's own threads unless given."""
     if threads < 0 or replicas < 0:
-        raise AiaynError(f"threads and replicas must be >= 0 (0: chosen here), got {threads} and {replicas}")
+        raise AiaynError(f"threads and replicas (workers) must be >= 0 (0: chosen here), got {threads} and {replicas}")
     if replicas:
+        if device == "cpu" and threads == 0:
+            return max(1, cpu_cores() // replicas), replicas
         return threads, replicas
     if device == "cpu" and threads == 0:
         return 1, cpu_cores()

@@ -2,7 +2,8 @@
 
 Both offer `count_tokens`, `translate` (n-best with scores and target piece counts) and
 `attention` (encoder-decoder attention of one sentence's translation, for the web page).
-They are called from the batcher's single worker thread only.
+The PyTorch one is called from the batcher's single worker thread only; the CTranslate2 one from
+one worker thread per replica (`concurrent`).
 """
 
 from __future__ import annotations
@@ -171,17 +172,17 @@ class CTranslate2Backend(_TranslatorBackend):
     concurrent = True  # CTranslate2 decodes a batch per replica at once, called from as many threads
 
     def __init__(
-        self, path: str | os.PathLike, device: str = "cpu", threads: int = 0, reason: str = "", workers: int = 1
+        self, path: str | os.PathLike, device: str = "cpu", threads: int = 0, reason: str = "", workers: int = 0
     ) -> None:
         """`workers`: batches decoded at once (CTranslate2 replicas, one per batcher worker), each on
-        `threads` intra-op threads (0: CTranslate2's default)."""
+        `threads` intra-op threads (0 and 0: aiayn.decode.engines.ctranslate2_layout chooses)."""
         from aiayn.decode.engines import ctranslate2_version
         from aiayn.decode.translator import Translator
 
         if ctranslate2_version() is None:
             raise AiaynError("the ctranslate2 engine needs ctranslate2: pip install ctranslate2")
-        self.workers = workers
         self.translator = Translator.load(path, device=device, engine="ctranslate2", threads=threads, replicas=workers)
+        self.workers: int = self.translator.searcher.replicas  # 0 above: the layout Translator.load chose
         if reason:
             self.translator.engine_reason = reason
         self.tokenizer = self.translator.tokenizer
@@ -235,6 +236,8 @@ def load_backend(
     from aiayn.decode.engines import choose_engine, ctranslate2_layout
 
     engine, reason = choose_engine(kind, run, device=device)
+    if workers < 0 or threads < 0:
+        raise AiaynError(f"--workers and --threads must be >= 0 (0: chosen for you), got {workers} and {threads}")
     if engine == "torch":
         if workers > 1:
             raise AiaynError("the torch engine decodes one batch at a time: --workers 1 (or --engine ctranslate2)")

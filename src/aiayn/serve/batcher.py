@@ -1,12 +1,13 @@
 """Cross-request dynamic batching: sentences of concurrent requests decoded together.
 
-One worker thread owns the model. Requests put their sentences on a queue as items; the worker
+A worker thread decodes (one owns the PyTorch model; CTranslate2 gets one per replica, see
+`workers`). Requests put their sentences on a queue as items; a worker
 takes the oldest waiting item, then gathers more items with the same search settings (beam,
 length penalty, max length, n-best: one search call needs one setting) in arrival order while the
 padded token cost, sentences x longest source x beam, stays within `max_batch_tokens`. It starts
 the batch when the budget is full or when the oldest item has waited `max_wait_ms`, whichever
 comes first, so no sentence waits longer than the window for its batch to be formed (it may still
-wait for the batch ahead of it to finish decoding: one model, one batch at a time).
+wait for the batches ahead of it to finish decoding: each worker decodes one batch at a time).
 
 Continuous batching (greedy search, `beam` 1 and `n_best` 1, with a backend that offers `stream()`:
 the PyTorch one): instead of decoding a batch to its end, the worker keeps one running decoder
@@ -153,7 +154,9 @@ class Batcher:
         CTranslate2 one with as many replicas), and without continuous batching."""
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
-        if workers < 1 or (workers > 1 and not getattr(backend, "concurrent", False)):
+        if workers < 1:
+            raise AiaynError(f"need at least one worker, got {workers}")
+        if workers > 1 and not getattr(backend, "concurrent", False):
             raise AiaynError(
                 f"{getattr(backend, 'name', 'this')} backend decodes one batch at a time (workers {workers})"
             )
