@@ -287,3 +287,66 @@ def test_generate_and_score_commands(home, document):
     assert direct[0].tokens == len("the dog runs") - 1  # running text: every character after the first
     refused = run_cli("translate", "-c", str(run), stdin="x\n")
     assert refused.returncode == 2 and "decoder-only" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("norm,positional", [("pre", "sinusoidal"), ("post", "learned")])
+def test_the_ctranslate2_export_of_a_decoder_only_model_gives_its_log_probabilities(tmp_path, norm, positional):
+    """A GPT-2-style CTranslate2 decoder holding our weights: the same log-probability for every token."""
+    import ctranslate2
+
+    from aiayn.export import save_ctranslate2
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_decoder_layers=2, dropout=0.0, max_positions=32,
+        kind="decoder-only", norm=norm, positional=positional,
+    )  # fmt: skip
+    model = DecoderOnly(cfg).eval()
+    vocab = ["<pad>", "<unk>", "<s>", "</s>"] + [f"p{i}" for i in range(36)]
+    save_ctranslate2(model, vocab, tmp_path / "ct2")
+    seq = [2] + torch.randint(4, 40, (25,)).tolist()
+    with torch.no_grad():
+        logp = model(torch.tensor([seq])).log_softmax(-1)[0]
+    want = [logp[t, seq[t + 1]].item() for t in range(len(seq) - 1)]
+    got = ctranslate2.Generator(str(tmp_path / "ct2")).score_batch([[vocab[i] for i in seq]])[0].log_probs
+    assert got == pytest.approx(want, abs=1e-4)
+
+
+def test_generate_with_ctranslate2_where_it_fits_and_the_pytorch_model_past_the_context(home, document):
+    """auto: CTranslate2 on the CPU, greedy output token for token the PyTorch model's; a generation that
+    would run past the 16 positions, or a seeded sample, goes to the PyTorch model (which slides its
+    window, and repeats a seeded sample); `aiayn generate` says which engine runs, and `aiayn export
+    --ctranslate2` takes an lm run."""
+    run = home / "run"
+    train(doc_config(document), run)
+    lm, ref = LanguageModel.load(run), LanguageModel.load(run, engine="torch")
+    assert (lm.engine, ref.engine) == ("ctranslate2", "torch") and lm.engine_reason.startswith("CPU, ctranslate2 ")
+    assert lm.ct2 is not None and (run / "ct2").is_dir()  # the run's cached export
+    calls = []
+    tokens = lm.ct2.tokens
+
+    def counted(prefix, s):
+        calls.append(len(prefix))
+        return tokens(prefix, s)
+
+    lm.ct2.tokens = counted  # type: ignore[method-assign]
+    for prompt in ("SPEAKER", "The dog", ""):
+        greedy = Sampling(temperature=0, max_tokens=16 - len(lm._prefix(prompt)))  # up to the last position
+        assert lm.generate(prompt, greedy) == ref.generate(prompt, greedy), prompt
+    assert len(calls) == 3
+    past = Sampling(temperature=0, max_tokens=30)
+    assert lm.generate("SPEAKER", past) == ref.generate("SPEAKER", past) and len(calls) == 3
+    seeded = Sampling(temperature=1.0, top_k=5, max_tokens=8, seed=4)  # repeatable: the PyTorch model's
+    assert lm.generate("The", seeded) == ref.generate("The", seeded) and len(calls) == 3
+    streamed: list[str] = []
+    free = lm.generate("The", Sampling(temperature=1.0, top_k=5, max_tokens=8), on_text=streamed.append)
+    assert free == "".join(streamed) and 0 < len(free) <= 8 and len(calls) == 4  # CTranslate2 draws it
+    out = run_cli("generate", "-c", str(run), "SPEAKER", "--max-tokens", "8", "--temperature", "0")
+    torch_out = run_cli(
+        "generate", "-c", str(run), "SPEAKER", "--max-tokens", "8", "--temperature", "0", "--engine", "torch"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0].startswith("engine: ctranslate2 (CPU, ctranslate2 ")
+    assert torch_out.stderr.splitlines()[0] == "engine: torch (--engine torch)" and out.stdout == torch_out.stdout
+    exported = run_cli("export", "--ctranslate2", str(home / "lm_ct2"), "-c", str(run))
+    assert exported.returncode == 0 and (home / "lm_ct2" / "model.bin").is_file(), exported.stderr

@@ -43,11 +43,14 @@ from typing import Any
 
 import torch
 
-from aiayn.checkpoint import find_tokenizer, load_translation_model, resolve_weights
+from aiayn.checkpoint import find_tokenizer, load_model, resolve_weights, weights_config
 from aiayn.config import ConfigError
 from aiayn.data.tokenizer import Tokenizer
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, used by every norm in aiayn.model
+
+
+EXPORTABLE = ("encoder-decoder", "decoder-only")  # the model kinds CTranslate2 runs
 
 
 def _np(t: Any) -> Any:
@@ -74,21 +77,30 @@ def _inputs(spec: Any, embed: Any, n_positions: int) -> None:
     spec.position_encodings.encodings = _np(table[:n_positions])
 
 
-def build_spec(model: Any, vocabulary: list[str]) -> Any:
-    """A validated-ready `ctranslate2.specs.TransformerSpec` holding `model`'s weights."""
-    from ctranslate2.specs import common_spec, transformer_spec
-
-    c = model.config
+def _check(c: Any, vocabulary: list[str]) -> None:
+    """What CTranslate2 cannot represent, as one error."""
+    if c.kind not in EXPORTABLE:
+        raise ConfigError(f"CTranslate2 runs encoder-decoder and decoder-only models, not {c.kind}")
     if len(vocabulary) != c.vocab_size:
         raise ValueError(f"vocabulary has {len(vocabulary)} pieces but the model has vocab_size={c.vocab_size}")
-    pre = c.norm == "pre"
     if c.value_dim != c.head_dim:
         raise ConfigError(f"CTranslate2 needs d_v = d_k; this model has d_k={c.head_dim}, d_v={c.value_dim}")
     if c.attention_window is not None:
         raise ConfigError(
-            f"CTranslate2's encoder-decoder has no restricted self-attention; this model's "
-            f"attention_window is {c.attention_window}"
+            f"CTranslate2 has no restricted self-attention; this model's attention_window is {c.attention_window}"
         )
+
+
+def build_spec(model: Any, vocabulary: list[str]) -> Any:
+    """A validated-ready CTranslate2 spec holding `model`'s weights: a `TransformerSpec` for a translation
+    model, a `TransformerDecoderModelSpec` (as for GPT-2) for a decoder-only one."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.config
+    _check(c, vocabulary)
+    if c.kind == "decoder-only":
+        return _decoder_only_spec(model, vocabulary)
+    pre = c.norm == "pre"
     head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
     common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=head_dim)
     encoder = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, **common)
@@ -133,6 +145,40 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     return spec
 
 
+def _decoder_only_spec(model: Any, vocabulary: list[str]) -> Any:
+    """`aiayn.model.DecoderOnly`: self-attention + FFN blocks (`EncoderLayer`s), tied projection."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.config
+    pre = c.norm == "pre"
+    head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
+    spec = transformer_spec.TransformerDecoderModelSpec.from_config(
+        c.n_decoder_layers,
+        c.n_heads,
+        pre_norm=pre,
+        activation=common_spec.Activation.RELU,
+        no_final_norm=not pre,  # post-LN: each block ends normalised; pre-LN: one LayerNorm after the stack
+        head_dim=head_dim,
+    )
+    decoder = spec.decoder
+    _inputs(decoder, model.embed, c.max_positions)
+    _linear(decoder.projection, model.generator)
+    for ls, layer in zip(decoder.layer, model.layers):
+        _linear(ls.self_attention.linear[0], layer.self_attn.qkv)  # fused [W^Q | W^K | W^V]
+        _linear(ls.self_attention.linear[1], layer.self_attn.out)
+        _norm(ls.self_attention.layer_norm, layer.r1.norm)
+        _linear(ls.ffn.linear_0, layer.ffn.w1)
+        _linear(ls.ffn.linear_1, layer.ffn.w2)
+        _norm(ls.ffn.layer_norm, layer.r2.norm)
+    if pre:
+        _norm(decoder.layer_norm, model.norm)
+    spec.register_vocabulary(vocabulary)
+    cfg = spec.config
+    cfg.unk_token, cfg.bos_token, cfg.eos_token = (vocabulary[i] for i in (1, c.bos_id, c.eos_id))
+    cfg.layer_norm_epsilon = LAYER_NORM_EPS
+    return spec
+
+
 def spm_vocabulary(spm_file: str | Path) -> list[str]:
     """The sentencepiece pieces in id order (the ids the model was trained on)."""
     sp = Tokenizer(spm_file).sp  # checks the special ids
@@ -149,12 +195,12 @@ def export_ctranslate2(
     """Write a CTranslate2 model directory (model.bin, config.json, shared_vocabulary, spm.model,
     aiayn_model.json: our ModelConfig, for the position limit).
 
-    `model_or_path`: an `aiayn.model.Transformer`, or a run directory / weights file.
+    `model_or_path`: an `aiayn.model.Transformer` or `DecoderOnly`, or a run directory / weights file.
     `quantization`: None (float32) or any CTranslate2 type, e.g. "int8", "float16".
     """
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
-        model = load_translation_model(path, "cpu")
+        model = _load_exportable(path)
         spm_file = Path(spm_file) if spm_file else find_tokenizer(path)
     else:
         model = model_or_path
@@ -189,6 +235,13 @@ def save_ctranslate2(
 # -- the export as a cached artifact of a run ------------------------------------------------------
 
 CACHE_DIR = "ct2"  # inside the run directory: RUN/ct2/<key>/
+
+
+def _load_exportable(path: str | os.PathLike) -> Any:
+    kind = weights_config(resolve_weights(path)).kind
+    if kind not in EXPORTABLE:
+        raise ConfigError(f"{path} holds an {kind} model: CTranslate2 runs encoder-decoder and decoder-only models")
+    return load_model(path, "cpu")
 
 
 def _sha256(path: Path) -> str:
@@ -299,10 +352,10 @@ def _export(weights: list[Path], spm_file: Path, average_last: int, quantization
         from aiayn.averaging import average_checkpoints
 
         model: Any = average_checkpoints(weights).eval()
-        if model.config.kind != "encoder-decoder":
-            raise ConfigError(f"{weights[-1]} holds a {model.config.kind} model, not a translation model")
+        if model.config.kind not in EXPORTABLE:
+            raise ConfigError(f"{weights[-1]} holds a {model.config.kind} model: CTranslate2 cannot run it")
     else:
-        model = load_translation_model(weights[0], "cpu")
+        model = _load_exportable(weights[0])
     return export_ctranslate2(model, out, spm_file=spm_file, quantization=quantization)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from aiayn.cli.translate import add_engine_arg, engine_line
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -22,12 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="make the sample reproducible")
     p.add_argument("-n", "--num-samples", type=int, default=1, help="independent samples (seeds seed, seed+1, ...)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
+    add_engine_arg(p)
 
     def run(a: argparse.Namespace) -> int:
         from aiayn.decode.lm import LanguageModel
         from aiayn.decode.sampling import Sampling
 
-        lm = LanguageModel.load(a.checkpoint, a.device)
+        lm = LanguageModel.load(a.checkpoint, a.device, engine=a.engine)
+        print(engine_line(lm.engine, lm.engine_reason), file=sys.stderr, flush=True)
 
         def show(text: str) -> None:
             sys.stdout.write(text)
@@ -65,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         from aiayn.data.io import read_lines
         from aiayn.decode.lm import LanguageModel
 
-        lm = LanguageModel.load(a.checkpoint, a.device)
+        lm = LanguageModel.load(a.checkpoint, a.device, engine="torch")  # scoring is the PyTorch model's
         lines = sys.stdin.read().splitlines() if a.input == "-" else read_lines(a.input)
         scored = lm.score(lines, a.batch_size)
         print("logprob\ttokens\tppl")

@@ -266,9 +266,11 @@ def ctranslate2_obstacle(
     packed: bool = False,
     on_cuda_too: bool = False,
     exact: bool = False,
+    kind: str = "encoder-decoder",
 ) -> str | None:
     """Why CTranslate2 cannot (or, for `auto`, should not) decode this run, in words; None when it can.
-    `exact`: the search settings ask for the exact stop (decode.patience inf)."""
+    `exact`: the search settings ask for the exact stop (decode.patience inf). `kind`: the model kind the
+    caller decodes (encoder-decoder: translation; decoder-only: generation)."""
     if ctranslate2_version() is None:
         return "ctranslate2 is not installed"
     if exact:
@@ -280,8 +282,8 @@ def ctranslate2_obstacle(
     if not on_cuda_too and resolve_device(device).type != "cpu":
         return f"{resolve_device(device)} device: the CTranslate2 engine decodes on the CPU"
     c = _model_config(path)
-    if c.kind != "encoder-decoder":
-        return f"a {c.kind} model: CTranslate2 decodes encoder-decoder models"
+    if c.kind != kind:
+        return f"a {c.kind} model: this CTranslate2 engine decodes {kind} models"
     if c.attention_window is not None:
         return f"restricted self-attention (attention_window {c.attention_window}): CTranslate2 has none"
     if c.value_dim != c.head_dim:
@@ -297,6 +299,7 @@ def choose_engine(
     ensemble: Sequence[str | os.PathLike] = (),
     packed: bool = False,
     exact: bool = False,
+    kind: str = "encoder-decoder",
 ) -> tuple[str, str]:
     """(the engine that decodes `path`, why): `engine` is auto, torch or ctranslate2. auto: CTranslate2
     on the CPU when nothing stands in its way (`ctranslate2_obstacle`), else torch; an engine named
@@ -312,7 +315,13 @@ def choose_engine(
     if engine == "torch":
         return "torch", "asked for"
     why = ctranslate2_obstacle(
-        path, device=device, ensemble=ensemble, packed=packed, on_cuda_too=engine == "ctranslate2", exact=exact
+        path,
+        device=device,
+        ensemble=ensemble,
+        packed=packed,
+        on_cuda_too=engine == "ctranslate2",
+        exact=exact,
+        kind=kind,
     )
     if engine == "ctranslate2":
         if why is not None:
