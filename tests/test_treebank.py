@@ -99,6 +99,26 @@ def test_broken_outputs_become_trees_over_exactly_the_words():
         assert str(delinearize(target, words)) == expected, target
 
 
+def test_a_model_output_nested_thousands_deep_is_still_a_tree() -> None:
+    """A half-trained model once wrote brackets nested far past any treebank tree, and the recursive
+    tree functions hit Python's recursion limit during validation, ending the training run. Opens past
+    MAX_DEPTH are not made, and their closes are skipped with them."""
+    from aiayn.data.treebank import MAX_DEPTH
+    from aiayn.decode.parser import score_trees
+
+    words = split_words("The mice were treated with insulin .")
+    target = " ".join(["(NP"] * 3000 + ["DT", "NNS"] + [")NP"] * 2990 + ["(VP VBD VBN )VP"] + [")NP"] * 10)
+    tree = delinearize(target, words)
+    assert tree.words() == words and len(tree.leaves()) == len(words)
+    depth, node = 0, tree
+    while not node.is_preterminal:
+        node, depth = node.children[0], depth + 1  # down the left edge: the deepest path here
+    assert depth == MAX_DEPTH + 1  # TOP and MAX_DEPTH NPs above the first leaf
+    assert [str(t) for t in read_trees(str(tree))] == [str(tree)]
+    gold = "(TOP (S (NP (DT The) (NNS mice)) (VP (VBD were) (VBN treated) (PP (IN with) (NP (NN insulin)))) (. .)))"
+    assert 0.0 <= score_trees([gold], [tree])[0] < 100.0
+
+
 TOKENS = st.sampled_from(["(S", "(NP", "(VP", ")S", ")NP", ")VP", ")", "NN", "XX", "DT", "(", "junk"])
 
 

@@ -35,6 +35,7 @@ from aiayn.data.io import read_lines
 LEAF_MODES = ("pos", "xx", "words")
 PLACEHOLDER = "XX"
 ROOT = "TOP"
+MAX_DEPTH = 100  # constituents in a decoded tree at most (CRAFT's deepest: 29), see delinearize
 # CRAFT's document-structure wrappers around a sentence's tree
 WRAPPERS = frozenset({"TITLE", "HEADING", "CAPTION", "CIT"})
 # Only ASCII whitespace separates tokens (as in EVALB, which reads bytes): CRAFT's words may hold
@@ -193,18 +194,27 @@ def delinearize(target: str | Sequence[str], words: Sequence[str], leaves: str =
     is ignored); any other token is a leaf that takes the next word (its POS tag is the token itself
     in `pos` mode, else `XX`); leaves past the last word are dropped; words left over are attached at
     the end of the outermost open constituent (or the root) as `XX` leaves; constituents with no word
-    are removed; open constituents are closed at the end."""
+    are removed; open constituents are closed at the end. Constituents nested deeper than MAX_DEPTH
+    (a treebank's trees stay far below it; a model's output need not) are not opened, and the close
+    that would end one is skipped with it, so the tree's own functions, which recurse, stay within
+    Python's recursion limit."""
     tokens = split_words(target) if isinstance(target, str) else list(target)
     root = Tree(ROOT)
     stack = [root]
+    deep = 0  # opens past MAX_DEPTH not made, whose closes are still to come
     i = 0
     for tok in tokens:
         if tok.startswith("(") and len(tok) > 1:
+            if len(stack) > MAX_DEPTH:
+                deep += 1
+                continue
             node = Tree(tok[1:])
             stack[-1].children.append(node)
             stack.append(node)
         elif tok.startswith(")"):
-            if len(stack) > 1:
+            if deep:
+                deep -= 1
+            elif len(stack) > 1:
                 stack.pop()
         elif i < len(words):
             # a tag holding a bracket would not read back as a tree: such a leaf is a placeholder
