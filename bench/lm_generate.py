@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lm = LanguageModel.load(a.run, "cpu", engine="torch")
     if not a.max_tokens:
-        a.max_tokens = model_config(lm.model).max_positions - len(lm._prefix(a.prompt))
+        a.max_tokens = model_config(lm.model).max_positions - len(lm.prompt_ids(a.prompt))
     cached_export(a.run)  # built once, outside the timed rounds
     names = [e for e in a.engines.split(",") if e]
     rows: dict[str, list[dict]] = {n: [] for n in names}

@@ -331,7 +331,7 @@ def test_generate_with_ctranslate2_where_it_fits_and_the_pytorch_model_past_the_
 
     lm.ct2.tokens = counted  # type: ignore[method-assign]
     for prompt in ("SPEAKER", "The dog", ""):
-        greedy = Sampling(temperature=0, max_tokens=16 - len(lm._prefix(prompt)))  # up to the last position
+        greedy = Sampling(temperature=0, max_tokens=16 - len(lm.prompt_ids(prompt)))  # up to the last position
         assert lm.generate(prompt, greedy) == ref.generate(prompt, greedy), prompt
     assert len(calls) == 3
     past = Sampling(temperature=0, max_tokens=30)

@@ -134,7 +134,9 @@ class LanguageModel:
             ct2 = CTranslate2Generator(cached_export(path)[0], c.pad_id, c.bos_id, c.eos_id)
         return cls(model, Tokenizer(find_tokenizer(weights)), running, device, ct2, reason)
 
-    def _prefix(self, text: str) -> list[int]:
+    def prompt_ids(self, text: str) -> list[int]:
+        """The ids the model reads before generating after `text`: BOS + pieces, or for running text the
+        pieces (a newline when empty)."""
         ids = self.tokenizer.encode(text) if text else []
         if self.running_text:
             return ids or [self.newline if self.newline is not None else self.tokenizer.eos_id]
@@ -146,7 +148,7 @@ class LanguageModel:
         """The continuation of `prompt` (without the prompt). `on_text` receives it piece by piece as
         it is generated (each call: the new characters), for streaming."""
         s = sampling or Sampling()
-        prefix = self._prefix(prompt)
+        prefix = self.prompt_ids(prompt)
         ids = torch.tensor([prefix], device=self.device)  # (1, T)
         base = self.tokenizer.decode(prefix)
         made: list[int] = []
