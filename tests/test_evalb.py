@@ -28,6 +28,7 @@ from aiayn.evalb import (
     read_evalb_lines,
     read_trees,
     report,
+    scoring,
 )
 from conftest import shared_data
 
@@ -547,14 +548,14 @@ def test_length_buckets_partition_the_totals(batch: list[tuple[Tree, Tree]], wid
     assert [start for start, _ in buckets] == sorted({s.length // width * width for s in ev.sentences})
     for name in ("sentences", "error_sentences", "matched", "gold_brackets", "test_brackets", "words"):
         assert sum(getattr(t, name) for _, t in buckets) == getattr(ev.all, name), name
-    assert [n for _, n, _ in f1_by_length(gold, test, width)] == [t.valid_sentences for _, t in buckets]
+    assert [n for _, n, _ in f1_by_length(scoring(gold, test), width)] == [t.valid_sentences for _, t in buckets]
 
 
 def test_f1_by_length_tells_short_sentences_from_long_ones() -> None:
     short = "(S (NP (DT The) (NN dog)) (VP (VBZ runs)))"
     long_gold = "(S (NP (DT The) (NN dog) (PP (IN with) (NP (DT a) (NN hat)))) (VP (VBZ runs) (ADVP (RB fast))))"
     long_test = "(S (NP (DT The) (NN dog)) (PP (IN with) (NP (DT a) (NN hat) (VBZ runs))) (ADVP (RB fast)))"
-    got = f1_by_length([short, long_gold], [short, long_test], width=5)
+    got = f1_by_length(scoring([short, long_gold], [short, long_test]), width=5)
     assert [(start, n) for start, n, _ in got] == [(0, 1), (5, 1)]  # 3 words; 7 words
     assert got[0][2] == 100.0 and 0.0 < got[1][2] < 100.0
     with pytest.raises(AiaynError, match="width"):

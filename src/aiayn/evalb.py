@@ -469,9 +469,8 @@ class Evaluation:
 
     def by_length(self, width: int = 10) -> list[tuple[int, Totals]]:
         """The totals of the sentences whose length (EVALB's: the gold words, deleted punctuation counted,
-        traces not) falls in each
-        bucket of `width` -> (the bucket's first length, its totals), ascending; buckets without a
-        sentence are left out. Not an EVALB figure: where the brackets are lost."""
+        traces not) falls in each bucket of `width` -> (the bucket's first length, its totals), ascending;
+        buckets without a sentence are left out. Not an EVALB figure: where the brackets are lost."""
         if width < 1:
             raise AiaynError(f"width must be >= 1, got {width}")
         buckets: dict[int, Totals] = {}
@@ -641,30 +640,35 @@ def report(gold: Iterable[str], test: Iterable[str], params: Params | None = Non
     return evaluate(gold, test, params).report()
 
 
+def scoring(gold_trees: Sequence[str], test_trees: Sequence[str], params: Params | None = None) -> Evaluation:
+    """The evaluation behind `f1` and `f1_by_length`: COLLINS.prm by default, but with no MAX_ERROR (a
+    half-trained model's bad trees must not stop the count). Error sentences are left out as EVALB leaves
+    them out; the evaluation says how many there were."""
+    if len(gold_trees) != len(test_trees):
+        raise AiaynError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
+    return evaluate(gold_trees, test_trees, dataclasses.replace(params or Params.collins(), max_error=None))
+
+
+def _score(t: Totals) -> float:
+    f = t.fmeasure
+    return 0.0 if math.isnan(f) else f  # EVALB's -nan: nothing matched, nothing to compare
+
+
 def f1(gold_trees: Sequence[str], test_trees: Sequence[str], params: Params | None = None) -> tuple[float, float]:
-    """(Bracketing FMeasure over all sentences, over those of length <= CUTOFF_LEN), for validation during
-    training. COLLINS.prm by default, but with no MAX_ERROR (a half-trained model's bad trees must not stop
-    the count) and 0.0 where EVALB would print -nan (nothing matched, nothing to compare). Error sentences
-    are left out as EVALB leaves them out; `evaluate` says how many there were."""
-    if len(gold_trees) != len(test_trees):
-        raise AiaynError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
-    params = dataclasses.replace(Params.collins() if params is None else params, max_error=None)
-    ev = evaluate(gold_trees, test_trees, params)
-    all_f1, cutoff_f1 = ev.all.fmeasure, ev.cutoff.fmeasure
-    return (0.0 if math.isnan(all_f1) else all_f1), (0.0 if math.isnan(cutoff_f1) else cutoff_f1)
+    """(Bracketing FMeasure over all sentences, over those of length <= CUTOFF_LEN) of `scoring`, for
+    validation during training; 0.0 where EVALB would print -nan."""
+    return f1_of(scoring(gold_trees, test_trees, params))
 
 
-def f1_by_length(gold_trees: Sequence[str], test_trees: Sequence[str], width: int = 10) -> list[tuple[int, int, float]]:
-    """F1 per sentence-length bucket, as `f1` scores (COLLINS.prm, no MAX_ERROR) -> (the bucket's first
-    length, its valid sentences, its Bracketing FMeasure, 0.0 for -nan), ascending."""
-    if len(gold_trees) != len(test_trees):
-        raise AiaynError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
-    ev = evaluate(gold_trees, test_trees, dataclasses.replace(Params.collins(), max_error=None))
-    out = []
-    for start, t in ev.by_length(width):
-        f = t.fmeasure
-        out.append((start, t.valid_sentences, 0.0 if math.isnan(f) else f))
-    return out
+def f1_of(ev: Evaluation) -> tuple[float, float]:
+    """`f1` of an evaluation already made."""
+    return _score(ev.all), _score(ev.cutoff)
+
+
+def f1_by_length(ev: Evaluation, width: int = 10) -> list[tuple[int, int, float]]:
+    """F1 per sentence-length bucket of an evaluation (`scoring`) -> (the bucket's first length, its valid
+    sentences, its Bracketing FMeasure, 0.0 for -nan), ascending."""
+    return [(start, t.valid_sentences, _score(t)) for start, t in ev.by_length(width)]
 
 
 def read_trees(text: str) -> list[str]:

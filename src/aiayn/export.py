@@ -101,8 +101,7 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     if c.kind == "decoder-only":
         return _decoder_only_spec(model, vocabulary)
     pre = c.norm == "pre"
-    head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
-    common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=head_dim)
+    common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=_head_dim(c))
     encoder = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, **common)
     decoder = transformer_spec.TransformerDecoderSpec(c.n_decoder_layers, c.n_heads, **common)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
@@ -110,39 +109,56 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     n_pos = c.max_positions
     _inputs(encoder, model.src_embed, n_pos)
     for ls, layer in zip(encoder.layer, model.encoder):
-        _linear(ls.self_attention.linear[0], layer.self_attn.qkv)  # fused [W^Q | W^K | W^V]
-        _linear(ls.self_attention.linear[1], layer.self_attn.out)
-        _norm(ls.self_attention.layer_norm, layer.r1.norm)
-        _linear(ls.ffn.linear_0, layer.ffn.w1)
-        _linear(ls.ffn.linear_1, layer.ffn.w2)
-        _norm(ls.ffn.layer_norm, layer.r2.norm)
+        _self_block(ls, layer)
     if pre:
         _norm(encoder.layer_norm, model.encoder_norm)
 
     _inputs(decoder, model.tgt_embed, n_pos)
     _linear(decoder.projection, model.generator)  # tied: same array as the embeddings -> alias
     for ls, layer in zip(decoder.layer, model.decoder):
-        _linear(ls.self_attention.linear[0], layer.self_attn.qkv)
-        _linear(ls.self_attention.linear[1], layer.self_attn.out)
-        _norm(ls.self_attention.layer_norm, layer.r1.norm)
+        _self_attention(ls, layer)
         _linear(ls.attention.linear[0], layer.cross_attn.q)
         _linear(ls.attention.linear[1], layer.cross_attn.kv)  # fused [W^K | W^V]
         _linear(ls.attention.linear[2], layer.cross_attn.out)
         _norm(ls.attention.layer_norm, layer.r2.norm)
-        _linear(ls.ffn.linear_0, layer.ffn.w1)
-        _linear(ls.ffn.linear_1, layer.ffn.w2)
-        _norm(ls.ffn.layer_norm, layer.r3.norm)
+        _ffn(ls, layer, layer.r3)
     if pre:
         _norm(decoder.layer_norm, model.decoder_norm)
 
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(vocabulary)
-    cfg = spec.config
-    cfg.unk_token, cfg.bos_token, cfg.eos_token = (vocabulary[i] for i in (1, c.bos_id, c.eos_id))
-    cfg.decoder_start_token = vocabulary[c.bos_id]
-    cfg.add_source_bos, cfg.add_source_eos = False, True  # source = pieces + EOS
-    cfg.layer_norm_epsilon = LAYER_NORM_EPS
+    _tokens(spec.config, c, vocabulary)
+    spec.config.decoder_start_token = vocabulary[c.bos_id]
+    spec.config.add_source_bos, spec.config.add_source_eos = False, True  # source = pieces + EOS
     return spec
+
+
+def _head_dim(c: Any) -> int | None:
+    """CTranslate2's head_dim: given only where d_k is not d_model / h."""
+    return c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
+
+
+def _self_attention(ls: Any, layer: Any) -> None:
+    _linear(ls.self_attention.linear[0], layer.self_attn.qkv)  # fused [W^Q | W^K | W^V]
+    _linear(ls.self_attention.linear[1], layer.self_attn.out)
+    _norm(ls.self_attention.layer_norm, layer.r1.norm)
+
+
+def _ffn(ls: Any, layer: Any, residual: Any) -> None:
+    _linear(ls.ffn.linear_0, layer.ffn.w1)
+    _linear(ls.ffn.linear_1, layer.ffn.w2)
+    _norm(ls.ffn.layer_norm, residual.norm)
+
+
+def _self_block(ls: Any, layer: Any) -> None:
+    """An `EncoderLayer` (self-attention + FFN): the encoder's blocks and the decoder-only model's."""
+    _self_attention(ls, layer)
+    _ffn(ls, layer, layer.r2)
+
+
+def _tokens(cfg: Any, c: Any, vocabulary: list[str]) -> None:
+    cfg.unk_token, cfg.bos_token, cfg.eos_token = (vocabulary[i] for i in (1, c.bos_id, c.eos_id))
+    cfg.layer_norm_epsilon = LAYER_NORM_EPS
 
 
 def _decoder_only_spec(model: Any, vocabulary: list[str]) -> Any:
@@ -151,31 +167,23 @@ def _decoder_only_spec(model: Any, vocabulary: list[str]) -> Any:
 
     c = model.config
     pre = c.norm == "pre"
-    head_dim = c.d_head if c.d_head is not None and c.d_head * c.n_heads != c.d_model else None
     spec = transformer_spec.TransformerDecoderModelSpec.from_config(
         c.n_decoder_layers,
         c.n_heads,
         pre_norm=pre,
         activation=common_spec.Activation.RELU,
         no_final_norm=not pre,  # post-LN: each block ends normalised; pre-LN: one LayerNorm after the stack
-        head_dim=head_dim,
+        head_dim=_head_dim(c),
     )
     decoder = spec.decoder
     _inputs(decoder, model.embed, c.max_positions)
     _linear(decoder.projection, model.generator)
     for ls, layer in zip(decoder.layer, model.layers):
-        _linear(ls.self_attention.linear[0], layer.self_attn.qkv)  # fused [W^Q | W^K | W^V]
-        _linear(ls.self_attention.linear[1], layer.self_attn.out)
-        _norm(ls.self_attention.layer_norm, layer.r1.norm)
-        _linear(ls.ffn.linear_0, layer.ffn.w1)
-        _linear(ls.ffn.linear_1, layer.ffn.w2)
-        _norm(ls.ffn.layer_norm, layer.r2.norm)
+        _self_block(ls, layer)
     if pre:
         _norm(decoder.layer_norm, model.norm)
     spec.register_vocabulary(vocabulary)
-    cfg = spec.config
-    cfg.unk_token, cfg.bos_token, cfg.eos_token = (vocabulary[i] for i in (1, c.bos_id, c.eos_id))
-    cfg.layer_norm_epsilon = LAYER_NORM_EPS
+    _tokens(spec.config, c, vocabulary)
     return spec
 
 

@@ -149,7 +149,6 @@ class LanguageModel:
         it is generated (each call: the new characters), for streaming."""
         s = sampling or Sampling()
         prefix = self.prompt_ids(prompt)
-        ids = torch.tensor([prefix], device=self.device)  # (1, T)
         base = self.tokenizer.decode(prefix)
         made: list[int] = []
         shown = ""
@@ -159,11 +158,11 @@ class LanguageModel:
             full = self.tokenizer.decode(prefix + new)
             return full[len(base) :] if full.startswith(base) else self.tokenizer.decode(new)
 
-        def stream(step: torch.Tensor) -> None:
+        def stream(token: int) -> None:
             nonlocal shown
-            if on_text is None or int(step[0]) == self.tokenizer.eos_id:
+            if on_text is None or token == self.tokenizer.eos_id:
                 return
-            made.append(int(step[0]))
+            made.append(token)
             text = continuation(made)
             if len(text) > len(shown) and text.startswith(shown):  # BPE may reshape the tail: show what is settled
                 on_text(text[len(shown) :])
@@ -174,9 +173,10 @@ class LanguageModel:
             out = []
             for tok in self.ct2.tokens(prefix, s):
                 out.append(tok)
-                stream(torch.tensor([tok]))
+                stream(tok)
         else:  # the PyTorch model (it slides its window past the context)
-            out = generate(self.model, ids, s, on_token=stream)[0]
+            ids = torch.tensor([prefix], device=self.device)  # (1, T)
+            out = generate(self.model, ids, s, on_token=lambda step: stream(int(step[0])))[0]
         text = continuation(out)
         if on_text is not None and len(text) > len(shown) and text.startswith(shown):
             on_text(text[len(shown) :])

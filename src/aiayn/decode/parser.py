@@ -142,8 +142,9 @@ class Parser:
         words, gold = read_lines(directory / f"{split}.words"), read_lines(directory / f"{split}.gold")
         words, gold = words[:limit], gold[:limit]
         trees = self.parse(words)
-        f1, f1_40 = score_trees(gold, trees)
-        by_length = evalb.f1_by_length(gold, gold_tagged(gold, trees))
+        ev = evalb.scoring(gold, gold_tagged(gold, trees))  # one evaluation: both figures and the buckets
+        f1, f1_40 = evalb.f1_of(ev)
+        by_length = evalb.f1_by_length(ev)
         return {
             "f1": f1,
             "f1_40": f1_40,

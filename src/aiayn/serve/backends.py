@@ -233,7 +233,7 @@ def load_backend(
     `workers`: batches decoded at once, each by a CTranslate2 replica on `threads` intra-op threads
     (0 and 0: aiayn.decode.engines.ctranslate2_layout chooses, one single-threaded replica per core on
     the CPU). The torch engine decodes one batch at a time."""
-    from aiayn.decode.engines import choose_engine, ctranslate2_layout
+    from aiayn.decode.engines import choose_engine
 
     engine, reason = choose_engine(kind, run, device=device)
     if workers < 0 or threads < 0:
@@ -245,5 +245,4 @@ def load_backend(
         backend.translator.engine_reason = reason
         return backend
     where = device if device not in (None, "auto") else "cpu"
-    threads, workers = ctranslate2_layout(where, threads, workers)
     return CTranslate2Backend(run, device=where, threads=threads, reason=reason, workers=workers)
