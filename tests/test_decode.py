@@ -424,6 +424,7 @@ class RandomModel(FakeModel):
     """Any next-token scores, fixed per generated prefix (so every search sees one model)."""
 
     config = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, max_positions=1024, vocab_size=TREE_V)
+    V = TREE_V
 
     def __init__(self, seed: int) -> None:
         super().__init__({})
@@ -434,17 +435,18 @@ class RandomModel(FakeModel):
         rows = []
         for prefix in history[:, 1:].tolist():
             g = torch.Generator().manual_seed(hash((self.seed, *prefix)) % 2**31)
-            rows.append(torch.randn(TREE_V, generator=g) * 3)
+            rows.append(torch.randn(self.V, generator=g) * 3)
         return torch.stack(rows)[:, None, :], FakeCache(history, cache.sources)
+
+
+def mask(*ids: int, V: int = TREE_V) -> torch.Tensor:
+    m = torch.zeros(V, dtype=torch.bool)
+    m[list(ids)] = True
+    return m
 
 
 def tree_constraint():
     from aiayn.decode.parser import TreeConstraint
-
-    def mask(*ids):
-        m = torch.zeros(TREE_V, dtype=torch.bool)
-        m[list(ids)] = True
-        return m
 
     return TreeConstraint(mask(WORD), mask(TAG_NN, TAG_DT), mask(OPEN_S, OPEN_NP), mask(CLOSE_S, CLOSE_NP), EOS)
 
@@ -488,7 +490,62 @@ def test_constrained_search_writes_trees_over_exactly_the_words(seed, words, bea
         assert is_tree_over(ids, n), (ids, n)
 
 
+WORD2, PIECE2 = 12, 13  # a second word-start piece and a second continuation piece, for `words` leaves
+STARTS, BRACKETS = (WORD, WORD2), (OPEN_S, OPEN_NP, CLOSE_S, CLOSE_NP)
+
+
+class RandomWordsModel(RandomModel):
+    config = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, max_positions=1024, vocab_size=TREE_V + 2)
+    V = TREE_V + 2
+
+
+def copies_the_words(ids: list[int], src: list[int]) -> bool:
+    """A tree whose leaves are exactly the source's pieces, in order, and whose brackets fall only
+    between words (never between two pieces of one word)."""
+    depth, leaves = 0, []
+    for i, t in enumerate(ids):
+        if t in BRACKETS:
+            depth += 1 if t in (OPEN_S, OPEN_NP) else -1
+            after = [x for x in ids[i + 1 :] if x not in BRACKETS]
+            if depth < 0 or (after and after[0] not in STARTS):
+                return False
+        else:
+            leaves.append(t)
+    return depth == 0 and leaves == src
+
+
+WORDS = st.tuples(st.sampled_from(STARTS), st.lists(st.sampled_from((PIECE, PIECE2)), max_size=2))  # a word's pieces
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    sources=st.lists(st.lists(WORDS, min_size=1, max_size=4), min_size=1, max_size=3),  # sentences of words
+    beam=st.integers(1, 4),
+    room=st.integers(0, 40),
+)
+def test_constrained_search_with_words_leaves_copies_each_word_piece_by_piece(seed, sources, beam, room):
+    from aiayn.decode.parser import TreeConstraint
+
+    V = TREE_V + 2
+    srcs = [[t for start, rest in words for t in (start, *rest)] for words in sources]
+    S = max(map(len, srcs)) + 1
+    src = torch.full((len(srcs), S), PAD, dtype=torch.long)
+    for r, ids in enumerate(srcs):
+        src[r, : len(ids) + 1] = torch.tensor(ids + [EOS])
+    opens, closes = mask(OPEN_S, OPEN_NP, V=V), mask(CLOSE_S, CLOSE_NP, V=V)
+    c = TreeConstraint(mask(*STARTS, V=V), mask(V=V), opens, closes, EOS, copy=True, specials=(PAD, BOS))
+    model = RandomWordsModel(seed)
+    got = [h[0][0] for h in beam_search(model, src, beam=beam, length_penalty=0.3, max_len_b=room, constraint=c)]
+    got.append(greedy_search(model, src[:1], max_len_b=room, constraint=c)[0])
+    for ids, s in zip(got, [*srcs, srcs[0]]):
+        assert copies_the_words(ids, s), (ids, s)
+
+
 def test_unconstrained_random_outputs_are_not_trees():  # so the property above can fail
     src = torch.tensor([[WORD, WORD, WORD, EOS]])
     free = [greedy_search(RandomModel(seed), src, max_len_b=40)[0] for seed in range(20)]
     assert sum(is_tree_over(ids, 3) for ids in free) < 5
+    src = torch.tensor([[WORD, PIECE, WORD2, EOS]])
+    free = [greedy_search(RandomWordsModel(seed), src, max_len_b=40)[0] for seed in range(20)]
+    assert sum(copies_the_words(ids, [WORD, PIECE, WORD2]) for ids in free) < 5

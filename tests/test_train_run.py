@@ -974,6 +974,34 @@ def test_patience_stops_and_a_run_resumed_inside_the_window_stops_at_the_same_st
     assert train(cfg, run, resume=True)["step"] == 12 and (run / "metrics.jsonl").read_text() == before
 
 
+def test_a_validation_that_fails_saves_the_updates_before_it(home, tmp_path, monkeypatch, capfd):
+    """Validation raising at step 6 (checkpoints every 100 updates) leaves a checkpoint at step 6, and
+    the resumed run goes on from there to the end."""
+    import aiayn.train.validate as validate_mod
+    from aiayn.train import train
+
+    cfg = Config.from_dict({**TINY, "train": {**TINY["train"], "max_steps": 9, "eval_every": 3, "save_every": 100}})
+    real, calls = validate_mod.validate, {"n": 0}
+
+    def fails_second(task, model):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(task, model)
+
+    monkeypatch.setattr(validate_mod, "validate", fails_second)
+    run = tmp_path / "run"
+    with pytest.raises(RecursionError):
+        train(cfg, run)
+    assert [c[0] for c in list_checkpoints(run)] == [6]
+    assert f"validation failed at step 6; checkpoint saved to {run}" in capfd.readouterr().err
+    monkeypatch.setattr(validate_mod, "validate", real)
+    assert train(cfg, run, resume=True)["step"] == 9
+    steps = [r["step"] for r in records(run, "train")]
+    assert steps == list(range(1, 10))  # 1-6 before the failure, 7-9 after: none trained twice
+    assert [r["step"] for r in records(run, "valid")] == [3, 9]
+
+
 def test_a_state_file_of_another_version_is_refused_in_one_line(reference, tmp_path):
     """A training state written by another format version is not guessed at: resume stops with the
     versions and what to do instead."""

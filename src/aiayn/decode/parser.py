@@ -32,25 +32,43 @@ WORD_START = "\u2581"  # sentencepiece's mark of a piece that starts a word
 
 
 class TreeConstraint:
-    """Decoding that can only write a tree over exactly the sentence's words (`pos` and `xx` leaves;
-    aiayn.decode.search.Constraint). A hypothesis writes only markup (brackets and leaf tokens), as
-    many leaves as the source has words, no leaf or open bracket once it has them all, no close
-    bracket with none open, no open bracket that would leave too little room for the rest before the
-    maximum length, and EOS only when every word has its leaf and every bracket is closed.
+    """Decoding that can only write a tree over exactly the sentence's words
+    (aiayn.decode.search.Constraint). A hypothesis writes only brackets, its leaves and EOS: as many
+    leaves as the source has words, no leaf or open bracket once it has them all, no close bracket
+    with none open, no open bracket that would leave too little room for the rest before the maximum
+    length, and EOS only when every word has its leaf and every bracket is closed.
     Without it a model that loses count of the words it has tagged writes too few or too many
     leaves, and every bracket after the slip spans the wrong words (docs/parsing.md).
 
-    A source word is a piece that starts with WORD_START (sentencepiece marks the first piece of
-    every space-separated word)."""
+    A leaf is a tag token for `pos` and `xx` leaves. For `words` leaves it is the source word itself,
+    copied piece by piece: between brackets the next source piece is the only leaf allowed, and
+    inside a word (after a piece, before the next word's first) nothing else is, so the model only
+    chooses where brackets go. That holds because the source and the target share one BPE, the
+    markup is user-defined symbols, and sentencepiece splits every space-separated word alone: a
+    word has the same pieces on both sides.
 
-    def __init__(self, word_start: Tensor, leaf: Tensor, open_: Tensor, close: Tensor, eos_id: int) -> None:
-        self.word_start = word_start  # (V,) bool
+    A source word starts at a piece that starts with WORD_START (sentencepiece marks the first piece
+    of every space-separated word)."""
+
+    def __init__(
+        self,
+        word_start: Tensor,
+        leaf: Tensor,
+        open_: Tensor,
+        close: Tensor,
+        eos_id: int,
+        copy: bool = False,
+        specials: tuple[int, ...] = (0, 2),
+    ) -> None:
+        self.word_start, self.copy = word_start, copy  # (V,) bool; copy: leaves are the source's pieces
         self.leaf, self.open, self.close = leaf.long(), open_.long(), close.long()  # (V,) 0/1
+        self.specials = [*specials, eos_id]  # pad, bos, eos: never a source piece to copy
         eos = torch.zeros_like(leaf)
         eos[eos_id] = True
         # What each kind of state may write, by (no room for another bracket) * 4 + (all words have their
         # leaf) * 2 + (no bracket is open). No room: another open bracket and then the words to go and
-        # every close would not fit before the search forces EOS.
+        # every close would not fit before the search forces EOS. (With `copy` the leaf set is empty:
+        # `banned` allows the next source piece row by row.)
         allowed = [leaf | open_ | close, leaf | open_, close, eos]  # words to go / done x brackets open / not
         self.table = ~torch.stack(allowed + [a & ~open_ for a in allowed])  # (8, V) True where banned
 
@@ -58,10 +76,9 @@ class TreeConstraint:
     def build(
         cls, tokenizer: Tokenizer, markup: list[str], leaves: str, config: Any, device: str | torch.device
     ) -> TreeConstraint | None:
-        """From a parse run's tokenizer and markup tokens (RUN/parse.json); None where it cannot hold:
-        `words` leaves (a word may take several pieces), or markup that is not one piece each (runs
-        whose BPE was trained without the markup as symbols)."""
-        if leaves == "words" or not markup:
+        """From a parse run's tokenizer and markup tokens (RUN/parse.json); None where the markup is not
+        one piece each (runs whose BPE was trained without the markup as symbols)."""
+        if not markup:
             return None
         ids = [tokenizer.piece_id(WORD_START + t) for t in markup]
         if any(i is None for i in ids):
@@ -71,25 +88,51 @@ class TreeConstraint:
         leaf = torch.zeros(V, dtype=torch.bool)
         for t, i in zip(markup, ids):
             kinds.get(t[0], leaf)[i] = True
+        copy = leaves == "words"
+        leaf &= not copy  # words are copied from the source: no tag is a leaf
         pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
         starts = torch.tensor([p.startswith(WORD_START) for p in pieces] + [False] * (V - len(pieces)))
         dev = torch.device(device)
-        return cls(starts.to(dev), leaf.to(dev), kinds["("].to(dev), kinds[")"].to(dev), config.eos_id)
+        tensors = (starts.to(dev), leaf.to(dev), kinds["("].to(dev), kinds[")"].to(dev))
+        return cls(*tensors, config.eos_id, copy=copy, specials=(config.pad_id, config.bos_id))
 
     def start(self, src: Tensor) -> tuple[Tensor, ...]:
-        """(words to write, leaves written, brackets open), each (B,)."""
-        need = self.word_start[src].sum(1)  # (B,)
+        """(leaves to write, leaves written, brackets open), each (B,); with `copy`, leaves are source
+        pieces, and the (B, S) source rides along to copy from."""
+        if not self.copy:
+            need = self.word_start[src].sum(1)  # (B,)
+            zero = torch.zeros_like(need)
+            return need, zero, zero.clone()
+        need = (~torch.isin(src, torch.tensor(self.specials, device=src.device))).sum(1)  # (B,) pieces
         zero = torch.zeros_like(need)
-        return need, zero, zero.clone()
+        return need, zero, zero.clone(), src
+
+    def _next_piece(self, state: tuple[Tensor, ...]) -> Tensor:
+        need, k, _, src = state
+        return src.gather(1, k.clamp(max=src.size(1) - 1)[:, None]).squeeze(1)  # (R,) src[row, k]
 
     def banned(self, state: tuple[Tensor, ...], left: Tensor) -> Tensor:
-        need, k, d = state
+        need, k, d = state[:3]
         tight = (need - k) + d + 2 > left  # an open now, then every leaf and close, then EOS would not fit
-        return self.table[tight.long() * 4 + (k >= need).long() * 2 + (d == 0).long()]  # (R, V)
+        banned = self.table[tight.long() * 4 + (k >= need).long() * 2 + (d == 0).long()]  # (R, V)
+        if not self.copy:
+            return banned
+        nxt = self._next_piece(state)
+        to_go = k < need
+        # Inside a word (its next piece does not start one) only that piece may come; between words, it
+        # may come beside the brackets. Rows with every piece written keep the table's row.
+        banned = banned | (to_go & (k > 0) & ~self.word_start[nxt])[:, None]
+        keep = banned.gather(1, nxt[:, None]) & ~to_go[:, None]
+        return banned.scatter(1, nxt[:, None], keep)
 
     def advance(self, state: tuple[Tensor, ...], tokens: Tensor) -> tuple[Tensor, ...]:
-        need, k, d = state
-        return need, k + self.leaf[tokens], (d + self.open[tokens] - self.close[tokens]).clamp(min=0)
+        need, k, d = state[:3]
+        if not self.copy:
+            return need, k + self.leaf[tokens], (d + self.open[tokens] - self.close[tokens]).clamp(min=0)
+        copied = ((k < need) & (tokens == self._next_piece(state))).long()  # a piece, even one that is markup
+        bracket = 1 - copied
+        d = (d + bracket * (self.open[tokens] - self.close[tokens])).clamp(min=0)
+        return need, k + copied, d, state[3]
 
 
 def parse_lines(translator: Translator, lines: list[str], leaves: str, beam: int | None = None) -> list[Tree]:
@@ -114,7 +157,7 @@ class Parser:
         if found is None:
             raise AiaynError(f"{path} is not a parse run (task: parse runs hold {PARSE_META})")
         meta = json.loads(found.read_text())
-        markup = meta.get("markup", []) if constrain and meta["leaves"] != "words" else []
+        markup = meta.get("markup", []) if constrain else []
         if markup:
             kw.setdefault("engine", "torch")
         translator = Translator.load(path, device, **kw)

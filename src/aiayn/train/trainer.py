@@ -319,7 +319,19 @@ class Trainer:
         )
 
     def _validate(self) -> bool:
-        stop = self.validator()
+        try:
+            stop = self.validator()
+        except Exception:
+            # A validation that fails (say, on a half-trained model's output) loses no update: the step
+            # is saved first. One process only: other ranks wait for rank 0 inside the validator.
+            if not self.dist.enabled:
+                self._save()
+                self.progress.say(
+                    f"validation failed at step {self.state.step}; checkpoint saved to {self.ckpt.last_saved}\n"
+                    f"resume with: aiayn train --resume {self.run_dir}",
+                    err=True,
+                )
+            raise
         self.progress.restart_window()
         return stop
 
