@@ -100,17 +100,20 @@ def test_parse_sentences_and_the_runs_test_split(parse_run, tmp_path):
     assert p.returncode == 0 and "Bracketing FMeasure" in p.stdout and "100.00" in p.stdout, p.stdout
 
 
-def test_words_leaves_are_the_sentence_copied_piece_by_piece(parse_run):
-    # the run's real BPE and model under a `words` constraint: unseen words of several pieces, and
+def test_words_leaves_are_the_sentence_copied_piece_by_piece(parse_run, tmp_path):
+    # the run's real BPE and model, loaded as a `words` run: unseen words of several pieces, and
     # characters the vocabulary lacks (byte pieces), come out as the sentence itself between brackets
-    from aiayn.data.treebank import delinearize, split_words
-    from aiayn.decode.parser import TreeConstraint
+    import shutil
 
-    translator = Parser.load(parse_run).translator
-    markup = json.loads((parse_run / "parse.json").read_text())["markup"]
-    constraint = TreeConstraint.build(translator.tokenizer, markup, "words", translator.searcher.config, "cpu")
-    assert constraint is not None and constraint.copy
-    translator.searcher.constraint = constraint
+    from aiayn.data.treebank import split_words
+
+    run = tmp_path / "words_run"
+    shutil.copytree(parse_run, run)
+    meta = json.loads((run / "parse.json").read_text())
+    (run / "parse.json").write_text(json.dumps({**meta, "leaves": "words"}))
+    parser = Parser.load(run)
+    translator = parser.translator
+    assert translator.engine == "torch" and translator.searcher.constraint.copy
     sentences = ["w5x1 runs .", "zebrafish β-catenin knockdowns runs w9x3 .", "Ωμέγα"]
     for beam in (1, 3):
         for hyp, s in zip(translator.translate(sentences, beam=beam), sentences):
@@ -118,7 +121,7 @@ def test_words_leaves_are_the_sentence_copied_piece_by_piece(parse_run):
             assert [t for t in tokens if t[0] not in "()"] == s.split(), hyp
             depth = [sum((t[0] == "(") - (t[0] == ")") for t in tokens[: i + 1]) for i in range(len(tokens))]
             assert min(depth, default=0) >= 0 and depth[-1] == 0, hyp
-            assert delinearize(hyp, s.split(), "words").words() == s.split()
+        assert [t.words() for t in parser.parse(sentences, beam=beam)] == [s.split() for s in sentences]
 
 
 def test_a_run_of_another_task_is_not_a_parser(tmp_path):

@@ -976,7 +976,7 @@ def test_patience_stops_and_a_run_resumed_inside_the_window_stops_at_the_same_st
 
 def test_a_validation_that_fails_saves_the_updates_before_it(home, tmp_path, monkeypatch, capfd):
     """Validation raising at step 6 (checkpoints every 100 updates) leaves a checkpoint at step 6, and
-    the resumed run goes on from there to the end."""
+    the resumed run trains on from there to the end."""
     import aiayn.train.validate as validate_mod
     from aiayn.train import train
 
@@ -999,7 +999,7 @@ def test_a_validation_that_fails_saves_the_updates_before_it(home, tmp_path, mon
     assert train(cfg, run, resume=True)["step"] == 9
     steps = [r["step"] for r in records(run, "train")]
     assert steps == list(range(1, 10))  # 1-6 before the failure, 7-9 after: none trained twice
-    assert [r["step"] for r in records(run, "valid")] == [3, 9]
+    assert [r["step"] for r in records(run, "valid")] == [3, 9]  # step 6's failed validation is not redone
 
 
 def test_a_state_file_of_another_version_is_refused_in_one_line(reference, tmp_path):

@@ -323,12 +323,14 @@ class Trainer:
             stop = self.validator()
         except Exception:
             # A validation that fails (say, on a half-trained model's output) loses no update: the step
-            # is saved first. One process only: other ranks wait for rank 0 inside the validator.
+            # is saved first. The step counts as validated, so a resumed run trains on without redoing it.
+            # With several processes nothing is saved: the other ranks wait for rank 0 in the validator.
             if not self.dist.enabled:
                 self._save()
                 self.progress.say(
                     f"validation failed at step {self.state.step}; checkpoint saved to {self.ckpt.last_saved}\n"
-                    f"resume with: aiayn train --resume {self.run_dir}",
+                    f"resume with: aiayn train --resume {self.run_dir} (step {self.state.step} is not validated "
+                    f"again: aiayn evaluate scores its weights)",
                     err=True,
                 )
             raise
