@@ -19,7 +19,7 @@ from torch import Tensor
 
 from aiayn import evalb
 from aiayn.checkpoint import find_in_run
-from aiayn.config import Config
+from aiayn.config import BOS_ID, PAD_ID, Config
 from aiayn.data.io import read_lines
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.data.treebank import Tree, delinearize, parse_tree, retag, split_words, treebank_dir
@@ -58,13 +58,18 @@ class TreeConstraint:
         close: Tensor,
         eos_id: int,
         copy: bool = False,
-        specials: tuple[int, ...] = (0, 2),
+        specials: tuple[int, ...] = (PAD_ID, BOS_ID),
     ) -> None:
         self.word_start, self.copy = word_start, copy  # (V,) bool; copy: leaves are the source's pieces
         self.leaf, self.open, self.close = leaf.long(), open_.long(), close.long()  # (V,) 0/1
-        self.specials = [*specials, eos_id]  # pad, bos, eos: never a source piece to copy
         eos = torch.zeros_like(leaf)
         eos[eos_id] = True
+        # the source ids that each take a leaf: a word's first piece, or with `copy` every piece (pad,
+        # bos and eos are none)
+        self.counted = word_start
+        if copy:
+            self.counted = ~eos
+            self.counted[list(specials)] = False
         # What each kind of state may write, by (no room for another bracket) * 4 + (all words have their
         # leaf) * 2 + (no bracket is open). No room: another open bracket and then the words to go and
         # every close would not fit before the search forces EOS. (With `copy` the leaf set is empty:
@@ -98,18 +103,10 @@ class TreeConstraint:
 
     def start(self, src: Tensor) -> tuple[Tensor, ...]:
         """(leaves to write, leaves written, brackets open), each (B,); with `copy`, leaves are source
-        pieces, and the (B, S) source rides along to copy from."""
-        if not self.copy:
-            need = self.word_start[src].sum(1)  # (B,)
-            zero = torch.zeros_like(need)
-            return need, zero, zero.clone()
-        need = (~torch.isin(src, torch.tensor(self.specials, device=src.device))).sum(1)  # (B,) pieces
+        pieces, and the (B, S) source and each row's next piece to copy (B,) ride along."""
+        need = self.counted[src].sum(1)  # (B,)
         zero = torch.zeros_like(need)
-        return need, zero, zero.clone(), src
-
-    def _next_piece(self, state: tuple[Tensor, ...]) -> Tensor:
-        need, k, _, src = state
-        return src.gather(1, k.clamp(max=src.size(1) - 1)[:, None]).squeeze(1)  # (R,) src[row, k]
+        return (need, zero, zero.clone()) + ((src, _piece_at(src, zero)) if self.copy else ())
 
     def banned(self, state: tuple[Tensor, ...], left: Tensor) -> Tensor:
         need, k, d = state[:3]
@@ -117,7 +114,7 @@ class TreeConstraint:
         banned = self.table[tight.long() * 4 + (k >= need).long() * 2 + (d == 0).long()]  # (R, V)
         if not self.copy:
             return banned
-        nxt = self._next_piece(state)
+        nxt = state[4]
         to_go = k < need
         # Inside a word (its next piece does not start one) only that piece may come; between words, it
         # may come beside the brackets. Rows with every piece written keep the table's row.
@@ -129,10 +126,16 @@ class TreeConstraint:
         need, k, d = state[:3]
         if not self.copy:
             return need, k + self.leaf[tokens], (d + self.open[tokens] - self.close[tokens]).clamp(min=0)
-        copied = ((k < need) & (tokens == self._next_piece(state))).long()  # a piece, even one that is markup
-        bracket = 1 - copied
-        d = (d + bracket * (self.open[tokens] - self.close[tokens])).clamp(min=0)
-        return need, k + copied, d, state[3]
+        src, nxt = state[3:]
+        copied = ((k < need) & (tokens == nxt)).long()  # a piece, even one that is markup
+        d = (d + (1 - copied) * (self.open[tokens] - self.close[tokens])).clamp(min=0)
+        k = k + copied
+        return need, k, d, src, _piece_at(src, k)
+
+
+def _piece_at(src: Tensor, k: Tensor) -> Tensor:
+    """(R, S) source rows, (R,) positions -> (R,) src[row, k] (past the end: the last column)."""
+    return src.gather(1, k.clamp(max=src.size(1) - 1)[:, None]).squeeze(1)
 
 
 def parse_lines(translator: Translator, lines: list[str], leaves: str, beam: int | None = None) -> list[Tree]:
