@@ -707,6 +707,7 @@ def test_time_budget_spans_resumes(home, tmp_path, capfd, monkeypatch):
         return Config.from_dict(
             {
                 **TINY,
+                "optim": {**TINY.get("optim", {}), "cooldown": 1000},  # ends after the budget: a note says so
                 "train": {
                     **TINY["train"],
                     "max_steps": 100_000,
@@ -732,6 +733,8 @@ def test_time_budget_spans_resumes(home, tmp_path, capfd, monkeypatch):
     first = train(cfg(0.5), run)  # 30 s on the injected clock, then evaluate and save
     assert 2 < first["step"] < 100_000 and not first["interrupted"]
     elapsed = stopped_within_one_update_of(30)
+    note = capfd.readouterr().err
+    assert f"the time budget ended at step {first['step']}, {100_000 - first['step']} updates before the end" in note
     before = (run / "metrics.jsonl").read_text()
     again = train(cfg(0.5), run, resume=True)  # the budget is the run's, not each invocation's
     assert again["step"] == first["step"] and (run / "metrics.jsonl").read_text() == before

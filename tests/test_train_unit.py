@@ -165,6 +165,35 @@ def test_cosine_schedule_warms_up_like_noam_then_falls_to_its_floor_at_max_steps
     assert first + rest == pytest.approx(lrs, rel=1e-12)
 
 
+@pytest.mark.parametrize("cosine", [False, True])
+def test_cooldown_keeps_the_schedule_then_falls_linearly_to_its_last_update_and_resumes_from_a_file(cosine, tmp_path):
+    d, w, total, n = 64, 10, 50, 20
+
+    def run(steps: int, cooldown: bool, start: dict | None = None) -> tuple[list[float], dict]:
+        opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+        sched = noam_scheduler(opt, d, w, 2.0, (total, 0.1) if cosine else None, (total, n) if cooldown else None)
+        if start is not None:
+            sched.load_state_dict(start)
+        seen = []
+        for _ in range(steps):
+            seen.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return seen, sched.state_dict()
+
+    plain, _ = run(total, cooldown=False)
+    lrs, _ = run(total, cooldown=True)
+    assert lrs[: total - n] == plain[: total - n]  # a checkpoint before the cooldown resumes into it exactly
+    # update k of the last n (k = 1..n) runs at (n - k + 1) / n of the schedule: a line down to 1/n
+    assert lrs[total - n :] == pytest.approx([p * (n - k) / n for k, p in enumerate(plain[total - n :])], rel=1e-12)
+    assert lrs[-1] > 0 and lrs[-1] == pytest.approx(plain[-1] / n)
+    # the saved state is plain tensors and numbers (the trainer loads it with weights_only=True)
+    first, state = run(total - n - 5, cooldown=True)
+    torch.save(state, tmp_path / "s.pt")
+    rest, _ = run(n + 5, cooldown=True, start=torch.load(tmp_path / "s.pt", weights_only=True))
+    assert first + rest == pytest.approx(lrs, rel=1e-12)
+
+
 # -- config -----------------------------------------------------------------------------------------
 
 
@@ -407,6 +436,14 @@ def test_tokens_per_update_and_update_freq_are_not_both_set():
         Config.load(None, {"optim.tokens_per_update": 25000, "optim.update_freq": 8})
     with pytest.raises(ConfigError, match="tokens_per_update must be >= 1"):
         Config.load(None, {"optim.tokens_per_update": 0})
+
+
+def test_cooldown_must_fit_in_the_run():
+    assert Config.load(None, {"optim.cooldown": 2000, "train.max_steps": 11000}).optim.cooldown == 2000
+    with pytest.raises(ConfigError, match="longer than the run"):
+        Config.load(None, {"optim.cooldown": 2000, "train.max_steps": 1000})
+    with pytest.raises(ConfigError, match="cooldown must be >= 0"):
+        Config.load(None, {"optim.cooldown": -1})
 
 
 def test_train_state_round_trip_and_patience():

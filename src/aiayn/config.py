@@ -230,6 +230,8 @@ class OptimConfig:
     # train.max_steps (GPT-style language models)
     schedule: Literal["noam", "cosine"] = "noam"
     min_lr_ratio: float = 0.1
+    # the last `cooldown` updates before train.max_steps fall linearly to 0 (0: no cooldown)
+    cooldown: int = 0
     update_freq: int = 1
     # Global batch target (the paper: ~25000); update_freq = max(1, round(target / (max_tokens x world
     # size))) at startup. None: update_freq as given, and the batch grows with the GPU count.
@@ -256,6 +258,8 @@ class OptimConfig:
             raise ConfigError(
                 f"optim.schedule must be noam | cosine (not {self.schedule!r}) and optim.min_lr_ratio lie in [0, 1]"
             )
+        if self.cooldown < 0:
+            raise ConfigError(f"optim.cooldown must be >= 0 updates, got {self.cooldown}")
 
 
 @dataclass
@@ -331,6 +335,10 @@ class Config:
         unknown = set(self.model) - known
         if unknown:
             raise ConfigError(f"unknown model fields {sorted(unknown)}; known: {sorted(known)}")
+        if self.optim.cooldown > self.train.max_steps:
+            raise ConfigError(
+                f"optim.cooldown={self.optim.cooldown} is longer than the run (train.max_steps={self.train.max_steps})"
+            )
         # bad sizes fail now, not after data preparation (the task checks its row length: aiayn.train.tasks)
         self.model_config(vocab_size=max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1)
 

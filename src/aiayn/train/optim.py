@@ -23,7 +23,12 @@ def build_optimizer(
         fused=device.type in ("cpu", "cuda"),
     )
     scheduler = noam_scheduler(
-        optimizer, d_model, o.warmup, o.lr_scale, (max_steps, o.min_lr_ratio) if o.schedule == "cosine" else None
+        optimizer,
+        d_model,
+        o.warmup,
+        o.lr_scale,
+        (max_steps, o.min_lr_ratio) if o.schedule == "cosine" else None,
+        (max_steps, o.cooldown) if o.cooldown else None,
     )
     scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
     return optimizer, scheduler, scaler

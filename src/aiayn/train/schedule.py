@@ -7,6 +7,10 @@ linear warm-up for `warmup` steps, then decay with the inverse square root of th
 `optim.schedule: cosine` keeps the same warm-up and peak, then follows a half cosine down to
 `min_lr_ratio` of the peak at `train.max_steps` (the schedule of GPT-style language models, e.g.
 nanoGPT's): a run of known length ends at a low rate instead of the inverse square root's tail.
+
+`optim.cooldown: N` keeps either schedule and multiplies its last N updates before `train.max_steps`
+by a line falling to 0 (warmup-stable-decay, "WSD"): the first max_steps - N updates are those of the
+schedule without it, so the cooldown can be tried by resuming a run's checkpoint from where it begins.
 """
 
 from __future__ import annotations
@@ -49,9 +53,25 @@ class CosineFactor:
         return peak * (self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+class CooldownFactor:
+    """LambdaLR multiplier: `inner`, times a line from 1 down to 1/steps over the last `steps` updates
+    before `total` (the last update still learns; the rate would be 0 after it)."""
+
+    def __init__(self, inner: NoamFactor | CosineFactor, total: int, steps: int) -> None:
+        self.inner, self.total, self.steps = inner, total, steps
+
+    def __call__(self, i: int) -> float:
+        left = self.total - i  # updates left, this one included
+        return self.inner(i) * min(1.0, max(left, 0) / self.steps)
+
+
 class NoamScheduler(LambdaLR):
     """LambdaLR whose saved state is only a position: loading it continues at the saved update count
     with the warm-up and scale of the current config (so a resume can change the learning rate)."""
+
+    def state_dict(self) -> dict:
+        # the factors come from the config; a nested one would not load with weights_only=True
+        return {k: v for k, v in super().state_dict().items() if k != "lr_lambdas"}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.last_epoch = int(state_dict["last_epoch"])
@@ -67,10 +87,15 @@ def noam_scheduler(
     warmup: int = 4000,
     scale: float = 1.0,
     cosine_to: tuple[int, float] | None = None,
+    cooldown_to: tuple[int, int] | None = None,
 ) -> NoamScheduler:
     """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update.
-    `cosine_to=(total_steps, min_ratio)`: the cosine schedule instead of the inverse square root."""
+    `cosine_to=(total_steps, min_ratio)`: the cosine schedule instead of the inverse square root.
+    `cooldown_to=(total_steps, cooldown_steps)`: the linear fall to 0 over the last cooldown_steps."""
     for group in optimizer.param_groups:
         group["lr"] = group["initial_lr"] = scale * d_model**-0.5
+    factor: NoamFactor | CosineFactor | CooldownFactor
     factor = NoamFactor(warmup) if cosine_to is None else CosineFactor(warmup, *cosine_to)
+    if cooldown_to is not None and cooldown_to[1] > 0:
+        factor = CooldownFactor(factor, *cooldown_to)
     return NoamScheduler(optimizer, factor, last_epoch=-1)

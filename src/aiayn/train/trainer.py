@@ -256,6 +256,15 @@ class Trainer:
                 file=sys.stderr,
                 flush=True,
             )
+        cooldown = self.cfg.optim.cooldown
+        if self.flags.out_of_time and cooldown and s.step < c.max_steps and self.main:
+            print(
+                f"the time budget ended at step {s.step}, {c.max_steps - s.step} updates before the end of "
+                f"optim.cooldown={cooldown} (lr {lr:.2e}, not 0); to finish the cooldown in time, lower "
+                f"train.max_steps",
+                file=sys.stderr,
+                flush=True,
+            )
         return self._summary(interrupted, stopped_early)
 
     def _count(self, result: StepResult) -> bool:
