@@ -734,7 +734,7 @@ def test_time_budget_spans_resumes(home, tmp_path, capfd, monkeypatch):
     assert 2 < first["step"] < 100_000 and not first["interrupted"]
     elapsed = stopped_within_one_update_of(30)
     note = capfd.readouterr().err
-    assert f"the time budget ended at step {first['step']}, {100_000 - first['step']} updates before the end" in note
+    assert f"the time budget ended the run at step {first['step']}, {100_000 - first['step']} updates before" in note
     before = (run / "metrics.jsonl").read_text()
     again = train(cfg(0.5), run, resume=True)  # the budget is the run's, not each invocation's
     assert again["step"] == first["step"] and (run / "metrics.jsonl").read_text() == before

@@ -184,7 +184,7 @@ def test_cooldown_keeps_the_schedule_then_falls_linearly_to_its_last_update_and_
     plain, _ = run(total, cooldown=False)
     lrs, _ = run(total, cooldown=True)
     assert lrs[: total - n] == plain[: total - n]  # a checkpoint before the cooldown resumes into it exactly
-    # update k of the last n (k = 1..n) runs at (n - k + 1) / n of the schedule: a line down to 1/n
+    # the k-th of the last n updates (k = 0..n-1) runs at (n - k) / n of the schedule: a line down to 1/n
     assert lrs[total - n :] == pytest.approx([p * (n - k) / n for k, p in enumerate(plain[total - n :])], rel=1e-12)
     assert lrs[-1] > 0 and lrs[-1] == pytest.approx(plain[-1] / n)
     # the saved state is plain tensors and numbers (the trainer loads it with weights_only=True)
@@ -436,6 +436,23 @@ def test_tokens_per_update_and_update_freq_are_not_both_set():
         Config.load(None, {"optim.tokens_per_update": 25000, "optim.update_freq": 8})
     with pytest.raises(ConfigError, match="tokens_per_update must be >= 1"):
         Config.load(None, {"optim.tokens_per_update": 0})
+
+
+def test_build_optimizer_passes_the_configs_cooldown_to_the_schedule():
+    from aiayn.config import OptimConfig
+    from aiayn.train.optim import build_optimizer
+
+    d, total = 64, 50
+    opt, sched, _ = build_optimizer(
+        torch.nn.Linear(2, 2), OptimConfig(warmup=10, cooldown=20), d, torch.device("cpu"), "none", total
+    )
+    lrs = []
+    for _ in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[29] == pytest.approx(noam_lr(30, d, 10))  # update 30: the last before the cooldown
+    assert lrs[-1] == pytest.approx(noam_lr(total, d, 10) / 20)
 
 
 def test_cooldown_must_fit_in_the_run():

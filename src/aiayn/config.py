@@ -230,7 +230,8 @@ class OptimConfig:
     # train.max_steps (GPT-style language models)
     schedule: Literal["noam", "cosine"] = "noam"
     min_lr_ratio: float = 0.1
-    # the last `cooldown` updates before train.max_steps fall linearly to 0 (0: no cooldown)
+    # the last `cooldown` updates before train.max_steps fall linearly towards 0, the last at 1/cooldown of the
+    # rate (warmup-stable-decay; 0: no cooldown)
     cooldown: int = 0
     update_freq: int = 1
     # Global batch target (the paper: ~25000); update_freq = max(1, round(target / (max_tokens x world

@@ -28,7 +28,7 @@ def build_optimizer(
         o.warmup,
         o.lr_scale,
         (max_steps, o.min_lr_ratio) if o.schedule == "cosine" else None,
-        (max_steps, o.cooldown) if o.cooldown else None,
+        (max_steps, o.cooldown),
     )
     scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
     return optimizer, scheduler, scaler

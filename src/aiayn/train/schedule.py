@@ -9,8 +9,8 @@ linear warm-up for `warmup` steps, then decay with the inverse square root of th
 nanoGPT's): a run of known length ends at a low rate instead of the inverse square root's tail.
 
 `optim.cooldown: N` keeps either schedule and multiplies its last N updates before `train.max_steps`
-by a line falling to 0 (warmup-stable-decay, "WSD"): the first max_steps - N updates are those of the
-schedule without it, so the cooldown can be tried by resuming a run's checkpoint from where it begins.
+by a line falling towards 0, the last at 1/N (warmup-stable-decay, "WSD"): the first max_steps - N
+updates are those of the schedule without it, so a run's checkpoint can be resumed into a cooldown.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, scale: float = 1.0) -> 
 
 
 class NoamFactor:
-    """LambdaLR multiplier; an object (not a lambda) so its state, one int, lands in state_dict."""
+    """LambdaLR multiplier: the inverse square root after a linear warm-up (eq. 3 without d_model^-0.5)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
@@ -91,7 +91,8 @@ def noam_scheduler(
 ) -> NoamScheduler:
     """A stateful scheduler (state_dict/load_state_dict) stepping once per optimizer update.
     `cosine_to=(total_steps, min_ratio)`: the cosine schedule instead of the inverse square root.
-    `cooldown_to=(total_steps, cooldown_steps)`: the linear fall to 0 over the last cooldown_steps."""
+    `cooldown_to=(total_steps, cooldown_steps)`: the linear fall over the last cooldown_steps
+    (0: none)."""
     for group in optimizer.param_groups:
         group["lr"] = group["initial_lr"] = scale * d_model**-0.5
     factor: NoamFactor | CosineFactor | CooldownFactor

@@ -257,11 +257,17 @@ class Trainer:
                 flush=True,
             )
         cooldown = self.cfg.optim.cooldown
-        if self.flags.out_of_time and cooldown and s.step < c.max_steps and self.main:
+        if cooldown and not interrupted and s.step < c.max_steps and self.main:
+            why = (
+                "early stopping"
+                if stopped_early
+                else "the time budget"
+                if self.flags.out_of_time
+                else "train.max_epochs"
+            )
             print(
-                f"the time budget ended at step {s.step}, {c.max_steps - s.step} updates before the end of "
-                f"optim.cooldown={cooldown} (lr {lr:.2e}, not 0); to finish the cooldown in time, lower "
-                f"train.max_steps",
+                f"{why} ended the run at step {s.step}, {c.max_steps - s.step} updates before the end of "
+                f"optim.cooldown={cooldown} (lr {lr:.2e}); to end on the cooldown, lower train.max_steps",
                 file=sys.stderr,
                 flush=True,
             )
