@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -137,20 +139,28 @@ def test_scheduler_drives_the_optimizer_and_resumes():
     assert opt2.param_groups[0]["lr"] == pytest.approx(noam_lr(26, d, w, 3.0))
 
 
+def lr_sequence(
+    steps: int, make: Callable[[torch.optim.Optimizer], Any], start: dict | None = None
+) -> tuple[list[float], dict]:
+    """The rates of `steps` updates under the scheduler `make(optimizer)` builds (resumed from `start`),
+    and its state after them."""
+    opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+    sched = make(opt)
+    if start is not None:
+        sched.load_state_dict(start)
+    seen = []
+    for _ in range(steps):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return seen, sched.state_dict()
+
+
 def test_cosine_schedule_warms_up_like_noam_then_falls_to_its_floor_at_max_steps_and_resumes():
     d, w, total = 64, 10, 50
 
     def run(steps: int, start: dict | None = None) -> tuple[list[float], dict]:
-        opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
-        sched = noam_scheduler(opt, d, w, scale=2.0, cosine_to=(total, 0.1))
-        if start is not None:
-            sched.load_state_dict(start)
-        seen = []
-        for _ in range(steps):
-            seen.append(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-        return seen, sched.state_dict()
+        return lr_sequence(steps, lambda opt: noam_scheduler(opt, d, w, scale=2.0, cosine_to=(total, 0.1)), start)
 
     lrs, _ = run(60)
     peak = noam_lr(w, d, w, 2.0)
@@ -170,16 +180,8 @@ def test_cooldown_keeps_the_schedule_then_falls_linearly_to_its_last_update_and_
     d, w, total, n = 64, 10, 50, 20
 
     def run(steps: int, cooldown: bool, start: dict | None = None) -> tuple[list[float], dict]:
-        opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
-        sched = noam_scheduler(opt, d, w, 2.0, (total, 0.1) if cosine else None, (total, n) if cooldown else None)
-        if start is not None:
-            sched.load_state_dict(start)
-        seen = []
-        for _ in range(steps):
-            seen.append(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-        return seen, sched.state_dict()
+        cos, cool = (total, 0.1) if cosine else None, (total, n) if cooldown else None
+        return lr_sequence(steps, lambda opt: noam_scheduler(opt, d, w, 2.0, cos, cool), start)
 
     plain, _ = run(total, cooldown=False)
     lrs, _ = run(total, cooldown=True)
