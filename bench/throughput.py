@@ -137,7 +137,7 @@ class TorchSeq2Seq(nn.Module):
         return self.drop(self.emb(ids) * math.sqrt(self.c.d_model) + self.pe[: ids.size(1)])
 
     def forward(self, src: Tensor, tin: Tensor) -> Tensor:
-        causal = nn.Transformer.generate_square_subsequent_mask(tin.size(1), dtype=torch.bool)
+        causal = nn.Transformer.generate_square_subsequent_mask(tin.size(1), device=tin.device, dtype=torch.bool)
         h = self.tf(
             self.embed(src),
             self.embed(tin),

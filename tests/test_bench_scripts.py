@@ -136,3 +136,21 @@ def test_translate_times_each_engine_in_a_fresh_process(home, tmp_path):
         assert r["sentences"] == 5 and 0 < r["decode_s"] < r["command_s"] and r["pieces_per_s"] > 0
         assert 0 <= r["bleu"] <= 100
     assert json.loads(out.read_text()) == rows
+
+
+def test_the_gpu_check_runs_end_to_end_in_its_cpu_smoke_mode(home, tmp_path):
+    """bench/gpu.py is run on a lent GPU for minutes, weeks apart: its --smoke mode runs every path (each
+    training mode, the compiled case in its own process, both decoders, CTranslate2 in its subprocess)."""
+    out, md = tmp_path / "g.json", tmp_path / "g.md"
+    run("gpu.py", "--smoke", "--engines", "aiayn,torch", "--out", str(out), "--md", str(md), home=home)
+    r = json.loads(out.read_text())
+    for mode in ("fp32", "bf16"):
+        for engine in ("aiayn", "torch"):
+            row = r["train"][f"tiny/{mode}/{engine}"]
+            assert row["tokens_per_s"] > 0 and row["flops_per_token"] > 0 and len(row["update_s"]) == row["updates"]
+    compiled = r["train"]["tiny/bf16-compile/aiayn"]
+    assert compiled["tokens_per_s"] > 0 and len(compiled["warmup_update_s"]) >= 2  # one warm-up per batch shape
+    for key in ("aiayn-float32/beam4", "aiayn-bfloat16/greedy", "ct2-float32/beam4", "ct2-int8/greedy"):
+        assert r["decode"][key]["sentences_per_s"] > 0, r["decode"]
+    assert r["ratios"]["train tiny bf16 aiayn/torch"] > 0
+    assert "| tiny | bf16-compile | aiayn |" in md.read_text()

@@ -26,7 +26,7 @@ import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.search import Constraint, beam_search, greedy_search
-from aiayn.devices import cpu_cores, resolve_device
+from aiayn.devices import cpu_cores, resolve_device, shape_free_attention
 from aiayn.errors import AiaynError
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
@@ -52,6 +52,7 @@ class TorchEngine:
         on = next(model.parameters()).device
         # device=None: keep a model already on an accelerator; else CUDA when present.
         self.device = on if device is None and on.type != "cpu" else resolve_device(device)
+        shape_free_attention(self.device)  # a model already on CUDA skips resolve_device
         self.model = model.to(self.device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
         self.constraint = constraint  # which tokens each hypothesis may write next (aiayn.decode.search)
