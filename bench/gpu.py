@@ -77,9 +77,12 @@ GOALS = {"train_vs_hf": 1.3, "mfu": 0.40, "beam_vs_ct2_float16": 0.8}
 # -- inputs --------------------------------------------------------------------------------------
 
 
-def make_batches(n: int, tokens: int, vocab: int, lo: int, hi: int, seed: int) -> list[tuple[Tensor, Tensor, Tensor]]:
+def make_batches(
+    n: int, tokens: int, vocab: int, lo: int, hi: int, seed: int, multiple: int = 1
+) -> list[tuple[Tensor, Tensor, Tensor]]:
     """n length-grouped batches of (src, tgt_in, tgt_out), each about `tokens` target tokens (EOS included):
-    a batch draws a length L in lo..hi, its sentences' source and target lengths lie in L-3..L, right padded."""
+    a batch draws a length L in lo..hi, its sentences' source and target lengths lie in L-3..L, right padded
+    (to a width that is a multiple of `multiple`: the same sentences, more padding)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
@@ -89,6 +92,7 @@ def make_batches(n: int, tokens: int, vocab: int, lo: int, hi: int, seed: int) -
         T = torch.randint(max(2, L - 3), L + 1, (B,), generator=g)
         src = torch.randint(4, vocab, (B, int(S.max())), generator=g)
         y = torch.randint(4, vocab, (B, int(T.max())), generator=g)
+        src, y = (F.pad(x, (0, -x.size(1) % multiple), value=PAD_ID) for x in (src, y))
         pos_s, pos_t = torch.arange(src.size(1)), torch.arange(y.size(1))
         src = torch.where(pos_s < (S - 1)[:, None], src, PAD_ID)
         src[torch.arange(B), S - 1] = EOS_ID
@@ -614,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--compile-min", type=float, default=60.0, help="a compiled case starts only with this much budget")
     ap.add_argument("--compile-grace", type=float, default=60.0, help="a compiled case may overrun the budget so much")
+    ap.add_argument(
+        "--pad-multiple", type=int, default=1, help="pad batch widths to a multiple of this (8: one compiled graph)"
+    )
     ap.add_argument("--cudnn-sdp", action="store_true", help="keep SDPA's cuDNN kernel (torch's own default)")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)  # shape/mode/engine: one case, JSON on stdout
     args = ap.parse_args(argv)
@@ -650,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.case:
         shape, mode, engine = args.case.split("/")
         c = ModelConfig.preset(shape, args.vocab)
-        bs = make_batches(6, args.tokens, args.vocab, 10, 60, args.seed)
+        bs = make_batches(6, args.tokens, args.vocab, 10, 60, args.seed, args.pad_multiple)
         row = train_case(engine, c, mode, bs, device, args.seconds, args.warmup, compile_backend)
         print("RESULT " + json.dumps(row))
         return 0
@@ -671,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
             args.md.write_text(markdown(r))
 
     shapes = {s: ModelConfig.preset(s, args.vocab) for s in args.shapes}
-    batches = {s: make_batches(6, args.tokens, args.vocab, 10, 60, args.seed) for s in args.shapes}
+    batches = {s: make_batches(6, args.tokens, args.vocab, 10, 60, args.seed, args.pad_multiple) for s in args.shapes}
     for s, c in shapes.items():  # average lengths of the real tokens, for the FLOP count
         bs = batches[s]
         src_tok = sum(int((b[0] != PAD_ID).sum()) for b in bs) / sum(b[0].size(0) for b in bs)
