@@ -237,3 +237,17 @@ def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
         (8, "aiayn.data.multi30k._sha256_gz"),
         (8, "aiayn.data.prepare._sources"),
     ]
+
+
+# The modules that turn corpora into prepared caches. Decoding reads a run's tokenizer and weights, never
+# a corpus: the constants it shares with preparation (piece names) live in aiayn.data.tokenizer.
+DATA_PREPARATION = ("aiayn.data.prepare", "aiayn.data.text", "aiayn.data.cache")
+
+
+def test_decoding_does_not_import_data_preparation():
+    bad = []
+    for path in sorted((SRC / "aiayn" / "decode").rglob("*.py")):
+        for line, target in aiayn_imports(path, module_name(path)):
+            if target in DATA_PREPARATION:
+                bad.append(f"{path.relative_to(SRC)}:{line}: imports {target}")
+    assert not bad, "\n".join(bad)

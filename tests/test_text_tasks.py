@@ -274,7 +274,8 @@ def test_mlm_predicts_masked_tokens_better_than_their_frequencies(home, corpus, 
     tokens (what frequencies alone give), itself below uniform chance over the vocabulary. On these
     captions: unigram 4.28 nats; the model 3.43 after 300 updates, 4.05 after 100. (At the peak learning
     rate of the other tests here, lr_scale 0.5, it stays near the unigram level for 600 updates.)"""
-    from aiayn.data.text import ENCODER_SPECIALS, prepare_text
+    from aiayn.data.text import prepare_text
+    from aiayn.data.tokenizer import ENCODER_SPECIALS
 
     over = {"train.max_steps": 300, "train.eval_every": 300, "train.save_every": 300, "optim.lr_scale": 0.1}
     cfg = config("mlm", corpus, **over)

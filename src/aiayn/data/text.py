@@ -49,12 +49,10 @@ from aiayn.data.download import aiayn_home
 from aiayn.data.encoded import EncodedSplit, NpyAppender, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
-from aiayn.data.tokenizer import Tokenizer, collapse_whitespace
+from aiayn.data.tokenizer import NEWLINE, Tokenizer, collapse_whitespace
 
 _FORMAT = 1
 CHUNK_LINES = 20_000
-NEWLINE = "\n"  # the piece that ends every line of a document
-ENCODER_SPECIALS = ("[MASK]", "[CLS]", "[SEP]")  # BERT's, for the encoder-only tasks
 
 # a split's text: files read line by line in turn, or a document already in memory, or None (no split)
 TextSource = list[Path] | str | None

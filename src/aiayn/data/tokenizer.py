@@ -20,6 +20,11 @@ import sentencepiece as spm
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.errors import DataError
 
+# Pieces some runs' tokenizers hold as user-defined symbols (aiayn.data.text trains them in); the
+# decoders look them up by these names.
+NEWLINE = "\n"  # the piece that ends every line of a document (decoder-only runs on running text)
+ENCODER_SPECIALS = ("[MASK]", "[CLS]", "[SEP]")  # BERT's, for the encoder-only tasks
+
 
 def collapse_whitespace(line: str) -> str:
     """Collapse whitespace runs (sentencepiece does too), so decode(encode(x)) == x for raw text."""

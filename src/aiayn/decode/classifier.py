@@ -28,9 +28,8 @@ from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines
-from aiayn.data.text import ENCODER_SPECIALS
 from aiayn.data.text_batching import TextBatch, TextCollate
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.data.tokenizer import ENCODER_SPECIALS, Tokenizer
 from aiayn.errors import AiaynError
 
 

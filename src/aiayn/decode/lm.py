@@ -32,8 +32,7 @@ import torch
 
 from aiayn.checkpoint import find_in_run, find_tokenizer, load_model, model_config, resolve_weights, weights_config
 from aiayn.config import Config
-from aiayn.data.text import NEWLINE  # the document tokenizer's newline piece
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.data.tokenizer import NEWLINE, Tokenizer
 from aiayn.decode.sampling import Sampling, generate, log_likelihood
 from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError

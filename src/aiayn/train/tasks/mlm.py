@@ -12,8 +12,9 @@ from torch import Tensor
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
-from aiayn.data.text import ENCODER_SPECIALS, PreparedText, prepare_text
+from aiayn.data.text import PreparedText, prepare_text
 from aiayn.data.text_batching import MaskedBatch, MaskingCollate
+from aiayn.data.tokenizer import ENCODER_SPECIALS
 from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.tasks.spec import Autocast, TaskSpec, TrainBatches, register, sentence_batches
