@@ -282,6 +282,65 @@ def test_libretranslate_source_auto_detects_the_runs_source_language(server: Thr
     assert "detectedLanguage" not in r.json()  # only when asked to detect
 
 
+PARAGRAPH = "Ein Hund rennt. Eine Frau fährt Fahrrad.\n\nZwei Männer spielen Fußball.  Ein Kind schläft.\n"
+_SENTENCES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad.", "Zwei Männer spielen Fußball.", "Ein Kind schläft."]
+
+
+def _alone(translator, text: str, beam: int = 4) -> str:
+    """`text` translated as the server must: each sentence as it is alone, rejoined in the text's layout."""
+    from aiayn.data.segment import segment
+
+    seg = segment(text, "de")
+    return seg.join([translator.translate([x], beam=beam)[0] for x in seg.sentences])
+
+
+def test_paragraphs_are_cut_into_sentences_and_rejoined_with_their_layout(server: ThreadServer, translator) -> None:
+    """Issue #47: a paragraph given whole to a model trained on sentences loses sentences. /translate cuts
+    it (on by default, as LibreTranslate), and the answer keeps every space and line break."""
+    want = _alone(translator, PARAGRAPH)
+    assert want.count("\n") == 3 and want != translator.translate([PARAGRAPH], beam=4)[0]
+    r = httpx.post(server.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en"})
+    assert r.status_code == 200 and r.json() == {"translatedText": want}
+    r = httpx.post(server.url + "/translate", json={"q": [PARAGRAPH, SOURCES[3], " "], "source": "de", "target": "en"})
+    assert r.json() == {"translatedText": [want, translator.translate([SOURCES[3]], beam=4)[0], " "]}
+    assert LibreTranslateAPI(server.url).translate(PARAGRAPH, "de", "en") == want  # form-encoded
+    # alternatives: the k-th hypothesis of every sentence, rejoined
+    r = httpx.post(server.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en", "alternatives": 1})
+    assert r.json()["translatedText"] == want and len(r.json()["alternatives"]) == 1
+    # aiayn's own API: split on request, with the sentences and the whitespace between them (the web page)
+    r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH, "split": True})
+    (t,) = r.json()["translations"]
+    assert t["text"] == want and t["gaps"] == ["", " ", "\n\n", "  ", "\n"]
+    assert [x["source"] for x in t["sentences"]] == [
+        "Ein Hund rennt.",
+        "Eine Frau fährt Fahrrad.",
+        "Zwei Männer spielen Fußball.",
+        "Ein Kind schläft.",
+    ]
+    r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH})  # /v1 without split: one sentence
+    assert r.json()["translations"][0]["text"] == translator.translate([PARAGRAPH], beam=4)[0]
+    r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH, "split": True, "n_best": 2})
+    assert r.status_code == 422
+
+
+def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
+    fake = _FakeBackend()
+    srv = _serve(fake, max_wait_ms=0)
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": [PARAGRAPH, "Ein Vogel."], "source": "de", "target": "en"})
+        assert r.json()["translatedText"] == [PARAGRAPH.upper(), "EIN VOGEL."]
+        assert [b[1] for b in fake.batches] == [[*_SENTENCES, "Ein Vogel."]]
+    finally:
+        srv.stop()
+    fake = _FakeBackend()
+    srv = _serve(fake, max_wait_ms=0, split_sentences=False)  # aiayn serve --no-split-sentences
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en"})
+        assert r.json()["translatedText"] == PARAGRAPH.upper() and [b[1] for b in fake.batches] == [[PARAGRAPH]]
+    finally:
+        srv.stop()
+
+
 def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:
     r = httpx.post(server.url + "/v1/translate", json={"q": SOURCES[:2], "beam": 3, "n_best": 3})
     assert r.status_code == 200, r.text
@@ -527,6 +586,29 @@ def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServe
     assert ct2.engine.model_dir.parent == run_dir / "ct2"  # written once into the run, reused
 
 
+def test_attention_draws_the_translation_the_server_answers(
+    run_dir: Path, random_run: Path, torch_backend, random_backend
+) -> None:
+    """Issue #47: the attention view drew CTranslate2's own beam (its length penalty), not the translation
+    shown above it (ours, re-ranked). Both engines, trained and untrained weights, greedy and beam."""
+    from aiayn.serve import CTranslate2Backend, SearchOptions
+
+    ct2 = CTranslate2Backend(run_dir, threads=1)
+    ct2_random = CTranslate2Backend(random_run, threads=1)
+    for backend in (torch_backend, random_backend, ct2, ct2_random):
+        for beam in (1, 4):
+            opts = SearchOptions(beam=beam, max_len_b=12)
+            for sentence in SOURCES[:4] + ["Hund Katze Frau", "Zwei"]:
+                shown = backend.translate([sentence], opts)[0][0][0]
+                a = backend.attention(sentence, opts)
+                assert a["translation"] == shown, (backend.name, beam, sentence)
+                assert len(a["layers"][-1]) == len(a["target_tokens"])
+                drawn = a["target_tokens"][:-1] if a["target_tokens"][-1:] == ["</s>"] else a["target_tokens"]
+                pieces = "".join(drawn).replace(" ", "").replace("\u2581", "")
+                if "<0x" not in pieces:  # byte pieces are shown as such
+                    assert pieces == shown.replace(" ", "")
+
+
 def test_attention_endpoint(server: ThreadServer, translator) -> None:
     r = httpx.post(server.url + "/v1/attention", json={"q": SOURCES[2], "beam": 4})
     assert r.status_code == 200, r.text
@@ -636,11 +718,33 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
     try:
         wait = WebDriverWait(driver, 30)
         driver.get(server.url + "/")
+        # a pasted paragraph: its sentences translated, in its layout (issue #47)
+        driver.find_element(By.ID, "source").send_keys(PARAGRAPH)
+        driver.find_element(By.ID, "go").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output span.translation"))
+        output = driver.find_element(By.ID, "output")
+        assert driver.execute_script("return arguments[0].textContent", output) == _alone(translator, PARAGRAPH)
+        spans = driver.find_elements(By.CSS_SELECTOR, "#output span.translation")
+        assert [x.text for x in spans] == [translator.translate([x], beam=4)[0] for x in _SENTENCES]
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell"))
+        # the attention view draws the sentence shown: its rows are the pieces of that translation
+        rows = "return [...document.querySelectorAll('#heatmap text.tgt-tok')].map((t) => t.textContent)"
+
+        def drawn(d) -> str:  # the heat map's row labels (by script: a click redraws the map)
+            labels = d.execute_script(rows)
+            return "".join(labels[:-1] if labels[-1:] == ["</s>"] else labels).replace(" ", "").replace("\u2581", "")
+
+        for span in (spans[2], spans[0]):
+            span.click()
+            wait.until(lambda d, span=span: "selected" in span.get_attribute("class"))
+            wait.until(lambda d, span=span: d.find_element(By.ID, "att-translation").text == span.text)
+            wait.until(lambda d, span=span: drawn(d) == span.text.replace(" ", ""))
+        driver.find_element(By.ID, "source").clear()
         driver.find_element(By.ID, "source").send_keys(SOURCES[5])
         driver.find_element(By.ID, "go").click()
         want = translator.translate([SOURCES[5]], beam=4)[0]
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output li.translation"))
-        assert driver.find_element(By.CSS_SELECTOR, "#output li.translation").text == want
+        shown = "return [...document.querySelectorAll('#output span.translation')].map((s) => s.textContent)"
+        wait.until(lambda d: d.execute_script(shown) == [want])  # by script: the page replaces the elements
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell"))
         src = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.src-tok")
         tgt = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.tgt-tok")
@@ -657,17 +761,22 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def random_backend(run_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+def random_run(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained model (learned positions; the trained one has sinusoids) with the run's vocabulary:
     its greedy outputs run to their length limits, the trained one's mostly end with EOS."""
-    from aiayn.serve import TorchBackend
-
     run = tmp_path_factory.mktemp("random_run")
     (run / "spm.model").write_bytes((run_dir / "spm.model").read_bytes())
     torch.manual_seed(1)
     cfg = ModelConfig.preset("tiny", vocab_size=Tokenizer(run / "spm.model").vocab_size, max_positions=48, dropout=0.0)
     save_weights(Transformer(dataclasses.replace(cfg, positional="learned")).eval(), run / "best.safetensors", step=0)
-    return TorchBackend(run, device="cpu")
+    return run
+
+
+@pytest.fixture(scope="module")
+def random_backend(random_run: Path):
+    from aiayn.serve import TorchBackend
+
+    return TorchBackend(random_run, device="cpu")
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])

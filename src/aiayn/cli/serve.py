@@ -47,6 +47,7 @@ def _serve(a: argparse.Namespace) -> int:
         batch_limit=a.batch_limit,
         body_limit=a.max_body_bytes,
         api_key=a.api_key,
+        split_sentences=a.split_sentences,
     )
     from aiayn.cli.translate import say_engine
 
@@ -130,6 +131,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--api-key",
         default=None,
         help="require this key (api_key field, X-API-Key or Authorization: Bearer) on translations",
+    )
+    p.add_argument(
+        "--no-split-sentences",
+        dest="split_sentences",
+        action="store_false",
+        help="hand each text of /translate to the model whole (default: cut into sentences, decoded in one batch, "
+        "rejoined with the text's whitespace, as LibreTranslate does)",
     )
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")

@@ -33,10 +33,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aiayn.config import DecodeConfig
+from aiayn.decode.documents import SplitTexts, split_texts
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
 
@@ -75,6 +76,9 @@ class ServeSettings:
     batch_limit: int = 64  # sentences per request
     body_limit: int = 1 << 20  # bytes
     api_key: str | None = None
+    # Texts are cut into sentences (aiayn.data.segment), all decoded in one batch and rejoined with their
+    # whitespace, as LibreTranslate does: the model was trained on single sentences (issue #47).
+    split_sentences: bool = True
 
 
 class ApiError(Exception):
@@ -94,6 +98,8 @@ class V1Translate(BaseModel):
     max_len_a: StrictFloat | StrictInt | None = Field(None, ge=0, le=10)
     max_len_b: StrictInt | None = Field(None, ge=0, le=1024)
     api_key: StrictStr | None = None
+    # each text cut into sentences, decoded together, rejoined; the answer lists them (the web page)
+    split: StrictBool = False
 
 
 class V1Attention(V1Translate):
@@ -300,6 +306,18 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         except Overloaded as e:
             raise ApiError(503, str(e)) from None
 
+    async def run_texts(texts: list[str], opts: SearchOptions, split: bool) -> tuple[SplitTexts | None, list]:
+        """n-best lists of the texts' translations; `split`: each text cut into sentences, all of them
+        queued at once (one request: they batch together), each hypothesis k rejoined from the
+        sentences' k-th (their last when a sentence has fewer) in the text's layout."""
+        if not split:
+            return None, await run(texts, opts)
+        docs = split_texts(texts, s.source_lang)
+        nbest = await run(docs.sentences, opts)
+        per_k = [docs.join([h[min(k, len(h) - 1)][0] for h in nbest]) for k in range(opts.n_best)]
+        joined = [[(per_k[k][i], math.nan, 0) for k in range(opts.n_best)] for i in range(len(texts))]
+        return docs, joined
+
     def options(req: V1Translate) -> SearchOptions:
         beam = req.beam if req.beam is not None else s.beam
         if req.n_best > beam:
@@ -352,7 +370,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         check_limits(texts)
         beam = max(s.beam, alternatives + 1)
         opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
-        nbest = await run(texts, opts)
+        _, nbest = await run_texts(texts, opts, s.split_sentences)
         best = [h[0][0] for h in nbest]
         out: dict[str, Any] = {"translatedText": best if batch else best[0]}
         if alternatives:
@@ -378,21 +396,37 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         texts = [req.q] if isinstance(req.q, str) else req.q
         check_limits(texts)
         opts = options(req)
-        nbest = await run(texts, opts)
-        return JSONResponse(
-            {
-                "translations": [
+        if req.split and opts.n_best > 1:
+            raise ApiError(422, "Invalid request: n_best > 1 needs split false (one sentence per text)")
+        if not req.split:
+            translations = [
+                {
+                    "text": h[0][0],
+                    "score": _score(h[0][1]),
+                    "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
+                }
+                for h in await run(texts, opts)
+            ]
+        else:  # each text's sentences and the whitespace between them: the page shows and links them
+            docs = split_texts(texts, s.source_lang)
+            nbest = await run(docs.sentences, opts)
+            joined, at, translations = docs.join([h[0][0] for h in nbest]), 0, []
+            for text, part in zip(joined, docs.parts):
+                mine = nbest[at : at + len(part.sentences)]
+                at += len(part.sentences)
+                translations.append(
                     {
-                        "text": h[0][0],
-                        "score": _score(h[0][1]),
-                        "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
+                        "text": text,
+                        "score": None,
+                        "nbest": [{"text": text, "score": None}],
+                        "sentences": [
+                            {"source": src, "text": h[0][0], "score": _score(h[0][1])}
+                            for src, h in zip(part.sentences, mine)
+                        ],
+                        "gaps": part.gaps,
                     }
-                    for h in nbest
-                ],
-                "beam": opts.beam,
-                "backend": backend.name,
-            }
-        )
+                )
+        return JSONResponse({"translations": translations, "beam": opts.beam, "backend": backend.name})
 
     @app.post("/v1/attention")
     async def v1_attention(request: Request) -> JSONResponse:
