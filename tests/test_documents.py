@@ -105,3 +105,19 @@ def test_all_sentences_of_all_texts_go_to_one_call_and_come_back_in_place() -> N
     assert translate_texts(["  \n"], "de", translate) == ["  \n"] and len(calls) == 1  # nothing to decode
     with pytest.raises(ValueError):
         split_texts(texts, "de").join(["one"] * 5)
+
+
+@pytest.mark.needs_mirror
+def test_language_detection_on_multi30k() -> None:
+    """py3langid on the first 1,000 Multi30k test2016 lines of each language: at least 99 % right
+    (measured: en 99.9, de 100, fr 100, cs 99.0 %, the misses Slovak)."""
+    import gzip
+
+    from aiayn.data.language import detect
+    from conftest import multi30k_mirror
+
+    for lang in ("en", "de", "fr", "cs"):
+        with gzip.open(multi30k_mirror() / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f][:1000]
+        right = sum(detect(line, top=1)[0][0] == lang for line in lines)
+        assert len(lines) == 1000 and right >= 990, (lang, right)

@@ -297,22 +297,49 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
         assert (r.status_code, r.json()) == (400, {"error": err})
 
 
-def test_libretranslate_source_auto_detects_the_runs_source_language(server: ThreadServer, translator) -> None:
-    """docs/serving.md: `source` may be `auto`; the model reads one language, so that is the one detected."""
+def test_detect_and_source_auto(server: ThreadServer, translator) -> None:
+    """Issue #47: /detect in LibreTranslate's shape with py3langid's probabilities, and `source: auto`
+    detects; a text in a language the model does not read is a 400 naming that language."""
+    from aiayn.data.language import detect
+
+    texts = {
+        "de": "Eine Katze sitzt auf dem Tisch und schläft.",
+        "en": "A dog is running across the green grass.",
+        "fr": "Un chien court dans le parc avec un ballon.",
+        "cs": "Pes běží přes zelenou trávu v parku.",
+    }
+    for lang, text in texts.items():
+        r = httpx.post(server.url + "/detect", json={"q": text})
+        assert r.status_code == 200
+        got = r.json()
+        assert [x["language"] for x in got][0] == lang and len(got) == 3
+        assert got == [{"confidence": round(100 * p, 2), "language": code} for code, p in detect(text)]
+        assert 50 < got[0]["confidence"] <= 100 and got[0]["confidence"] > got[1]["confidence"] >= got[2]["confidence"]
+    r = httpx.post(server.url + "/detect", data={"q": [texts["de"], texts["fr"]]})  # form, q repeated
+    assert [x[0]["language"] for x in r.json()] == ["de", "fr"]
+    assert httpx.post(server.url + "/detect", json={}).status_code == 400
+    assert httpx.post(server.url + "/detect", json={"q": "x" * 1001}).status_code == 413  # the char limit
+
     lt = LibreTranslateAPI(server.url)
-    assert lt.translate(SOURCES[0], "auto", "en") == translator.translate([SOURCES[0]], beam=4)[0]
-    r = httpx.post(server.url + "/translate", json={"q": SOURCES[1], "source": "auto", "target": "en"})
+    assert lt.translate(texts["de"], "auto", "en") == translator.translate([texts["de"]], beam=4)[0]
+    r = httpx.post(server.url + "/translate", json={"q": texts["de"], "source": "auto", "target": "en"})
+    de_conf = round(100 * detect(texts["de"])[0][1], 2)
     assert r.status_code == 200 and r.json() == {
-        "translatedText": translator.translate([SOURCES[1]], beam=4)[0],
-        "detectedLanguage": {"confidence": 100.0, "language": "de"},
+        "translatedText": translator.translate([texts["de"]], beam=4)[0],
+        "detectedLanguage": {"confidence": de_conf, "language": "de"},
     }
-    r = httpx.post(server.url + "/translate", json={"q": SOURCES[:3], "source": "auto", "target": "en"})
-    assert r.status_code == 200 and r.json() == {
-        "translatedText": translator.translate(SOURCES[:3], beam=4),
-        "detectedLanguage": [{"confidence": 100.0, "language": "de"}] * 3,
-    }
-    r = httpx.post(server.url + "/translate", json={"q": SOURCES[1], "source": "de", "target": "en"})
-    assert "detectedLanguage" not in r.json()  # only when asked to detect
+    r = httpx.post(server.url + "/translate", json={"q": [texts["de"], "42 !"], "source": "auto", "target": "en"})
+    assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de", "de"]  # no letters: nothing to detect
+    for lang in ("fr", "en"):
+        r = httpx.post(
+            server.url + "/translate", json={"q": [texts["de"], texts[lang]], "source": "auto", "target": "en"}
+        )
+        assert r.status_code == 400
+        name = {"fr": "French", "en": "English"}[lang]
+        assert r.json()["error"].startswith(f"detected language {name} ({lang}, confidence ")
+        assert r.json()["error"].endswith("this server translates German (de) to English (en)")
+    r = httpx.post(server.url + "/translate", json={"q": texts["fr"], "source": "de", "target": "en"})
+    assert r.status_code == 200 and "detectedLanguage" not in r.json()  # only when asked to detect
 
 
 PARAGRAPH = "Ein Hund rennt. Eine Frau fährt Fahrrad.\n\nZwei Männer spielen Fußball.  Ein Kind schläft.\n"

@@ -2,6 +2,7 @@
 
     POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text", "api_key": ...}
                          -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
+    POST /detect         {"q": str} -> [{"confidence": 97.1, "language": "de"}, ...] (py3langid, best first)
     GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
     POST /v1/translate   {"q": [str], "beam": 4, "n_best": 2, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
                          -> {"translations": [{"text", "score", "nbest": [{"text", "score"}]}], ...}
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aiayn.config import DecodeConfig
+from aiayn.data.language import detect
 from aiayn.decode.documents import SplitTexts, split_texts
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
@@ -56,6 +58,19 @@ LANGUAGE_NAMES = {
     "ru": "Russian",
     "zh": "Chinese",
     "ja": "Japanese",
+    "sk": "Slovak",
+    "pl": "Polish",
+    "sv": "Swedish",
+    "da": "Danish",
+    "fi": "Finnish",
+    "hu": "Hungarian",
+    "ro": "Romanian",
+    "tr": "Turkish",
+    "el": "Greek",
+    "uk": "Ukrainian",
+    "ar": "Arabic",
+    "ko": "Korean",
+    "lb": "Luxembourgish",
 }
 
 
@@ -368,6 +383,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
             raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
         texts = q if batch else [q]
         check_limits(texts)
+        detected = detect_source(texts) if source == "auto" else None
         beam = max(s.beam, alternatives + 1)
         opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
         _, nbest = await run_texts(texts, opts, s.split_sentences)
@@ -376,10 +392,46 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         if alternatives:
             alts = [[t for t, _, _ in h[1:]] for h in nbest]
             out["alternatives"] = alts if batch else alts[0]
-        if source == "auto":  # the model reads one language: that is what "detection" can say
-            det = {"confidence": 100.0, "language": s.source_lang}
-            out["detectedLanguage"] = [det] * len(texts) if batch else det
+        if detected is not None:
+            out["detectedLanguage"] = detected if batch else detected[0]
         return JSONResponse(out)
+
+    def detect_source(texts: list[str]) -> list[dict[str, Any]]:
+        """`source: auto`: each text's language (aiayn.data.language); one the model does not read is a
+        400 that names it. A text without letters has nothing to detect: the source language, with the
+        identifier's probability for it."""
+        out = []
+        for text in texts:
+            ranked = detect(text, top=200)
+            lang, p = ranked[0]
+            if not any(c.isalpha() for c in text):
+                lang, p = s.source_lang, dict(ranked).get(s.source_lang, 0.0)
+            elif lang != s.source_lang:
+                raise ApiError(
+                    400,
+                    f"detected language {LANGUAGE_NAMES.get(lang, lang)} ({lang}, confidence {100 * p:.1f}); "
+                    f"this server translates {LANGUAGE_NAMES.get(s.source_lang, s.source_lang)} ({s.source_lang}) "
+                    f"to {LANGUAGE_NAMES.get(s.target_lang, s.target_lang)} ({s.target_lang})",
+                )
+            out.append({"confidence": round(100 * p, 2), "language": lang})
+        return out
+
+    @app.post("/detect")
+    async def detect_languages(request: Request) -> JSONResponse:
+        """LibreTranslate's /detect: [{"confidence": 0..100, "language": code}], best first (its top 3;
+        q a list: one such list per text)."""
+        fields = await read_fields(request)
+        check_key(request, fields)
+        q: Any = fields.get("q")
+        if q is None or q == "" or q == []:
+            raise ApiError(400, "Invalid request: missing q parameter")
+        batch = isinstance(q, list)
+        if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        texts = q if batch else [q]
+        check_limits(texts)
+        found = [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
+        return JSONResponse(found if batch else found[0])
 
     @app.get("/languages")
     async def languages() -> JSONResponse:
@@ -483,6 +535,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         "/health",
         "/metrics",
         "/frontend/settings",
+        "/detect",
     }
     app.add_middleware(_Measure, metrics=metrics, known=known)
     return app
