@@ -161,6 +161,20 @@ def test_translate_document_decodes_sentences_and_keeps_the_layout(run_dir, tmp_
     assert r.returncode == 2 and b"--n-best" in r.stderr
 
 
+def test_translate_format_html(run_dir, tmp_path):
+    from aiayn import Translator
+    from aiayn.decode.html import translate_html
+
+    page = "<!DOCTYPE html>\n<html><body><p>Ein Hund <b>rennt</b>.</p><pre>Ein Hund.</pre></body></html>\n"
+    src, out = tmp_path / "page.html", tmp_path / "page.en.html"
+    src.write_text(page, encoding="utf-8")
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0, r.stderr.decode()
+    t = Translator.load(run_dir, "cpu")
+    assert out.read_text(encoding="utf-8") == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4))
+    assert "<pre>Ein Hund.</pre>" in out.read_text(encoding="utf-8")
+
+
 def test_translate_bad_checkpoint_is_an_error(tmp_path):
     r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
     assert r.returncode == 2

@@ -291,7 +291,7 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
         ({"source": "de", "target": "en"}, "Invalid request: missing q parameter"),
         ({"q": "x", "target": "en"}, "Invalid request: missing source parameter"),
         ({"q": "x", "source": "de", "target": "fr"}, "fr is not supported"),
-        ({"q": "x", "source": "de", "target": "en", "format": "html"}, "html format is not supported"),
+        ({"q": "x", "source": "de", "target": "en", "format": "xml"}, "xml format is not supported"),
     ]:
         r = httpx.post(server.url + "/translate", json=body)
         assert (r.status_code, r.json()) == (400, {"error": err})
@@ -381,6 +381,32 @@ def test_paragraphs_are_cut_into_sentences_and_rejoined_with_their_layout(server
     assert r.json()["translations"][0]["text"] == translator.translate([PARAGRAPH], beam=4)[0]
     r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH, "split": True, "n_best": 2})
     assert r.status_code == 422
+
+
+def test_html_format(server: ThreadServer, translator) -> None:
+    """format html: the text translated by whole sentences, every tag and attribute kept (the markup's
+    own rules are tests/test_documents.py's); LibreTranslate refused nothing here, aiayn refused html."""
+    from lxml import html as lxml_html
+
+    from aiayn.decode.html import translate_html
+
+    page = '<p>Ein Hund <b>rennt</b>. <a href="/k" title="Die Katze">Eine Katze</a> sitzt auf dem Tisch.</p>'
+    want = translate_html(page, "de", lambda sentences: translator.translate(sentences, beam=4))
+    r = httpx.post(server.url + "/translate", json={"q": page, "source": "de", "target": "en", "format": "html"})
+    assert r.status_code == 200 and r.json() == {"translatedText": want}
+    got = lxml_html.fragment_fromstring(want, create_parent="div")
+    assert [el.tag for el in got.iter()] == ["div", "p", "b", "a"] and got.find("p/a").get("href") == "/k"
+    assert got.text_content() == " ".join(
+        translator.translate([x], beam=4)[0] for x in ["Ein Hund rennt.", "Eine Katze sitzt auf dem Tisch."]
+    )
+    r = httpx.post(
+        server.url + "/translate",
+        json={"q": [page, "<b>\x00Ein Kind schläft.</b>"], "source": "auto", "target": "en", "format": "html"},
+    )
+    assert r.status_code == 200 and r.json()["translatedText"][0] == want
+    assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de", "de"]
+    body = {"q": page, "source": "de", "target": "en", "format": "html", "alternatives": 1}
+    assert httpx.post(server.url + "/translate", json=body).status_code == 400
 
 
 def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:

@@ -183,7 +183,7 @@ def _translate(a: argparse.Namespace) -> int:
 
         torch.set_num_threads(a.threads)
     say_engine(t)
-    if a.document:
+    if a.document or a.format == "html":
         return _translate_document(a, t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
@@ -227,12 +227,12 @@ def source_language(checkpoint: str) -> str:
 
 
 def _translate_document(a: argparse.Namespace, t: Any) -> int:
-    """--document: the whole input is one document; every sentence of it is decoded in
+    """--document / --format html: the whole input is one document; every sentence of it is decoded in
     one call and the translation keeps the input's layout (aiayn.decode.documents)."""
     from aiayn.errors import AiaynError
 
     if a.n_best != 1:
-        raise AiaynError("--n-best works line by line: not with --document")
+        raise AiaynError("--n-best works line by line: not with --document or --format html")
     lang = a.source_lang or source_language(_members(a)[0] or "")
     if a.input:
         with open(a.input, "rb") as f:
@@ -240,9 +240,14 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
     else:
         data = sys.stdin.buffer.read()
     text = data.decode("utf-8", "replace")
-    from aiayn.decode.documents import translate_texts
+    if a.format == "html":
+        from aiayn.decode.html import translate_html
 
-    out = translate_texts([text], lang, lambda sentences: t.translate(sentences))[0]
+        out = translate_html(text, lang, lambda sentences: t.translate(sentences))
+    else:
+        from aiayn.decode.documents import translate_texts
+
+        out = translate_texts([text], lang, lambda sentences: t.translate(sentences))[0]
     if a.output:
         from pathlib import Path
 
@@ -325,6 +330,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the input is one document (paragraphs, blank lines): cut into sentences, all decoded in one "
         "batch, written back with the same layout (default: one line = one sentence). A line break always "
         "ends a sentence, so text wrapped inside a sentence is cut at its line ends",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "html"],
+        default="text",
+        help="html: the input is an HTML page or fragment; its text is translated with its inline markup "
+        "carried over, script/style/code/pre and attributes other than alt/title untouched (implies --document)",
     )
     p.add_argument(
         "--source-lang",

@@ -67,14 +67,17 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
     return spans
 
 
-def segment(text: str, lang: str) -> Segmented:
+def segment(text: str, lang: str, lines: bool = True) -> Segmented:
     """`text` cut into sentences (see the module docstring); `lang` is an ISO 639-1 code ("de"), which
-    picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line)."""
+    picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
+    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap_start = 0  # where the whitespace before the next sentence begins
     line_start = 0
-    for line in text.splitlines(keepends=True):  # every kind of line break Python knows
+    # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
+    shown = "".join(" " if c.isspace() else c for c in text) if not lines else text
+    for line in shown.splitlines(keepends=True) if lines else [shown]:  # every line break Python knows
         for a, b in _spans_in_line(line, lang) if line.strip() else []:
             gaps.append(text[gap_start : line_start + a])
             sentences.append(text[line_start + a : line_start + b])

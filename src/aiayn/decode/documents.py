@@ -42,9 +42,10 @@ class SplitTexts:
         return out
 
 
-def split_texts(texts: Sequence[str], lang: str) -> SplitTexts:
-    """Each text cut into sentences (aiayn.data.segment) in the source language `lang`."""
-    return SplitTexts([segment(t, lang) for t in texts])
+def split_texts(texts: Sequence[str], lang: str, lines: bool = True) -> SplitTexts:
+    """Each text cut into sentences (aiayn.data.segment) in the source language `lang`; `lines` False:
+    line breaks are plain whitespace (HTML)."""
+    return SplitTexts([segment(t, lang, lines) for t in texts])
 
 
 def translate_texts(texts: Sequence[str], lang: str, translate: Callable[[list[str]], list[str]]) -> list[str]:

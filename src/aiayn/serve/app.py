@@ -1,6 +1,6 @@
 """The HTTP API of `aiayn serve` (FastAPI): LibreTranslate's /translate, aiayn's own /v1, metrics, a web page.
 
-    POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text", "api_key": ...}
+    POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text" | "html", "api_key": ...}
                          -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
     POST /detect         {"q": str} -> [{"confidence": 97.1, "language": "de"}, ...] (py3langid, best first)
     GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
@@ -33,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from lxml.etree import LxmlError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -40,8 +41,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from aiayn.config import DecodeConfig
 from aiayn.data.language import detect
 from aiayn.decode.documents import SplitTexts, split_texts
+from aiayn.decode.html import HtmlDocument
 from aiayn.errors import AiaynError
-from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
+from aiayn.serve.batcher import Backend, Batcher, BatchStats, Hypothesis, Overloaded, SearchOptions
 
 log = logging.getLogger("aiayn.serve")
 STATIC = Path(__file__).parent / "static"
@@ -372,7 +374,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         if not isinstance(target, str) or target != s.target_lang:
             raise ApiError(400, f"{_one_line(target)} is not supported")
         fmt = fields.get("format") or "text"
-        if fmt != "text":
+        if fmt not in ("text", "html"):
             raise ApiError(400, f"{_one_line(fmt)} format is not supported")
         alternatives = fields.get("alternatives", 0)
         try:
@@ -383,10 +385,18 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
             raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
         texts = q if batch else [q]
         check_limits(texts)
-        detected = detect_source(texts) if source == "auto" else None
-        beam = max(s.beam, alternatives + 1)
-        opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
-        _, nbest = await run_texts(texts, opts, s.split_sentences)
+        if fmt == "html":
+            if alternatives:
+                raise ApiError(400, "Invalid request: alternatives are not supported with format html")
+            pages = parse_html(texts)
+            detected = detect_source([" ".join(p.sentences) for p in pages]) if source == "auto" else None
+            opts = SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
+            nbest = await render_html(pages, opts)
+        else:
+            detected = detect_source(texts) if source == "auto" else None
+            beam = max(s.beam, alternatives + 1)
+            opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
+            _, nbest = await run_texts(texts, opts, s.split_sentences)
         best = [h[0][0] for h in nbest]
         out: dict[str, Any] = {"translatedText": best if batch else best[0]}
         if alternatives:
@@ -395,6 +405,22 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         if detected is not None:
             out["detectedLanguage"] = detected if batch else detected[0]
         return JSONResponse(out)
+
+    def parse_html(texts: list[str]) -> list[HtmlDocument]:
+        try:
+            return [HtmlDocument(t, s.source_lang) for t in texts]
+        except (ValueError, LxmlError) as e:
+            raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
+
+    async def render_html(pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """Every sentence of every page decoded at once; each page rendered with its translations."""
+        nbest = await run([x for p in pages for x in p.sentences], opts)
+        out, at = [], 0
+        for p in pages:
+            mine = [h[0][0] for h in nbest[at : at + len(p.sentences)]]
+            at += len(p.sentences)
+            out.append([(p.render(mine), math.nan, 0)])
+        return out
 
     def detect_source(texts: list[str]) -> list[dict[str, Any]]:
         """`source: auto`: each text's language (aiayn.data.language); one the model does not read is a
