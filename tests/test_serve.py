@@ -409,6 +409,44 @@ def test_html_format(server: ThreadServer, translator) -> None:
     assert httpx.post(server.url + "/translate", json=body).status_code == 400
 
 
+def test_translate_file_and_download_file(server: ThreadServer, translator) -> None:
+    """LibreTranslate's multipart /translate_file: .txt keeps its layout, .html its markup; the answer's
+    URL downloads the result; the limits and clear 4xx answers of /translate."""
+    from aiayn.decode.html import translate_html
+
+    def upload(name: str, data: bytes, **fields: str) -> httpx.Response:
+        form = {"source": "de", "target": "en", **fields}
+        return httpx.post(server.url + "/translate_file", data=form, files={"file": (name, data, "text/plain")})
+
+    r = upload("brief.txt", PARAGRAPH.encode())
+    assert r.status_code == 200, r.text
+    url = r.json()["translatedFileUrl"]
+    assert url.startswith(server.url + "/download_file/") and url.endswith(".brief.txt")
+    got = httpx.get(url)
+    assert got.status_code == 200 and got.text == _alone(translator, PARAGRAPH)
+    assert got.headers["content-disposition"] == 'attachment; filename="brief.txt"'
+    page = "<html><body><p>Ein Hund <b>rennt</b>.</p>\n<p>Ein Kind schläft.</p></body></html>"
+    r = upload("../../seite ü.html", page.encode(), source="auto")
+    assert r.json()["translatedFileUrl"].endswith(".seite__.html")  # a safe name, no path
+    got = httpx.get(r.json()["translatedFileUrl"])
+    assert got.text == translate_html(page, "de", lambda x: translator.translate(x, beam=4))
+    assert got.headers["content-type"].startswith("text/html")
+    for response, status, error in [
+        (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.htm, .html, .txt)"),
+        (upload("a.txt", b"\xff\xfe\x00x"), 400, "the file is not UTF-8 text"),
+        (upload("a.txt", b"x", target="fr"), 400, None),
+        (upload("a.txt", b"Un chien court dans le parc.", source="auto"), 400, None),
+        (upload("a.txt", b"Ein Hund. " * 120), 413, None),  # 1,200 characters: over the char limit
+        (upload("a.txt", b"x" * 30_000), 413, None),  # over the body limit, refused before parsing
+        (httpx.post(server.url + "/translate_file", data={"source": "de", "target": "en"}), 400, None),
+        (httpx.post(server.url + "/translate_file", json={"q": "x"}), 400, None),
+        (httpx.get(server.url + "/download_file/nope.txt"), 404, None),
+    ]:
+        assert response.status_code == status, response.text
+        if error:
+            assert response.json() == {"error": "Invalid request: " + error}
+
+
 def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
     fake = _FakeBackend()
     srv = _serve(fake, max_wait_ms=0)

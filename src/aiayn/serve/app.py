@@ -3,6 +3,8 @@
     POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text" | "html", "api_key": ...}
                          -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
     POST /detect         {"q": str} -> [{"confidence": 97.1, "language": "de"}, ...] (py3langid, best first)
+    POST /translate_file multipart: file (.txt, .html), source, target -> {"translatedFileUrl": URL}
+    GET  /download_file/NAME  the translated file (the URL above)
     GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
     POST /v1/translate   {"q": [str], "beam": 4, "n_best": 2, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
                          -> {"translations": [{"text", "score", "nbest": [{"text", "score"}]}], ...}
@@ -22,7 +24,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +244,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
                 close()
 
     app = FastAPI(title="aiayn serve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    files = _Files()
     app.state.batcher, app.state.metrics, app.state.settings = batcher, metrics, s
 
     @app.exception_handler(ApiError)
@@ -459,6 +462,84 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         found = [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
         return JSONResponse(found if batch else found[0])
 
+    async def read_upload(request: Request) -> tuple[dict[str, str], str, bytes]:
+        """A multipart body (LibreTranslate's /translate_file) -> (its text fields, file name, file bytes),
+        within the body limit (read_body) before anything is parsed."""
+        from starlette.datastructures import UploadFile
+        from starlette.formparsers import MultiPartException, MultiPartParser
+
+        body = await read_body(request)
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            raise ApiError(400, "Invalid request: send the file as multipart/form-data (field file)")
+
+        async def stream() -> AsyncGenerator[bytes, None]:
+            yield body
+
+        try:
+            form = await MultiPartParser(request.headers, stream(), max_files=1, max_fields=20).parse()
+        except MultiPartException as e:
+            raise ApiError(400, f"Invalid request: {_one_line(e.message)}") from None
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(400, "Invalid request: missing file parameter")
+        data = await upload.read()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        return fields, upload.filename or "", data
+
+    @app.post("/translate_file")
+    async def translate_file(request: Request) -> JSONResponse:
+        """LibreTranslate's file translation: .txt (sentences, the layout kept) and .html/.htm (as format
+        html); the answer names where to download the result (/download_file), kept in memory for
+        FILE_TTL_S, the newest MAX_FILES of them."""
+        fields, filename, data = await read_upload(request)
+        check_key(request, fields)
+        source, target = fields.get("source"), fields.get("target")
+        for name, value in (("source", source), ("target", target)):
+            if not value:
+                raise ApiError(400, f"Invalid request: missing {name} parameter")
+        if source not in (s.source_lang, "auto"):
+            raise ApiError(400, f"{_one_line(source)} is not supported")
+        if target != s.target_lang:
+            raise ApiError(400, f"{_one_line(target)} is not supported")
+        ext = Path(filename).suffix.lower()
+        if ext not in FILE_TYPES:
+            raise ApiError(
+                400,
+                f"Invalid request: file format {_one_line(ext or filename)} is not supported "
+                f"({', '.join(sorted(FILE_TYPES))})",
+            )
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+        check_limits([text])
+        opts = SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
+        if FILE_TYPES[ext] == "html":
+            pages = parse_html([text])
+            if source == "auto":
+                detect_source([" ".join(pages[0].sentences)])
+            out = (await render_html(pages, opts))[0][0][0]
+        else:
+            if source == "auto":
+                detect_source([text])
+            out = (await run_texts([text], opts, True))[1][0][0][0]
+        name = f"{secrets.token_urlsafe(16)}.{_safe_name(filename)}"
+        files.put(name, out.encode("utf-8"))
+        return JSONResponse({"translatedFileUrl": str(request.base_url) + "download_file/" + name})
+
+    @app.get("/download_file/{name}")
+    async def download_file(name: str) -> Response:
+        data = files.get(name)
+        if data is None:
+            raise ApiError(404, "Invalid request: no such file (or it has expired)")
+        kind = (
+            "text/html; charset=utf-8"
+            if Path(name).suffix.lower() in (".html", ".htm")
+            else "text/plain; charset=utf-8"
+        )
+        original = name.split(".", 1)[1]
+        return Response(data, media_type=kind, headers={"Content-Disposition": f'attachment; filename="{original}"'})
+
     @app.get("/languages")
     async def languages() -> JSONResponse:
         pair = [(s.source_lang, [s.target_lang]), (s.target_lang, [])]
@@ -562,9 +643,40 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         "/metrics",
         "/frontend/settings",
         "/detect",
+        "/translate_file",
     }
     app.add_middleware(_Measure, metrics=metrics, known=known)
     return app
+
+
+FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html"}
+MAX_FILES = 256  # translated files kept for /download_file: memory stays bounded
+FILE_TTL_S = 3600.0
+
+
+class _Files:
+    """Translated files by name, the newest MAX_FILES, each for FILE_TTL_S (LibreTranslate keeps them
+    in a temporary directory for a while as well)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[float, bytes]] = {}
+
+    def put(self, name: str, data: bytes) -> None:
+        now = time.monotonic()
+        self.items = {k: v for k, v in self.items.items() if now - v[0] < FILE_TTL_S}
+        while len(self.items) >= MAX_FILES:
+            del self.items[next(iter(self.items))]  # the oldest: dicts keep insertion order
+        self.items[name] = (now, data)
+
+    def get(self, name: str) -> bytes | None:
+        item = self.items.get(name)
+        return item[1] if item is not None and time.monotonic() - item[0] < FILE_TTL_S else None
+
+
+def _safe_name(filename: str) -> str:
+    """The upload's base name with only ASCII letters, digits, '.', '-' and '_' (it goes into a URL)."""
+    base = Path(filename.replace("\\", "/")).name
+    return "".join(c if (c.isascii() and c.isalnum()) or c in ".-_" else "_" for c in base)[-100:] or "file.txt"
 
 
 def _pick(value: Any, default: Any) -> Any:
