@@ -136,3 +136,9 @@ def test_translate_times_each_engine_in_a_fresh_process(home, tmp_path):
         assert r["sentences"] == 5 and 0 < r["decode_s"] < r["command_s"] and r["pieces_per_s"] > 0
         assert 0 <= r["bleu"] <= 100
     assert json.loads(out.read_text()) == rows
+
+
+def test_segmenters_compare_on_the_gold_set(home):
+    rows = {(r["segmenter"], r["mode"]): r for r in json_lines(run("segmenters.py", home=home))}
+    assert ("sentencex", "raw") in rows and ("sentencex", "lines") in rows
+    assert rows["aiayn", "lines"]["fn"] == 0 and rows["aiayn", "lines"]["right"] >= 0.97
