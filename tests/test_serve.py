@@ -277,6 +277,24 @@ def test_the_window_waits_only_when_others_are_queued_or_decoding() -> None:
     assert [h[0][0][0] for h in out] == ["A X", "B X", "C X", "D X"]
 
 
+def test_without_the_adaptive_window_a_lone_request_waits_it() -> None:
+    from aiayn.serve import Batcher, SearchOptions
+
+    fake = _FakeBackend()
+    b = Batcher(fake, max_batch_tokens=1000, max_wait_ms=200, adaptive=False)  # aiayn serve --no-adaptive-wait
+    b.start()
+
+    async def main() -> float:
+        t0 = time.monotonic()
+        await b.translate(["a x"], SearchOptions(beam=1))
+        return fake.batches[0][0] - t0
+
+    try:
+        assert asyncio.run(main()) > 0.19
+    finally:
+        b.close()
+
+
 def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -> None:
     lt = LibreTranslateAPI(server.url)
     for de in SOURCES[:3]:  # form-encoded, as the client sends it
@@ -766,6 +784,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path) -> None
             str(port),
             "--max-wait-ms",
             "1500",
+            "--no-adaptive-wait",  # the lone request waits the window, idle server or not
             "--device",
             "cpu",
         ],

@@ -42,6 +42,7 @@ def _serve(a: argparse.Namespace) -> int:
         max_len_b=d.max_len_b,
         max_batch_tokens=max_batch_tokens,
         max_wait_ms=a.max_wait_ms,
+        adaptive_wait=a.adaptive_wait,
         batching=a.batching,
         char_limit=a.char_limit,
         batch_limit=a.batch_limit,
@@ -110,6 +111,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=10.0,
         help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)",
+    )
+    p.add_argument(
+        "--no-adaptive-wait",
+        dest="adaptive_wait",
+        action="store_false",
+        help="every batch waits out --max-wait-ms, even when nothing else is queued or decoding (default: a "
+        "request that finds the server idle starts at once)",
     )
     p.add_argument(
         "--batching",

@@ -90,6 +90,7 @@ class ServeSettings:
     max_len_b: int = DecodeConfig.max_len_b
     max_batch_tokens: int = DecodeConfig.max_tokens  # sentences x longest source x beam
     max_wait_ms: float = 10.0
+    adaptive_wait: bool = True  # a request that finds the server idle does not wait the window
     batching: str = "continuous"  # greedy searches join a running batch; "whole": batches run to their end
     char_limit: int = 5000  # characters per request, summed over its sentences
     batch_limit: int = 64  # sentences per request
@@ -229,6 +230,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         observer=metrics.observe_batch,
         continuous=s.batching == "continuous",
         workers=getattr(backend, "workers", 1),
+        adaptive=s.adaptive_wait,
     )
     metrics.queue.set_function(lambda: batcher.queued)
 

@@ -153,11 +153,13 @@ class Batcher:
         observer: Callable[[BatchStats], None] | None = None,
         continuous: bool = True,
         workers: int = 1,
+        adaptive: bool = True,
     ) -> None:
         """`continuous`: greedy searches join a running batch (when the backend offers `stream()`).
         `workers` > 1: that many batches decode at once, each on a worker thread of its own; for a
         backend whose `translate` may be called from several threads at once (`concurrent`, the
-        CTranslate2 one with as many replicas), and without continuous batching."""
+        CTranslate2 one with as many replicas), and without continuous batching. `adaptive`: a request
+        that finds the batcher idle starts at once (False: every batch waits out its window)."""
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
         if workers < 1:
@@ -169,6 +171,7 @@ class Batcher:
         self.backend = backend
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
+        self.adaptive = adaptive
         self.max_queue = max_queue
         self.observer = observer
         self._queue: queue.Queue[_Item | None] = queue.Queue()
@@ -302,7 +305,7 @@ class Batcher:
         while True:
             batch, full = self._select()
             left = deadline - time.monotonic()
-            if full or left <= 0 or (head.idle and self._idle()) or not self._take(left):
+            if full or left <= 0 or (self.adaptive and head.idle and self._idle()) or not self._take(left):
                 break
         chosen = {id(it) for it in batch}
         self._pending = [it for it in self._pending if id(it) not in chosen]
