@@ -888,7 +888,8 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
         want = translator.translate([SOURCES[5]], beam=4)[0]
         shown = "return [...document.querySelectorAll('#output span.translation')].map((s) => s.textContent)"
         wait.until(lambda d: d.execute_script(shown) == [want])  # by script: the page replaces the elements
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell"))
+        wait.until(lambda d: d.find_element(By.ID, "att-translation").text == want)  # the new sentence's map
+        wait.until(lambda d: drawn(d) == want.replace(" ", ""))
         src = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.src-tok")
         tgt = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.tgt-tok")
         cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")

@@ -91,6 +91,9 @@ $("form").addEventListener("submit", async (ev) => {
   $("status").textContent = "";
   out.textContent = "";
   $("attention").hidden = true;
+  $("heatmap").textContent = "";  // the previous text's map must not stand for the new one
+  $("att-translation").textContent = "";
+  att = null;
   if (!text.trim()) return;
   $("go").disabled = true;
   try {
