@@ -12,6 +12,12 @@ errors and the server's RSS sampled every second. Modes:
 - whole-batches: the same with --batching whole (every batch decoded to its end: the server before
                  continuous batching; differs from `batched` with --beam 1 only)
 - one-at-a-time: --max-wait-ms 0 --max-batch-tokens 1 (every sentence decoded alone)
+- sequential:    one client (whatever --clients says), one request after another, the server's
+                 defaults (its adaptive 10 ms window); sequential-no-wait: the same with --max-wait-ms 0
+
+--unit paragraph sends paragraphs of 1-5 consecutive test sentences (joined by a space or a newline)
+to LibreTranslate's /translate, which cuts them into sentences; --api libretranslate sends single
+sentences there too (the default is /v1/translate).
 
 Then 1,000 malformed / oversized / random-bytes / wrong-type requests go to the batched server,
 which must answer each with a 4xx and still pass /health. Results: printed, and JSON under
@@ -38,6 +44,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {
     "batched": ["--max-wait-ms", "5", "--max-batch-tokens", "8192"],
+    # one client, one request after another, the server's defaults (adaptive 10 ms window); and the
+    # same with no window at all, the bound the adaptive window should reach
+    "sequential": [],
+    "sequential-no-wait": ["--max-wait-ms", "0"],
     "whole-batches": ["--max-wait-ms", "5", "--max-batch-tokens", "8192", "--batching", "whole"],
     "one-at-a-time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
 }
@@ -110,7 +120,26 @@ def start_server(
     raise SystemExit("server did not come up in 120 s")
 
 
-async def load(url: str, sentences: list[str], clients: int, seconds: float, pid: int) -> dict:
+def paragraphs(sentences: list[str], seed: int = 0) -> list[tuple[str, int]]:
+    """Consecutive test sentences grouped into paragraphs of 1-5, joined by a space or a newline (seeded):
+    (text, sentences in it)."""
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(sentences):
+        k = min(len(sentences) - i, rng.randint(1, 5))
+        out.append((rng.choice([" ", "\n"]).join(sentences[i : i + k]), k))
+        i += k
+    return out
+
+
+async def load(
+    url: str, sentences: list[str], clients: int, seconds: float, pid: int, unit: str = "sentence", api: str = "v1"
+) -> dict:
+    """`clients` closed-loop clients for `seconds`; `unit` sentence (one test sentence per request) or
+    paragraph (1-5 per request, LibreTranslate's /translate: the server cuts them); `api` v1
+    (/v1/translate) or libretranslate (/translate) for sentences."""
+    items = [(s, 1) for s in sentences] if unit == "sentence" else paragraphs(sentences)
+    done = [0]  # sentences answered
     latencies: list[float] = []
     errors: dict[str, int] = {}
     rss: list[tuple[float, float]] = []
@@ -120,11 +149,14 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, pid
     async def client(k: int, c: httpx.AsyncClient) -> None:
         i = k * 97
         while time.monotonic() < stop:
-            s = sentences[i % len(sentences)]
+            s, n = items[i % len(items)]
             i += 1
             t = time.monotonic()
             try:
-                r = await c.post("/v1/translate", json={"q": s})
+                if unit == "paragraph" or api == "libretranslate":
+                    r = await c.post("/translate", json={"q": s, "source": "de", "target": "en"})
+                else:
+                    r = await c.post("/v1/translate", json={"q": s})
                 if r.status_code != 200:
                     errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
                     continue
@@ -132,6 +164,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, pid
                 errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
                 continue
             latencies.append(time.monotonic() - t)
+            done[0] += n
 
     async def sample_rss() -> None:
         while time.monotonic() < stop:
@@ -153,9 +186,12 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, pid
     tokens = d["aiayn_target_tokens_total"]
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
     return {
-        "sentences": len(latencies),
+        "unit": unit,
+        "requests": len(latencies),
+        "sentences": done[0],
         "seconds": round(elapsed, 1),
-        "sentences_per_s": round(len(latencies) / elapsed, 2),
+        "requests_per_s": round(len(latencies) / elapsed, 2),
+        "sentences_per_s": round(done[0] / elapsed, 2),
         "target_tokens_per_s": round(tokens / elapsed, 1),
         "latency_p50_s": round(q[49], 3),
         "latency_p95_s": round(q[94], 3),
@@ -174,7 +210,7 @@ async def fuzz(url: str, n: int, seed: int = 0) -> dict:
 
     def body() -> tuple[str, dict]:
         kind = rng.randrange(8)
-        path = rng.choice(["/translate", "/v1/translate", "/v1/attention"])
+        path = rng.choice(["/translate", "/v1/translate", "/v1/attention", "/detect", "/translate_file"])
         if kind == 0:
             return path, {"content": rng.randbytes(rng.randint(1, 4000))}
         if kind == 1:
@@ -228,7 +264,9 @@ async def fuzz(url: str, n: int, seed: int = 0) -> dict:
         "requests": n,
         "statuses": dict(sorted(statuses.items())),
         "healthy_after": healthy,
-        "server_errors": sum(v for k, v in statuses.items() if not k.startswith("4")),
+        # 5xx or no answer; a 200 is a body that is a valid request after all ({"q": "a", "beam": "x"} on
+        # /detect, which reads q and ignores other fields, as LibreTranslate)
+        "server_errors": sum(v for k, v in statuses.items() if not k.startswith(("2", "4"))),
     }
 
 
@@ -248,6 +286,19 @@ def main() -> int:
     )
     p.add_argument("--workers", type=int, default=0, help="server's --workers (default 0: the server's default)")
     p.add_argument("--modes", default="batched,one-at-a-time", help="comma-separated: " + ", ".join(MODES))
+    p.add_argument(
+        "--unit",
+        default="sentence",
+        choices=["sentence", "paragraph"],
+        help="what a request holds: one test sentence, or a paragraph of 1-5 (LibreTranslate's /translate, "
+        "which cuts it into sentences; latency is per paragraph, sentences/s counts its sentences)",
+    )
+    p.add_argument(
+        "--api",
+        default="v1",
+        choices=["v1", "libretranslate"],
+        help="endpoint of the sentence requests: /v1/translate (default) or /translate",
+    )
     p.add_argument("--engine", default="auto", help="auto | torch | ctranslate2 (passed to aiayn serve)")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
     p.add_argument("--out", default=str(ROOT / "bench/results/serve_load.json"))
@@ -261,6 +312,8 @@ def main() -> int:
         "threads": a.threads,
         "workers": a.workers,
         "engine": a.engine,
+        "unit": a.unit,
+        "api": a.api,
         "run": a.checkpoint,
         "modes": {},
     }
@@ -268,7 +321,9 @@ def main() -> int:
         proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.engine, a.workers)
         try:
             httpx.post(url + "/v1/translate", json={"q": sentences[:8]}, timeout=120)  # warm up
-            r = asyncio.run(load(url, sentences, a.clients, a.seconds, proc.pid))
+            clients = 1 if mode.startswith("sequential") else a.clients  # one client, request after request
+            r = asyncio.run(load(url, sentences, clients, a.seconds, proc.pid, a.unit, a.api))
+            r["clients"] = clients
             print(
                 f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "
                 f"p50 {r['latency_p50_s']:.3f}s p95 {r['latency_p95_s']:.3f}s p99 {r['latency_p99_s']:.3f}s  "

@@ -170,3 +170,23 @@ def test_argos_export_of_a_model_ctranslate2_cannot_run(
     assert (
         capsys.readouterr().err.strip() == "error: --spm is for --ctranslate2: --argos packages the run's own spm.model"
     )
+
+
+@pytest.mark.needs_argos
+def test_argos_splits_sentences_offline_with_the_packaged_spacy_pipeline(run: dict, tmp_path: Path) -> None:
+    """Argos's default splitter (MiniSBD) downloads a model on the first translation (offline, LibreTranslate
+    answers 500). The package holds a blank spaCy pipeline of the source language: with
+    ARGOS_CHUNK_TYPE=SPACY, Argos's own code splits a text into sentences with it, nothing downloaded
+    (every address here is a closed port or unresolvable), each translated as it is alone."""
+    pkg = tmp_path / "de_en.argosmodel"
+    assert main(["export", "--argos", str(pkg), "-c", str(run["run"])]) == 0
+    with zipfile.ZipFile(pkg) as z:
+        assert "translate-de_en-1_0/spacy/config.cfg" in z.namelist()
+    a, b = run["lines"][:2]
+    two = f"{a}. {b}."
+    got = _argos(
+        tmp_path / "split", pkg, [two, f"{a}.", f"{b}."], "de", "en", ARGOS_CHUNK_TYPE="SPACY", ARGOS_BEAM_SIZE="1"
+    )
+    words = [x.split() for x in got["out"]]  # Argos joins the sentences' translations with a space
+    assert words[0] == words[1] + words[2] and words[1] != words[2]
+    assert not list((tmp_path / "split" / "home").rglob("*.onnx"))  # no MiniSBD model fetched

@@ -154,3 +154,9 @@ def test_the_gpu_check_runs_end_to_end_in_its_cpu_smoke_mode(home, tmp_path):
         assert r["decode"][key]["sentences_per_s"] > 0, r["decode"]
     assert r["ratios"]["train tiny bf16 aiayn/torch"] > 0
     assert "| tiny | bf16-compile | aiayn |" in md.read_text()
+
+
+def test_segmenters_compare_on_the_gold_set(home):
+    rows = {(r["segmenter"], r["mode"]): r for r in json_lines(run("segmenters.py", home=home))}
+    assert ("sentencex", "raw") in rows and ("sentencex", "lines") in rows
+    assert rows["aiayn", "lines"]["fn"] == 0 and rows["aiayn", "lines"]["right"] >= 0.97

@@ -135,6 +135,46 @@ def test_translate_files_and_n_best(run_dir, tmp_path):
     assert got_scores[0] >= got_scores[1] and got_scores[2] >= got_scores[3]
 
 
+def test_translate_document_decodes_sentences_and_keeps_the_layout(run_dir, tmp_path):
+    """--document: the file is cut into sentences, each translated as it would be alone, and written back
+    with the file's own whitespace; without it the same file is translated line by line."""
+    from aiayn import Translator
+    from aiayn.data.segment import segment
+
+    text = "Ein Hund rennt. Eine Frau fährt Fahrrad auf der Straße.\n\n  Zwei Männer spielen Fußball im Park.\n"
+    text += "A dog runs.\n"
+    src, out = tmp_path / "doc.de", tmp_path / "doc.en"
+    src.write_text(text, encoding="utf-8")
+    r = aiayn("translate", "-c", str(run_dir), "--document", "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0, r.stderr.decode()
+    seg = segment(text, "de")
+    assert len(seg.sentences) == 4  # two on the first line
+    t = Translator.load(run_dir, "cpu")
+    alone = [t.translate([s], max_len_b=4)[0] for s in seg.sentences]
+    assert out.read_text(encoding="utf-8") == seg.join(alone)
+    assert seg.gaps == ["", " ", "\n\n  ", "\n", "\n"]
+    r = aiayn("translate", "-c", str(run_dir), "--document", *SEARCH, stdin=text.encode())
+    assert r.stdout.decode() == seg.join(alone)
+    lines = aiayn("translate", "-c", str(run_dir), *SEARCH, stdin=text.encode()).stdout.decode()
+    assert lines.split("\n")[0] == t.translate([text.split("\n")[0]], max_len_b=4)[0]  # line by line: one input
+    r = aiayn("translate", "-c", str(run_dir), "--document", "--n-best", "2", stdin=b"x")
+    assert r.returncode == 2 and b"--n-best" in r.stderr
+
+
+def test_translate_format_html(run_dir, tmp_path):
+    from aiayn import Translator
+    from aiayn.decode.html import translate_html
+
+    page = "<!DOCTYPE html>\n<html><body><p>Ein Hund <b>rennt</b>.</p><pre>Ein Hund.</pre></body></html>\n"
+    src, out = tmp_path / "page.html", tmp_path / "page.en.html"
+    src.write_text(page, encoding="utf-8")
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0, r.stderr.decode()
+    t = Translator.load(run_dir, "cpu")
+    assert out.read_text(encoding="utf-8") == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4))
+    assert "<pre>Ein Hund.</pre>" in out.read_text(encoding="utf-8")
+
+
 def test_translate_bad_checkpoint_is_an_error(tmp_path):
     r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
     assert r.returncode == 2

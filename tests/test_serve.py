@@ -211,8 +211,6 @@ def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
 
     async def main() -> tuple:
         t0 = time.monotonic()
-        # a lone sentence is decoded once the window (100 ms) has passed: a generous deadline, 100 times
-        # the window, stands for "not waiting for more sentences that never come"
         alone = await asyncio.wait_for(b.translate(["one two three"], SearchOptions(beam=2)), timeout=10)
         waited = fake.batches[0][0] - t0
         texts = [f"w{i} x y" for i in range(12)]
@@ -230,7 +228,7 @@ def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
     finally:
         b.close()
     assert alone == [[("ONE TWO THREE", pytest.approx(float("nan"), nan_ok=True), 1)]]
-    assert waited > 0.09  # a lone sentence waits the window (100 ms) for company
+    assert waited < 0.05  # nothing else queued: no window (100 ms) to wait (the adaptive window)
     assert isinstance(out[1], asyncio.CancelledError)
     for i, t in enumerate(texts):
         if i != 1:
@@ -242,6 +240,59 @@ def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
         assert len(batch) * 4 * beam <= 40 or len(batch) == 1  # the budget
         assert all((int(t[1:].split()[0]) % 3 == 0) == (beam == 1) for t in batch if t.startswith("w"))
     assert max(len(x[1]) for x in later) > 1 and b.queued == 0
+
+
+def test_the_window_waits_only_when_others_are_queued_or_decoding() -> None:
+    """Issue #47: a lone sequential client paid the batching window on every request (32 sentences/s
+    against 46 without it). Now a request that finds the batcher idle starts at once, and one that
+    arrives while another decodes still waits for company, so batches under load stay as large."""
+    from aiayn.serve import Batcher, SearchOptions
+
+    fake = _FakeBackend()  # each batch takes 50 ms
+    b = Batcher(fake, max_batch_tokens=1000, max_wait_ms=300)
+    b.start()
+
+    async def main() -> tuple[list[float], list]:
+        opts = SearchOptions(beam=1)
+        lone = []
+        for i in range(3):  # one client, one request after the other: no window
+            t0 = time.monotonic()
+            await b.translate([f"s{i} x", f"s{i} y"], opts)  # two sentences of one request: one batch
+            lone.append(time.monotonic() - t0)
+        first = asyncio.ensure_future(b.translate(["a x"], opts))  # idle: decoded at once
+        await asyncio.sleep(0.01)
+        # these arrive while "a x" decodes: they wait for each other within the window
+        later = [asyncio.ensure_future(b.translate([f"{c} x"], opts)) for c in "bc"]
+        await asyncio.sleep(0.1)
+        later.append(asyncio.ensure_future(b.translate(["d x"], opts)))
+        return lone, await asyncio.gather(first, *later)
+
+    try:
+        lone, out = asyncio.run(main())
+    finally:
+        b.close()
+    assert max(lone) < 0.2, lone  # 50 ms of decoding each, not 300 ms of window
+    assert [x[1] for x in fake.batches[:3]] == [["s0 x", "s0 y"], ["s1 x", "s1 y"], ["s2 x", "s2 y"]]
+    assert [x[1] for x in fake.batches[3:]] == [["a x"], ["b x", "c x", "d x"]]  # d came 100 ms later
+    assert [h[0][0][0] for h in out] == ["A X", "B X", "C X", "D X"]
+
+
+def test_without_the_adaptive_window_a_lone_request_waits_it() -> None:
+    from aiayn.serve import Batcher, SearchOptions
+
+    fake = _FakeBackend()
+    b = Batcher(fake, max_batch_tokens=1000, max_wait_ms=200, adaptive=False)  # aiayn serve --no-adaptive-wait
+    b.start()
+
+    async def main() -> float:
+        t0 = time.monotonic()
+        await b.translate(["a x"], SearchOptions(beam=1))
+        return fake.batches[0][0] - t0
+
+    try:
+        assert asyncio.run(main()) > 0.19
+    finally:
+        b.close()
 
 
 def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -> None:
@@ -258,28 +309,178 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
         ({"source": "de", "target": "en"}, "Invalid request: missing q parameter"),
         ({"q": "x", "target": "en"}, "Invalid request: missing source parameter"),
         ({"q": "x", "source": "de", "target": "fr"}, "fr is not supported"),
-        ({"q": "x", "source": "de", "target": "en", "format": "html"}, "html format is not supported"),
+        ({"q": "x", "source": "de", "target": "en", "format": "xml"}, "xml format is not supported"),
     ]:
         r = httpx.post(server.url + "/translate", json=body)
         assert (r.status_code, r.json()) == (400, {"error": err})
 
 
-def test_libretranslate_source_auto_detects_the_runs_source_language(server: ThreadServer, translator) -> None:
-    """docs/serving.md: `source` may be `auto`; the model reads one language, so that is the one detected."""
+def test_detect_and_source_auto(server: ThreadServer, translator) -> None:
+    """Issue #47: /detect in LibreTranslate's shape with py3langid's probabilities, and `source: auto`
+    detects; a text in a language the model does not read is a 400 naming that language."""
+    from aiayn.data.language import detect
+
+    texts = {
+        "de": "Eine Katze sitzt auf dem Tisch und schläft.",
+        "en": "A dog is running across the green grass.",
+        "fr": "Un chien court dans le parc avec un ballon.",
+        "cs": "Pes běží přes zelenou trávu v parku.",
+    }
+    for lang, text in texts.items():
+        r = httpx.post(server.url + "/detect", json={"q": text})
+        assert r.status_code == 200
+        got = r.json()
+        assert [x["language"] for x in got][0] == lang and len(got) == 3
+        assert got == [{"confidence": round(100 * p, 2), "language": code} for code, p in detect(text)]
+        assert 50 < got[0]["confidence"] <= 100 and got[0]["confidence"] > got[1]["confidence"] >= got[2]["confidence"]
+    r = httpx.post(server.url + "/detect", data={"q": [texts["de"], texts["fr"]]})  # form, q repeated
+    assert [x[0]["language"] for x in r.json()] == ["de", "fr"]
+    assert httpx.post(server.url + "/detect", json={}).status_code == 400
+    assert httpx.post(server.url + "/detect", json={"q": "x" * 1001}).status_code == 413  # the char limit
+
     lt = LibreTranslateAPI(server.url)
-    assert lt.translate(SOURCES[0], "auto", "en") == translator.translate([SOURCES[0]], beam=4)[0]
-    r = httpx.post(server.url + "/translate", json={"q": SOURCES[1], "source": "auto", "target": "en"})
+    assert lt.translate(texts["de"], "auto", "en") == translator.translate([texts["de"]], beam=4)[0]
+    r = httpx.post(server.url + "/translate", json={"q": texts["de"], "source": "auto", "target": "en"})
+    de_conf = round(100 * detect(texts["de"])[0][1], 2)
     assert r.status_code == 200 and r.json() == {
-        "translatedText": translator.translate([SOURCES[1]], beam=4)[0],
-        "detectedLanguage": {"confidence": 100.0, "language": "de"},
+        "translatedText": translator.translate([texts["de"]], beam=4)[0],
+        "detectedLanguage": {"confidence": de_conf, "language": "de"},
     }
-    r = httpx.post(server.url + "/translate", json={"q": SOURCES[:3], "source": "auto", "target": "en"})
-    assert r.status_code == 200 and r.json() == {
-        "translatedText": translator.translate(SOURCES[:3], beam=4),
-        "detectedLanguage": [{"confidence": 100.0, "language": "de"}] * 3,
-    }
-    r = httpx.post(server.url + "/translate", json={"q": SOURCES[1], "source": "de", "target": "en"})
-    assert "detectedLanguage" not in r.json()  # only when asked to detect
+    r = httpx.post(server.url + "/translate", json={"q": [texts["de"], "42 !"], "source": "auto", "target": "en"})
+    assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de", "de"]  # no letters: nothing to detect
+    for lang in ("fr", "en"):
+        r = httpx.post(
+            server.url + "/translate", json={"q": [texts["de"], texts[lang]], "source": "auto", "target": "en"}
+        )
+        assert r.status_code == 400
+        name = {"fr": "French", "en": "English"}[lang]
+        assert r.json()["error"].startswith(f"detected language {name} ({lang}, confidence ")
+        assert r.json()["error"].endswith("this server translates German (de) to English (en)")
+    r = httpx.post(server.url + "/translate", json={"q": texts["fr"], "source": "de", "target": "en"})
+    assert r.status_code == 200 and "detectedLanguage" not in r.json()  # only when asked to detect
+
+
+PARAGRAPH = "Ein Hund rennt. Eine Frau fährt Fahrrad.\n\nZwei Männer spielen Fußball.  Ein Kind schläft.\n"
+_SENTENCES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad.", "Zwei Männer spielen Fußball.", "Ein Kind schläft."]
+
+
+def _alone(translator, text: str, beam: int = 4) -> str:
+    """`text` translated as the server must: each sentence as it is alone, rejoined in the text's layout."""
+    from aiayn.data.segment import segment
+
+    seg = segment(text, "de")
+    return seg.join([translator.translate([x], beam=beam)[0] for x in seg.sentences])
+
+
+def test_paragraphs_are_cut_into_sentences_and_rejoined_with_their_layout(server: ThreadServer, translator) -> None:
+    """Issue #47: a paragraph given whole to a model trained on sentences loses sentences. /translate cuts
+    it (on by default, as LibreTranslate), and the answer keeps every space and line break."""
+    want = _alone(translator, PARAGRAPH)
+    assert want.count("\n") == 3 and want != translator.translate([PARAGRAPH], beam=4)[0]
+    r = httpx.post(server.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en"})
+    assert r.status_code == 200 and r.json() == {"translatedText": want}
+    r = httpx.post(server.url + "/translate", json={"q": [PARAGRAPH, SOURCES[3], " "], "source": "de", "target": "en"})
+    assert r.json() == {"translatedText": [want, translator.translate([SOURCES[3]], beam=4)[0], " "]}
+    assert LibreTranslateAPI(server.url).translate(PARAGRAPH, "de", "en") == want  # form-encoded
+    # alternatives: the k-th hypothesis of every sentence, rejoined
+    r = httpx.post(server.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en", "alternatives": 1})
+    assert r.json()["translatedText"] == want and len(r.json()["alternatives"]) == 1
+    # aiayn's own API: split on request, with the sentences and the whitespace between them (the web page)
+    r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH, "split": True})
+    (t,) = r.json()["translations"]
+    assert t["text"] == want and t["gaps"] == ["", " ", "\n\n", "  ", "\n"]
+    assert [x["source"] for x in t["sentences"]] == [
+        "Ein Hund rennt.",
+        "Eine Frau fährt Fahrrad.",
+        "Zwei Männer spielen Fußball.",
+        "Ein Kind schläft.",
+    ]
+    r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH})  # /v1 without split: one sentence
+    assert r.json()["translations"][0]["text"] == translator.translate([PARAGRAPH], beam=4)[0]
+    r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH, "split": True, "n_best": 2})
+    assert r.status_code == 422
+
+
+def test_html_format(server: ThreadServer, translator) -> None:
+    """format html: the text translated by whole sentences, every tag and attribute kept (the markup's
+    own rules are tests/test_documents.py's); LibreTranslate refused nothing here, aiayn refused html."""
+    from lxml import html as lxml_html
+
+    from aiayn.decode.html import translate_html
+
+    page = '<p>Ein Hund <b>rennt</b>. <a href="/k" title="Die Katze">Eine Katze</a> sitzt auf dem Tisch.</p>'
+    want = translate_html(page, "de", lambda sentences: translator.translate(sentences, beam=4))
+    r = httpx.post(server.url + "/translate", json={"q": page, "source": "de", "target": "en", "format": "html"})
+    assert r.status_code == 200 and r.json() == {"translatedText": want}
+    got = lxml_html.fragment_fromstring(want, create_parent="div")
+    assert [el.tag for el in got.iter()] == ["div", "p", "b", "a"] and got.find("p/a").get("href") == "/k"
+    assert got.text_content() == " ".join(
+        translator.translate([x], beam=4)[0] for x in ["Ein Hund rennt.", "Eine Katze sitzt auf dem Tisch."]
+    )
+    r = httpx.post(
+        server.url + "/translate",
+        json={"q": [page, "<b>\x00Ein Kind schläft.</b>"], "source": "auto", "target": "en", "format": "html"},
+    )
+    assert r.status_code == 200 and r.json()["translatedText"][0] == want
+    assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de", "de"]
+    body = {"q": page, "source": "de", "target": "en", "format": "html", "alternatives": 1}
+    assert httpx.post(server.url + "/translate", json=body).status_code == 400
+
+
+def test_translate_file_and_download_file(server: ThreadServer, translator) -> None:
+    """LibreTranslate's multipart /translate_file: .txt keeps its layout, .html its markup; the answer's
+    URL downloads the result; the limits and clear 4xx answers of /translate."""
+    from aiayn.decode.html import translate_html
+
+    def upload(name: str, data: bytes, **fields: str) -> httpx.Response:
+        form = {"source": "de", "target": "en", **fields}
+        return httpx.post(server.url + "/translate_file", data=form, files={"file": (name, data, "text/plain")})
+
+    r = upload("brief.txt", PARAGRAPH.encode())
+    assert r.status_code == 200, r.text
+    url = r.json()["translatedFileUrl"]
+    assert url.startswith(server.url + "/download_file/") and url.endswith(".brief.txt")
+    got = httpx.get(url)
+    assert got.status_code == 200 and got.text == _alone(translator, PARAGRAPH)
+    assert got.headers["content-disposition"] == 'attachment; filename="brief.txt"'
+    page = "<html><body><p>Ein Hund <b>rennt</b>.</p>\n<p>Ein Kind schläft.</p></body></html>"
+    r = upload("../../seite ü.html", page.encode(), source="auto")
+    assert r.json()["translatedFileUrl"].endswith(".seite__.html")  # a safe name, no path
+    got = httpx.get(r.json()["translatedFileUrl"])
+    assert got.text == translate_html(page, "de", lambda x: translator.translate(x, beam=4))
+    assert got.headers["content-type"].startswith("text/html")
+    for response, status, error in [
+        (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.htm, .html, .txt)"),
+        (upload("a.txt", b"\xff\xfe\x00x"), 400, "the file is not UTF-8 text"),
+        (upload("a.txt", b"x", target="fr"), 400, None),
+        (upload("a.txt", b"Un chien court dans le parc.", source="auto"), 400, None),
+        (upload("a.txt", b"Ein Hund. " * 120), 413, None),  # 1,200 characters: over the char limit
+        (upload("a.txt", b"x" * 30_000), 413, None),  # over the body limit, refused before parsing
+        (httpx.post(server.url + "/translate_file", data={"source": "de", "target": "en"}), 400, None),
+        (httpx.post(server.url + "/translate_file", json={"q": "x"}), 400, None),
+        (httpx.get(server.url + "/download_file/nope.txt"), 404, None),
+    ]:
+        assert response.status_code == status, response.text
+        if error:
+            assert response.json() == {"error": "Invalid request: " + error}
+
+
+def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
+    fake = _FakeBackend()
+    srv = _serve(fake, max_wait_ms=0)
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": [PARAGRAPH, "Ein Vogel."], "source": "de", "target": "en"})
+        assert r.json()["translatedText"] == [PARAGRAPH.upper(), "EIN VOGEL."]
+        assert [b[1] for b in fake.batches] == [[*_SENTENCES, "Ein Vogel."]]
+    finally:
+        srv.stop()
+    fake = _FakeBackend()
+    srv = _serve(fake, max_wait_ms=0, split_sentences=False)  # aiayn serve --no-split-sentences
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en"})
+        assert r.json()["translatedText"] == PARAGRAPH.upper() and [b[1] for b in fake.batches] == [[PARAGRAPH]]
+    finally:
+        srv.stop()
 
 
 def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:
@@ -527,6 +728,29 @@ def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServe
     assert ct2.engine.model_dir.parent == run_dir / "ct2"  # written once into the run, reused
 
 
+def test_attention_draws_the_translation_the_server_answers(
+    run_dir: Path, random_run: Path, torch_backend, random_backend
+) -> None:
+    """Issue #47: the attention view drew CTranslate2's own beam (its length penalty), not the translation
+    shown above it (ours, re-ranked). Both engines, trained and untrained weights, greedy and beam."""
+    from aiayn.serve import CTranslate2Backend, SearchOptions
+
+    ct2 = CTranslate2Backend(run_dir, threads=1)
+    ct2_random = CTranslate2Backend(random_run, threads=1)
+    for backend in (torch_backend, random_backend, ct2, ct2_random):
+        for beam in (1, 4):
+            opts = SearchOptions(beam=beam, max_len_b=12)
+            for sentence in SOURCES[:4] + ["Hund Katze Frau", "Zwei"]:
+                shown = backend.translate([sentence], opts)[0][0][0]
+                a = backend.attention(sentence, opts)
+                assert a["translation"] == shown, (backend.name, beam, sentence)
+                assert len(a["layers"][-1]) == len(a["target_tokens"])
+                drawn = a["target_tokens"][:-1] if a["target_tokens"][-1:] == ["</s>"] else a["target_tokens"]
+                pieces = "".join(drawn).replace(" ", "").replace("\u2581", "")
+                if "<0x" not in pieces:  # byte pieces are shown as such
+                    assert pieces == shown.replace(" ", "")
+
+
 def test_attention_endpoint(server: ThreadServer, translator) -> None:
     r = httpx.post(server.url + "/v1/attention", json={"q": SOURCES[2], "beam": 4})
     assert r.status_code == 200, r.text
@@ -560,6 +784,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path) -> None
             str(port),
             "--max-wait-ms",
             "1500",
+            "--no-adaptive-wait",  # the lone request waits the window, idle server or not
             "--device",
             "cpu",
         ],
@@ -636,12 +861,35 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
     try:
         wait = WebDriverWait(driver, 30)
         driver.get(server.url + "/")
+        # a pasted paragraph: its sentences translated, in its layout (issue #47)
+        driver.find_element(By.ID, "source").send_keys(PARAGRAPH)
+        driver.find_element(By.ID, "go").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output span.translation"))
+        output = driver.find_element(By.ID, "output")
+        assert driver.execute_script("return arguments[0].textContent", output) == _alone(translator, PARAGRAPH)
+        spans = driver.find_elements(By.CSS_SELECTOR, "#output span.translation")
+        assert [x.text for x in spans] == [translator.translate([x], beam=4)[0] for x in _SENTENCES]
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell"))
+        # the attention view draws the sentence shown: its rows are the pieces of that translation
+        rows = "return [...document.querySelectorAll('#heatmap text.tgt-tok')].map((t) => t.textContent)"
+
+        def drawn(d) -> str:  # the heat map's row labels (by script: a click redraws the map)
+            labels = d.execute_script(rows)
+            return "".join(labels[:-1] if labels[-1:] == ["</s>"] else labels).replace(" ", "").replace("\u2581", "")
+
+        for span in (spans[2], spans[0]):
+            span.click()
+            wait.until(lambda d, span=span: "selected" in span.get_attribute("class"))
+            wait.until(lambda d, span=span: d.find_element(By.ID, "att-translation").text == span.text)
+            wait.until(lambda d, span=span: drawn(d) == span.text.replace(" ", ""))
+        driver.find_element(By.ID, "source").clear()
         driver.find_element(By.ID, "source").send_keys(SOURCES[5])
         driver.find_element(By.ID, "go").click()
         want = translator.translate([SOURCES[5]], beam=4)[0]
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output li.translation"))
-        assert driver.find_element(By.CSS_SELECTOR, "#output li.translation").text == want
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell"))
+        shown = "return [...document.querySelectorAll('#output span.translation')].map((s) => s.textContent)"
+        wait.until(lambda d: d.execute_script(shown) == [want])  # by script: the page replaces the elements
+        wait.until(lambda d: d.find_element(By.ID, "att-translation").text == want)  # the new sentence's map
+        wait.until(lambda d: drawn(d) == want.replace(" ", ""))
         src = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.src-tok")
         tgt = driver.find_elements(By.CSS_SELECTOR, "#heatmap text.tgt-tok")
         cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")
@@ -657,17 +905,22 @@ def test_web_page_in_headless_chromium(server: ThreadServer, translator, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def random_backend(run_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+def random_run(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained model (learned positions; the trained one has sinusoids) with the run's vocabulary:
     its greedy outputs run to their length limits, the trained one's mostly end with EOS."""
-    from aiayn.serve import TorchBackend
-
     run = tmp_path_factory.mktemp("random_run")
     (run / "spm.model").write_bytes((run_dir / "spm.model").read_bytes())
     torch.manual_seed(1)
     cfg = ModelConfig.preset("tiny", vocab_size=Tokenizer(run / "spm.model").vocab_size, max_positions=48, dropout=0.0)
     save_weights(Transformer(dataclasses.replace(cfg, positional="learned")).eval(), run / "best.safetensors", step=0)
-    return TorchBackend(run, device="cpu")
+    return run
+
+
+@pytest.fixture(scope="module")
+def random_backend(random_run: Path):
+    from aiayn.serve import TorchBackend
+
+    return TorchBackend(random_run, device="cpu")
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])

@@ -377,6 +377,25 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 
 
+def _spacy_sentencizer(lang: str, where: Path) -> list[tuple[Path, str]]:
+    """A blank spaCy pipeline of `lang` (its tokenizer's abbreviation rules; "xx" when spaCy has no such
+    language) as (file, path inside spacy/) pairs, for the package's spacy/ directory: Argos with
+    ARGOS_CHUNK_TYPE=SPACY loads it and adds spaCy's rule-based sentencizer, so sentences are split
+    with nothing downloaded (its default, MiniSBD, downloads a model on the first translation, and
+    offline LibreTranslate answers 500). Written under `where`; empty without spaCy (argostranslate
+    installs it)."""
+    try:
+        import spacy
+    except ImportError:
+        return []
+    try:
+        nlp = spacy.blank(lang)
+    except Exception:  # noqa: BLE001 - spaCy raises ImportError or its own errors for an unknown code
+        nlp = spacy.blank("xx")
+    nlp.to_disk(where)  # no sentencizer in it: Argos adds one, and a second would be refused
+    return [(f, f.relative_to(where).as_posix()) for f in sorted(where.rglob("*")) if f.is_file()]
+
+
 def export_argos(
     path: str | os.PathLike,
     out_file: str | os.PathLike,
@@ -428,18 +447,24 @@ def export_argos(
         f"A Transformer trained with aiayn, exported with `aiayn export --argos` from {Path(path).name}.\n"
         "model/ is its CTranslate2 export (quantization: "
         f"{quantization or 'float32'}); sentencepiece.model is its tokenizer (source and target).\n"
+        "spacy/ (when spaCy was installed at export) is a blank spaCy pipeline of the source language: with\n"
+        "ARGOS_CHUNK_TYPE=SPACY, Argos splits sentences with it and spaCy's rule-based sentencizer, offline.\n"
+        "Install: python -c \"import argostranslate.package as p; p.install_from_path('PACKAGE.argosmodel')\"\n"
+        "(argospm install takes only names from the online index).\n"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     os.close(fd)
     try:
-        with zipfile.ZipFile(tmp_name, "w", zipfile.ZIP_DEFLATED) as z:
+        with zipfile.ZipFile(tmp_name, "w", zipfile.ZIP_DEFLATED) as z, tempfile.TemporaryDirectory() as spacy_dir:
             z.writestr(f"{name}/metadata.json", json.dumps(metadata, indent=1) + "\n")
             z.writestr(f"{name}/README.md", readme)
             z.write(ct2_dir / "spm.model", f"{name}/sentencepiece.model")
             for f in sorted(ct2_dir.iterdir()):  # a CTranslate2 export aiayn serve/translate also read
                 if f.is_file() and f.name != "source.json":  # source.json: paths on this machine
                     z.write(f, f"{name}/model/{f.name}")
+            for f, arc in _spacy_sentencizer(src, Path(spacy_dir)):
+                z.write(f, f"{name}/spacy/{arc}")
         os.replace(tmp_name, out)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

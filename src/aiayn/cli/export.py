@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument(
         "--argos",
         metavar="OUT.argosmodel",
-        help="write an Argos Translate package (argospm install / LibreTranslate's models directory)",
+        help='write an Argos Translate package; install it with python -c "import argostranslate.package as p; '
+        "p.install_from_path('OUT.argosmodel')\" (argospm installs only from the online index); LibreTranslate "
+        "offline: ARGOS_CHUNK_TYPE=SPACY (docs/serving.md)",
     )
     p.add_argument(
         "-c",

@@ -42,11 +42,13 @@ def _serve(a: argparse.Namespace) -> int:
         max_len_b=d.max_len_b,
         max_batch_tokens=max_batch_tokens,
         max_wait_ms=a.max_wait_ms,
+        adaptive_wait=a.adaptive_wait,
         batching=a.batching,
         char_limit=a.char_limit,
         batch_limit=a.batch_limit,
         body_limit=a.max_body_bytes,
         api_key=a.api_key,
+        split_sentences=a.split_sentences,
     )
     from aiayn.cli.translate import say_engine
 
@@ -111,6 +113,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="longest a sentence waits for others to share its batch (default 10; 0 = no waiting)",
     )
     p.add_argument(
+        "--no-adaptive-wait",
+        dest="adaptive_wait",
+        action="store_false",
+        help="every batch waits out --max-wait-ms, even when nothing else is queued or decoding (default: a "
+        "request that finds the server idle starts at once)",
+    )
+    p.add_argument(
         "--batching",
         default="continuous",
         choices=["continuous", "whole"],
@@ -130,6 +139,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--api-key",
         default=None,
         help="require this key (api_key field, X-API-Key or Authorization: Bearer) on translations",
+    )
+    p.add_argument(
+        "--no-split-sentences",
+        dest="split_sentences",
+        action="store_false",
+        help="hand each text of /translate to the model whole (default: cut into sentences, decoded in one batch, "
+        "rejoined with the text's whitespace, as LibreTranslate does)",
     )
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")

@@ -183,6 +183,8 @@ def _translate(a: argparse.Namespace) -> int:
 
         torch.set_num_threads(a.threads)
     say_engine(t)
+    if a.document or a.format == "html":
+        return _translate_document(a, t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
     bar = None
@@ -212,6 +214,49 @@ def _translate(a: argparse.Namespace) -> int:
             src.close()
         if a.output:
             out.close()
+    return 0
+
+
+def source_language(checkpoint: str) -> str:
+    """The run's data.src_lang (its config.yaml), else DataConfig's default."""
+    from aiayn.checkpoint import find_in_run
+    from aiayn.config import Config, DataConfig
+
+    found = find_in_run(checkpoint, "config.yaml")
+    return (Config.load(str(found)).data if found else DataConfig()).src_lang
+
+
+def _translate_document(a: argparse.Namespace, t: Any) -> int:
+    """--document / --format html: the whole input is one document; every sentence of it is decoded in
+    one call and the translation keeps the input's layout (aiayn.decode.documents)."""
+    from aiayn.errors import AiaynError
+
+    if a.n_best != 1:
+        raise AiaynError("--n-best works line by line: not with --document or --format html")
+    lang = a.source_lang or source_language(_members(a)[0] or "")
+    if a.input:
+        with open(a.input, "rb") as f:
+            data = f.read()
+    else:
+        data = sys.stdin.buffer.read()
+    text = data.decode("utf-8", "replace")
+    if a.format == "html":
+        from aiayn.decode.html import translate_html
+
+        out = translate_html(text, lang, lambda sentences: t.translate(sentences))
+    else:
+        from aiayn.decode.documents import translate_texts
+
+        out = translate_texts([text], lang, lambda sentences: t.translate(sentences))[0]
+    if a.output:
+        from pathlib import Path
+
+        from aiayn.fileio import atomic_write
+
+        atomic_write(a.output, lambda tmp: Path(tmp).write_bytes(out.encode("utf-8")))
+    else:
+        sys.stdout.buffer.write(out.encode("utf-8"))
+        sys.stdout.buffer.flush()
     return 0
 
 
@@ -278,6 +323,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="print the N best hypotheses per line as 'i ||| text ||| score' (default 1)",
+    )
+    p.add_argument(
+        "--document",
+        action="store_true",
+        help="the input is one document (paragraphs, blank lines): cut into sentences, all decoded in one "
+        "batch, written back with the same layout (default: one line = one sentence). A line break always "
+        "ends a sentence, so text wrapped inside a sentence is cut at its line ends",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "html"],
+        default="text",
+        help="html: the input is an HTML page or fragment; its text is translated with its inline markup "
+        "carried over, script/style/code/pre and attributes other than alt/title untouched (implies --document)",
+    )
+    p.add_argument(
+        "--source-lang",
+        help="language of the input for sentence splitting with --document (default: the run's data.src_lang)",
     )
     _add_search_args(p)
     p.add_argument(

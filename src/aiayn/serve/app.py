@@ -1,7 +1,10 @@
 """The HTTP API of `aiayn serve` (FastAPI): LibreTranslate's /translate, aiayn's own /v1, metrics, a web page.
 
-    POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text", "api_key": ...}
+    POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text" | "html", "api_key": ...}
                          -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
+    POST /detect         {"q": str} -> [{"confidence": 97.1, "language": "de"}, ...] (py3langid, best first)
+    POST /translate_file multipart: file (.txt, .html), source, target -> {"translatedFileUrl": URL}
+    GET  /download_file/NAME  the translated file (the URL above)
     GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
     POST /v1/translate   {"q": [str], "beam": 4, "n_best": 2, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
                          -> {"translations": [{"text", "score", "nbest": [{"text", "score"}]}], ...}
@@ -21,7 +24,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +35,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from lxml.etree import LxmlError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aiayn.config import DecodeConfig
+from aiayn.data.language import detect
+from aiayn.decode.documents import SplitTexts, split_texts
+from aiayn.decode.html import HtmlDocument
 from aiayn.errors import AiaynError
-from aiayn.serve.batcher import Backend, Batcher, BatchStats, Overloaded, SearchOptions
+from aiayn.serve.batcher import Backend, Batcher, BatchStats, Hypothesis, Overloaded, SearchOptions
 
 log = logging.getLogger("aiayn.serve")
 STATIC = Path(__file__).parent / "static"
@@ -55,6 +62,19 @@ LANGUAGE_NAMES = {
     "ru": "Russian",
     "zh": "Chinese",
     "ja": "Japanese",
+    "sk": "Slovak",
+    "pl": "Polish",
+    "sv": "Swedish",
+    "da": "Danish",
+    "fi": "Finnish",
+    "hu": "Hungarian",
+    "ro": "Romanian",
+    "tr": "Turkish",
+    "el": "Greek",
+    "uk": "Ukrainian",
+    "ar": "Arabic",
+    "ko": "Korean",
+    "lb": "Luxembourgish",
 }
 
 
@@ -70,11 +90,15 @@ class ServeSettings:
     max_len_b: int = DecodeConfig.max_len_b
     max_batch_tokens: int = DecodeConfig.max_tokens  # sentences x longest source x beam
     max_wait_ms: float = 10.0
+    adaptive_wait: bool = True  # a request that finds the server idle does not wait the window
     batching: str = "continuous"  # greedy searches join a running batch; "whole": batches run to their end
     char_limit: int = 5000  # characters per request, summed over its sentences
     batch_limit: int = 64  # sentences per request
     body_limit: int = 1 << 20  # bytes
     api_key: str | None = None
+    # Texts are cut into sentences (aiayn.data.segment), all decoded in one batch and rejoined with their
+    # whitespace, as LibreTranslate does: the model was trained on single sentences (issue #47).
+    split_sentences: bool = True
 
 
 class ApiError(Exception):
@@ -94,6 +118,8 @@ class V1Translate(BaseModel):
     max_len_a: StrictFloat | StrictInt | None = Field(None, ge=0, le=10)
     max_len_b: StrictInt | None = Field(None, ge=0, le=1024)
     api_key: StrictStr | None = None
+    # each text cut into sentences, decoded together, rejoined; the answer lists them (the web page)
+    split: StrictBool = False
 
 
 class V1Attention(V1Translate):
@@ -204,6 +230,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         observer=metrics.observe_batch,
         continuous=s.batching == "continuous",
         workers=getattr(backend, "workers", 1),
+        adaptive=s.adaptive_wait,
     )
     metrics.queue.set_function(lambda: batcher.queued)
 
@@ -219,6 +246,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
                 close()
 
     app = FastAPI(title="aiayn serve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    files = _Files()
     app.state.batcher, app.state.metrics, app.state.settings = batcher, metrics, s
 
     @app.exception_handler(ApiError)
@@ -300,6 +328,18 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         except Overloaded as e:
             raise ApiError(503, str(e)) from None
 
+    async def run_texts(texts: list[str], opts: SearchOptions, split: bool) -> tuple[SplitTexts | None, list]:
+        """n-best lists of the texts' translations; `split`: each text cut into sentences, all of them
+        queued at once (one request: they batch together), each hypothesis k rejoined from the
+        sentences' k-th (their last when a sentence has fewer) in the text's layout."""
+        if not split:
+            return None, await run(texts, opts)
+        docs = split_texts(texts, s.source_lang)
+        nbest = await run(docs.sentences, opts)
+        per_k = [docs.join([h[min(k, len(h) - 1)][0] for h in nbest]) for k in range(opts.n_best)]
+        joined = [[(per_k[k][i], math.nan, 0) for k in range(opts.n_best)] for i in range(len(texts))]
+        return docs, joined
+
     def options(req: V1Translate) -> SearchOptions:
         beam = req.beam if req.beam is not None else s.beam
         if req.n_best > beam:
@@ -339,7 +379,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         if not isinstance(target, str) or target != s.target_lang:
             raise ApiError(400, f"{_one_line(target)} is not supported")
         fmt = fields.get("format") or "text"
-        if fmt != "text":
+        if fmt not in ("text", "html"):
             raise ApiError(400, f"{_one_line(fmt)} format is not supported")
         alternatives = fields.get("alternatives", 0)
         try:
@@ -350,18 +390,157 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
             raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
         texts = q if batch else [q]
         check_limits(texts)
-        beam = max(s.beam, alternatives + 1)
-        opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
-        nbest = await run(texts, opts)
+        if fmt == "html":
+            if alternatives:
+                raise ApiError(400, "Invalid request: alternatives are not supported with format html")
+            pages = parse_html(texts)
+            detected = detect_source([" ".join(p.sentences) for p in pages]) if source == "auto" else None
+            opts = SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
+            nbest = await render_html(pages, opts)
+        else:
+            detected = detect_source(texts) if source == "auto" else None
+            beam = max(s.beam, alternatives + 1)
+            opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
+            _, nbest = await run_texts(texts, opts, s.split_sentences)
         best = [h[0][0] for h in nbest]
         out: dict[str, Any] = {"translatedText": best if batch else best[0]}
         if alternatives:
             alts = [[t for t, _, _ in h[1:]] for h in nbest]
             out["alternatives"] = alts if batch else alts[0]
-        if source == "auto":  # the model reads one language: that is what "detection" can say
-            det = {"confidence": 100.0, "language": s.source_lang}
-            out["detectedLanguage"] = [det] * len(texts) if batch else det
+        if detected is not None:
+            out["detectedLanguage"] = detected if batch else detected[0]
         return JSONResponse(out)
+
+    def parse_html(texts: list[str]) -> list[HtmlDocument]:
+        try:
+            return [HtmlDocument(t, s.source_lang) for t in texts]
+        except (ValueError, LxmlError) as e:
+            raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
+
+    async def render_html(pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """Every sentence of every page decoded at once; each page rendered with its translations."""
+        nbest = await run([x for p in pages for x in p.sentences], opts)
+        out, at = [], 0
+        for p in pages:
+            mine = [h[0][0] for h in nbest[at : at + len(p.sentences)]]
+            at += len(p.sentences)
+            out.append([(p.render(mine), math.nan, 0)])
+        return out
+
+    def detect_source(texts: list[str]) -> list[dict[str, Any]]:
+        """`source: auto`: each text's language (aiayn.data.language); one the model does not read is a
+        400 that names it. A text without letters has nothing to detect: the source language, with the
+        identifier's probability for it."""
+        out = []
+        for text in texts:
+            ranked = detect(text, top=200)
+            lang, p = ranked[0]
+            if not any(c.isalpha() for c in text):
+                lang, p = s.source_lang, dict(ranked).get(s.source_lang, 0.0)
+            elif lang != s.source_lang:
+                raise ApiError(
+                    400,
+                    f"detected language {LANGUAGE_NAMES.get(lang, lang)} ({lang}, confidence {100 * p:.1f}); "
+                    f"this server translates {LANGUAGE_NAMES.get(s.source_lang, s.source_lang)} ({s.source_lang}) "
+                    f"to {LANGUAGE_NAMES.get(s.target_lang, s.target_lang)} ({s.target_lang})",
+                )
+            out.append({"confidence": round(100 * p, 2), "language": lang})
+        return out
+
+    @app.post("/detect")
+    async def detect_languages(request: Request) -> JSONResponse:
+        """LibreTranslate's /detect: [{"confidence": 0..100, "language": code}], best first (its top 3;
+        q a list: one such list per text)."""
+        fields = await read_fields(request)
+        check_key(request, fields)
+        q: Any = fields.get("q")
+        if q is None or q == "" or q == []:
+            raise ApiError(400, "Invalid request: missing q parameter")
+        batch = isinstance(q, list)
+        if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        texts = q if batch else [q]
+        check_limits(texts)
+        found = [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
+        return JSONResponse(found if batch else found[0])
+
+    async def read_upload(request: Request) -> tuple[dict[str, str], str, bytes]:
+        """A multipart body (LibreTranslate's /translate_file) -> (its text fields, file name, file bytes),
+        within the body limit (read_body) before anything is parsed."""
+        from starlette.datastructures import UploadFile
+        from starlette.formparsers import MultiPartException, MultiPartParser
+
+        body = await read_body(request)
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            raise ApiError(400, "Invalid request: send the file as multipart/form-data (field file)")
+
+        async def stream() -> AsyncGenerator[bytes, None]:
+            yield body
+
+        try:
+            form = await MultiPartParser(request.headers, stream(), max_files=1, max_fields=20).parse()
+        except MultiPartException as e:
+            raise ApiError(400, f"Invalid request: {_one_line(e.message)}") from None
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(400, "Invalid request: missing file parameter")
+        data = await upload.read()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        return fields, upload.filename or "", data
+
+    @app.post("/translate_file")
+    async def translate_file(request: Request) -> JSONResponse:
+        """LibreTranslate's file translation: .txt (sentences, the layout kept) and .html/.htm (as format
+        html); the answer names where to download the result (/download_file), kept in memory for
+        FILE_TTL_S, the newest MAX_FILES of them."""
+        fields, filename, data = await read_upload(request)
+        check_key(request, fields)
+        source, target = fields.get("source"), fields.get("target")
+        for name, value in (("source", source), ("target", target)):
+            if not value:
+                raise ApiError(400, f"Invalid request: missing {name} parameter")
+        if source not in (s.source_lang, "auto"):
+            raise ApiError(400, f"{_one_line(source)} is not supported")
+        if target != s.target_lang:
+            raise ApiError(400, f"{_one_line(target)} is not supported")
+        ext = Path(filename).suffix.lower()
+        if ext not in FILE_TYPES:
+            raise ApiError(
+                400,
+                f"Invalid request: file format {_one_line(ext or filename)} is not supported "
+                f"({', '.join(sorted(FILE_TYPES))})",
+            )
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+        check_limits([text])
+        opts = SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
+        if FILE_TYPES[ext] == "html":
+            pages = parse_html([text])
+            if source == "auto":
+                detect_source([" ".join(pages[0].sentences)])
+            out = (await render_html(pages, opts))[0][0][0]
+        else:
+            if source == "auto":
+                detect_source([text])
+            out = (await run_texts([text], opts, True))[1][0][0][0]
+        name = f"{secrets.token_urlsafe(16)}.{_safe_name(filename)}"
+        files.put(name, out.encode("utf-8"))
+        return JSONResponse({"translatedFileUrl": str(request.base_url) + "download_file/" + name})
+
+    @app.get("/download_file/{name}")
+    async def download_file(name: str) -> Response:
+        data = files.get(name)
+        if data is None:
+            raise ApiError(404, "Invalid request: no such file (or it has expired)")
+        kind = (
+            "text/html; charset=utf-8"
+            if Path(name).suffix.lower() in (".html", ".htm")
+            else "text/plain; charset=utf-8"
+        )
+        original = name.split(".", 1)[1]
+        return Response(data, media_type=kind, headers={"Content-Disposition": f'attachment; filename="{original}"'})
 
     @app.get("/languages")
     async def languages() -> JSONResponse:
@@ -378,21 +557,37 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         texts = [req.q] if isinstance(req.q, str) else req.q
         check_limits(texts)
         opts = options(req)
-        nbest = await run(texts, opts)
-        return JSONResponse(
-            {
-                "translations": [
+        if req.split and opts.n_best > 1:
+            raise ApiError(422, "Invalid request: n_best > 1 needs split false (one sentence per text)")
+        if not req.split:
+            translations = [
+                {
+                    "text": h[0][0],
+                    "score": _score(h[0][1]),
+                    "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
+                }
+                for h in await run(texts, opts)
+            ]
+        else:  # each text's sentences and the whitespace between them: the page shows and links them
+            docs = split_texts(texts, s.source_lang)
+            nbest = await run(docs.sentences, opts)
+            joined, at, translations = docs.join([h[0][0] for h in nbest]), 0, []
+            for text, part in zip(joined, docs.parts):
+                mine = nbest[at : at + len(part.sentences)]
+                at += len(part.sentences)
+                translations.append(
                     {
-                        "text": h[0][0],
-                        "score": _score(h[0][1]),
-                        "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
+                        "text": text,
+                        "score": None,
+                        "nbest": [{"text": text, "score": None}],
+                        "sentences": [
+                            {"source": src, "text": h[0][0], "score": _score(h[0][1])}
+                            for src, h in zip(part.sentences, mine)
+                        ],
+                        "gaps": part.gaps,
                     }
-                    for h in nbest
-                ],
-                "beam": opts.beam,
-                "backend": backend.name,
-            }
-        )
+                )
+        return JSONResponse({"translations": translations, "beam": opts.beam, "backend": backend.name})
 
     @app.post("/v1/attention")
     async def v1_attention(request: Request) -> JSONResponse:
@@ -449,9 +644,41 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         "/health",
         "/metrics",
         "/frontend/settings",
+        "/detect",
+        "/translate_file",
     }
     app.add_middleware(_Measure, metrics=metrics, known=known)
     return app
+
+
+FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html"}
+MAX_FILES = 256  # translated files kept for /download_file: memory stays bounded
+FILE_TTL_S = 3600.0
+
+
+class _Files:
+    """Translated files by name, the newest MAX_FILES, each for FILE_TTL_S (LibreTranslate keeps them
+    in a temporary directory for a while as well)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[float, bytes]] = {}
+
+    def put(self, name: str, data: bytes) -> None:
+        now = time.monotonic()
+        self.items = {k: v for k, v in self.items.items() if now - v[0] < FILE_TTL_S}
+        while len(self.items) >= MAX_FILES:
+            del self.items[next(iter(self.items))]  # the oldest: dicts keep insertion order
+        self.items[name] = (now, data)
+
+    def get(self, name: str) -> bytes | None:
+        item = self.items.get(name)
+        return item[1] if item is not None and time.monotonic() - item[0] < FILE_TTL_S else None
+
+
+def _safe_name(filename: str) -> str:
+    """The upload's base name with only ASCII letters, digits, '.', '-' and '_' (it goes into a URL)."""
+    base = Path(filename.replace("\\", "/")).name
+    return "".join(c if (c.isascii() and c.isalnum()) or c in ".-_" else "_" for c in base)[-100:] or "file.txt"
 
 
 def _pick(value: Any, default: Any) -> Any:

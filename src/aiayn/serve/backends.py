@@ -18,6 +18,12 @@ from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Hypothesis, SearchOptions
 
 
+def _one_line(text: str) -> str:
+    from aiayn.decode.translator import line_breaks_to_spaces  # what Translator does to every output
+
+    return line_breaks_to_spaces(text)
+
+
 def _labels(pieces: Sequence[str]) -> list[str]:
     # The page shows words, not sentencepiece's U+2581 word-start marks.
     return [p.replace("\u2581", " ").strip() or p for p in pieces]
@@ -49,6 +55,18 @@ class _TranslatorBackend:
         return [
             [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
         ]
+
+    def best_ids(self, sentence: str, opts: SearchOptions) -> tuple[list[int], list[int]]:
+        """(source ids, cut as Translator cuts; the best hypothesis' target ids) from the very search
+        `translate` runs for the sentence, so the attention page draws the translation /translate and
+        /v1/translate answer (issue #47: CTranslate2's own beam once drew another one)."""
+        t = self.translator
+        ids = self.tokenizer.encode(replace_lone_surrogates(sentence))[: t.max_input_len - 1]
+        if not ids:
+            return ids, []
+        d = t.search_config(opts.beam, opts.length_penalty, opts.max_len_a, opts.max_len_b)
+        target = list(t.searcher.search([ids], d, 1)[0][0][0])
+        return ids, target
 
 
 class TorchBackend(_TranslatorBackend):
@@ -86,29 +104,17 @@ class TorchBackend(_TranslatorBackend):
         return TorchStream(self) if isinstance(self.translator.model, Transformer) else None
 
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
-        """Translate one sentence (opts' search) and read its encoder-decoder attention by teacher
-        forcing the result (viz.attention_map): per layer, the mean over heads."""
-        import torch
-
-        from aiayn.decode.search import beam_search, greedy_search
+        """Translate one sentence with the search `translate` runs (best_ids) and read its
+        encoder-decoder attention by teacher forcing that output (viz.attention_map): per layer, the
+        mean over heads."""
         from aiayn.viz import attention_map
 
-        model, tok, c = self.translator.model, self.tokenizer, self.config
-        text = replace_lone_surrogates(sentence)
-        ids = tok.encode(text)
-        if len(ids) > self.translator.max_input_len - 1:  # cut as Translator cuts
-            ids = ids[: self.translator.max_input_len - 1]
-            text = tok.decode(ids)
-        src = torch.tensor([ids + [c.eos_id]], device=self.translator.device)  # (1, S)
-        model.eval()
-        if opts.beam == 1:
-            target = greedy_search(model, src, opts.max_len_a, opts.max_len_b)[0]
-        else:
-            target = beam_search(model, src, opts.beam, opts.length_penalty, opts.max_len_a, opts.max_len_b)[0][0][0]
-        amap = attention_map(model, tok, text, target_ids=target)
+        ids, target = self.best_ids(sentence, opts)
+        text = self.tokenizer.decode(ids)  # the source as the model reads it (cut as Translator cuts)
+        amap = attention_map(self.translator.model, self.tokenizer, text, target_ids=target)
         layers = [w.mean(0).round(4).tolist() for w in amap.weights["cross"]]  # per layer (T_q, T_k)
         return {
-            "translation": amap.translation,
+            "translation": _one_line(amap.translation),
             "source_tokens": _labels(amap.src_labels[:-1]) + ["</s>"],
             "target_tokens": _labels(amap.out_labels[:-1]) + ["</s>"],
             "layers": layers,
@@ -197,26 +203,26 @@ class CTranslate2Backend(_TranslatorBackend):
         pass
 
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
-        """CTranslate2's own attention output (its alignment: averaged heads of the last layer)."""
+        """CTranslate2's attention output (its alignment: the last layer's heads averaged) for the
+        translation `translate` gives (best_ids: our search settings and re-ranking), read by forcing
+        that output as the target prefix: a prefix's attention rows are those of decoding it freely."""
         engine = self.engine
-        text = replace_lone_surrogates(sentence)
-        ids = self.tokenizer.encode(text)[: self.translator.max_input_len - 1]  # cut as Translator cuts
+        ids, target = self.best_ids(sentence, opts)
         src = [engine.vocabulary[i] for i in ids]
-        lim = engine.limits([src], opts.max_len_a, opts.max_len_b)[0]
+        pieces = [engine.vocabulary[i] for i in target]
         r = engine.translator.translate_batch(
             [src],
-            beam_size=opts.beam,
-            length_penalty=opts.length_penalty,
-            max_decoding_length=lim + 1,
+            target_prefix=[pieces],
+            beam_size=1,
+            max_decoding_length=len(pieces) + 1,
             max_input_length=0,
             return_attention=True,
         )[0]
-        pieces = [p for p in r.hypotheses[0] if p != engine.vocabulary[self.config.eos_id]][:lim]
         att = [[round(float(x), 4) for x in row] for row in r.attention[0][: len(pieces) + 1]]
         # CTranslate2 reports a row per generated piece, with or without the EOS step by version.
         tgt = (_labels(pieces) + ["</s>"])[: len(att)]
         return {
-            "translation": self.tokenizer.sp.decode_pieces(pieces),
+            "translation": _one_line(self.tokenizer.decode(target)),
             "source_tokens": _labels(src + ["</s>"]),
             "target_tokens": tgt,
             "layers": [att],

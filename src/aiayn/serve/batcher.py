@@ -8,6 +8,10 @@ padded token cost, sentences x longest source x beam, stays within `max_batch_to
 the batch when the budget is full or when the oldest item has waited `max_wait_ms`, whichever
 comes first, so no sentence waits longer than the window for its batch to be formed (it may still
 wait for the batches ahead of it to finish decoding: each worker decodes one batch at a time).
+The window is adaptive: a request that arrives when nothing is queued or decoding starts at once
+if nothing else has come meanwhile, so a lone sequential client pays no window; sentences that
+arrive while others are queued or decoding wait the window as before, so batches under load stay
+as large.
 
 Continuous batching (greedy search, `beam` 1 and `n_best` 1, with a backend that offers `stream()`:
 the PyTorch one): instead of decoding a batch to its end, the worker keeps one running decoder
@@ -16,8 +20,9 @@ queue while running sentences x longest source stays within `max_batch_tokens`, 
 sentence as soon as it ends (aiayn.decode.continuous). So a sentence waits at most one decoder
 step to start, not a whole batch. Anything else at the head of the queue (a beam search, an
 exclusive job) stops admission: the running sentences finish, then it runs as a whole batch as
-above, so arrival order is kept and nothing starves. An idle worker still gathers a first batch
-for up to `max_wait_ms`. `continuous=False` decodes greedy searches in whole batches as well.
+above, so arrival order is kept and nothing starves. An idle worker gathers a first batch within
+`max_wait_ms` as above (the adaptive window). `continuous=False` decodes greedy searches in whole
+batches as well.
 
 Each request holds a `Ticket`; the worker writes results into it from its thread and resolves the
 request's asyncio future on the event loop with `call_soon_threadsafe`. A request whose client has
@@ -119,6 +124,7 @@ class _Item:
     arrived: float = field(default_factory=time.monotonic)
     fn: Callable[[], Any] | None = None
     started: float = 0.0  # when it joined the running batch (continuous batching)
+    idle: bool = False  # nothing was queued or decoding when its request came (the adaptive window)
 
 
 @dataclass
@@ -147,11 +153,13 @@ class Batcher:
         observer: Callable[[BatchStats], None] | None = None,
         continuous: bool = True,
         workers: int = 1,
+        adaptive: bool = True,
     ) -> None:
         """`continuous`: greedy searches join a running batch (when the backend offers `stream()`).
         `workers` > 1: that many batches decode at once, each on a worker thread of its own; for a
         backend whose `translate` may be called from several threads at once (`concurrent`, the
-        CTranslate2 one with as many replicas), and without continuous batching."""
+        CTranslate2 one with as many replicas), and without continuous batching. `adaptive`: a request
+        that finds the batcher idle starts at once (False: every batch waits out its window)."""
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
         if workers < 1:
@@ -163,6 +171,7 @@ class Batcher:
         self.backend = backend
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
+        self.adaptive = adaptive
         self.max_queue = max_queue
         self.observer = observer
         self._queue: queue.Queue[_Item | None] = queue.Queue()
@@ -212,9 +221,10 @@ class Batcher:
         with self._count_lock:
             if self.queued + len(texts) > self.max_queue:
                 raise Overloaded(f"server busy: more than {self.max_queue} sentences queued, retry later")
+            idle = self.queued == 0
             self.queued += len(texts)
         for i, (text, n) in enumerate(zip(texts, counts)):
-            self._queue.put(_Item(ticket, i, text, n, opts))
+            self._queue.put(_Item(ticket, i, text, n, opts, idle=idle))
         return await ticket.future
 
     async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
@@ -295,11 +305,21 @@ class Batcher:
         while True:
             batch, full = self._select()
             left = deadline - time.monotonic()
-            if full or left <= 0 or not self._take(left):
+            if full or left <= 0 or (self.adaptive and head.idle and self._idle()) or not self._take(left):
                 break
         chosen = {id(it) for it in batch}
         self._pending = [it for it in self._pending if id(it) not in chosen]
         return batch
+
+    def _idle(self) -> bool:
+        """Nothing is queued or decoding but the sentences pending here. With a head that arrived at an
+        idle batcher there is no traffic a wait could batch with, so the batch starts now (the adaptive
+        window): a lone client sending one request after another never waits (issue #47: 32 against 46
+        sentences/s). A sentence that arrived while others were queued or decoding waits the window as
+        before, so under load, when answered clients send again within the window, batches stay as
+        large."""
+        with self._count_lock:
+            return self.queued <= sum(it.opts is not None for it in self._pending)
 
     # -- continuous batching (worker thread) ----------------------------------------------------------
 

@@ -1,9 +1,11 @@
-// The page of `aiayn serve`: translate lines with /v1/translate, then draw the encoder-decoder
-// attention of one line (/v1/attention) as an SVG heat map. No libraries, no network but this server.
+// The page of `aiayn serve`: translate what is pasted (sentences, paragraphs) with /v1/translate
+// (split: the server cuts it into sentences and rejoins their translations with the text's own
+// whitespace), then draw the encoder-decoder attention of one sentence (/v1/attention) as an SVG heat
+// map: the translation shown, from the same search. No libraries, no network but this server.
 "use strict";
 const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
-let lines = [], att = null;
+let sentences = [], att = null;
 
 async function post(path, body) {
   const key = $("key").value;
@@ -71,8 +73,9 @@ function highlight(i) {
 }
 
 async function showAttention(k) {
-  document.querySelectorAll("#output li").forEach((li, j) => li.classList.toggle("selected", j === k));
-  att = await post("/v1/attention", {q: lines[k], beam: Number($("beam").value)});
+  document.querySelectorAll("#output .translation").forEach((s, j) => s.classList.toggle("selected", j === k));
+  att = await post("/v1/attention", {q: sentences[k], beam: Number($("beam").value)});
+  $("att-translation").textContent = att.translation;
   const sel = $("layer");
   sel.textContent = "";
   att.layer_names.forEach((name, j) => sel.appendChild(new Option(name, j)));
@@ -83,21 +86,31 @@ async function showAttention(k) {
 
 $("form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  lines = $("source").value.split("\n").filter((l) => l.trim());
+  const text = $("source").value;
+  const out = $("output");
   $("status").textContent = "";
-  $("output").textContent = "";
-  if (!lines.length) return;
+  out.textContent = "";
+  $("attention").hidden = true;
+  $("heatmap").textContent = "";  // the previous text's map must not stand for the new one
+  $("att-translation").textContent = "";
+  att = null;
+  if (!text.trim()) return;
   $("go").disabled = true;
   try {
-    const res = await post("/v1/translate", {q: lines, beam: Number($("beam").value)});
-    res.translations.forEach((t, k) => {
-      const li = document.createElement("li");
-      li.textContent = t.text;
-      li.className = "translation";
-      li.addEventListener("click", () => showAttention(k).catch((e) => ($("status").textContent = e.message)));
-      $("output").appendChild(li);
+    const t = (await post("/v1/translate", {q: text, beam: Number($("beam").value), split: true})).translations[0];
+    sentences = t.sentences.map((x) => x.source);
+    // The text's own whitespace between the translated sentences (the box keeps it: white-space pre-wrap).
+    out.appendChild(document.createTextNode(t.gaps[0]));
+    t.sentences.forEach((x, k) => {
+      const span = document.createElement("span");
+      span.textContent = x.text;
+      span.className = "translation";
+      span.title = x.source;
+      span.addEventListener("click", () => showAttention(k).catch((e) => ($("status").textContent = e.message)));
+      out.appendChild(span);
+      out.appendChild(document.createTextNode(t.gaps[k + 1]));
     });
-    await showAttention(0);
+    if (sentences.length) await showAttention(0);
   } catch (e) {
     $("status").textContent = e.message;
   } finally {

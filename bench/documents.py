@@ -1,0 +1,221 @@
+"""Documents against lines (issue #47): paragraphs and HTML built from Multi30k test2016, translated
+as documents, compared with the same sentences translated line by line.
+
+    python bench/documents.py -c RUN [--beam 4] [--engine auto] [--limit 1000] [--html 200]
+
+Paragraphs: the test sentences grouped in order into paragraphs of 1-5 (seeded), joined by a space
+or a newline, translated with aiayn.decode.documents (every sentence of every paragraph in one call,
+as the server and `aiayn translate --document` do). Each paragraph's sentences are mapped back to the
+test sentences by offset: a segment that is exactly one test sentence takes that sentence's
+translation; a test sentence cut in two, or merged with its neighbour, counts as different, and for
+BLEU the merged translation goes to its first sentence and "" to the others (the pessimistic
+re-split). Reports the share of sentences identical to line by line, how many of the others ran into
+their neighbour because a test sentence has no final stop (joined by a space, nothing can cut them),
+and both sacreBLEU scores.
+
+HTML: `--html N` snippets, each one to three consecutive test sentences in a <p> with inline tags (b,
+i, a href, span, em, br, a nested block) over random word ranges, translated with aiayn.decode.html.
+Checks that every output is well-formed (Python's html.parser: every non-void tag closed in order),
+has the same multiset of tags and attributes (lxml), and reports the sacreBLEU of its text against
+the references beside that of the plain sentences. One JSON line each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import sys
+import time
+from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from aiayn.decode.documents import split_texts  # noqa: E402
+from aiayn.decode.html import translate_html  # noqa: E402
+
+VOID = {"br", "img", "wbr", "hr"}
+
+
+def read(data: Path, lang: str, limit: int) -> list[str]:
+    with gzip.open(data / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [line.strip() for line in f][:limit]
+
+
+def paragraphs(n: int, rng: random.Random) -> list[tuple[int, int, str]]:
+    """(first sentence, end, separator) of consecutive groups of 1-5 sentences."""
+    out, i = [], 0
+    while i < n:
+        k = min(n - i, rng.randint(1, 5))
+        out.append((i, i + k, rng.choice([" ", "\n"])))
+        i += k
+    return out
+
+
+def measure_paragraphs(src: list[str], ref: list[str], lines: list[str], translate, lang: str, seed: int) -> dict:
+    import sacrebleu
+
+    groups = paragraphs(len(src), random.Random(seed))
+    texts = [sep.join(src[a:b]) for a, b, sep in groups]
+    t0 = time.perf_counter()
+    docs = split_texts(texts, lang)
+    outs = translate(docs.sentences)
+    seconds = time.perf_counter() - t0
+    hyp = [""] * len(src)
+    same = [False] * len(src)
+    at = unpunctuated = 0
+    for (a, b, sep), part in zip(groups, docs.parts):
+        starts, pos = [], 0  # where each test sentence starts in the paragraph
+        for i in range(a, b):
+            starts.append(pos)
+            pos += len(src[i]) + len(sep)
+        offset = len(part.gaps[0])
+        for k, sentence in enumerate(part.sentences):
+            begin, end = offset, offset + len(sentence)
+            offset = end + len(part.gaps[k + 1])
+            covered = [i for i, s in zip(range(a, b), starts) if s < end and s + len(src[i]) > begin]
+            first = covered[0]
+            if len(covered) > 1 and all(src[j][-1:] not in ".!?\u2026\"\u201c'" for j in covered[:-1]):
+                unpunctuated += len(covered)  # a sentence without a final stop ran into the next one
+            hyp[first] = (hyp[first] + " " + outs[at]).strip()
+            if covered == [first] and src[first] == sentence:
+                same[first] = outs[at] == lines[first]
+            at += 1
+    return {
+        "kind": "paragraphs",
+        "sentences": len(src),
+        "paragraphs": len(groups),
+        "segments": len(docs.sentences),
+        "identical_share": round(sum(same) / len(src), 4),
+        "merged_after_no_final_stop": unpunctuated,
+        "bleu_lines": round(sacrebleu.corpus_bleu(lines, [ref]).score, 2),
+        "bleu_documents": round(sacrebleu.corpus_bleu(hyp, [ref]).score, 2),
+        "seconds_documents": round(seconds, 1),
+    }
+
+
+class Balance(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.ok = True
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack.pop() != tag:
+            self.ok = False
+
+
+def well_formed(html: str) -> bool:
+    b = Balance()
+    b.feed(html)
+    b.close()
+    return b.ok and not b.stack
+
+
+def tag_multiset(html: str) -> Counter:
+    from lxml import html as lxml_html
+
+    root = lxml_html.fragment_fromstring(html, create_parent="div")
+    return Counter(
+        (el.tag, tuple(sorted((k, "" if k in ("alt", "title") else v) for k, v in el.attrib.items())))
+        for el in root.iter()
+        if isinstance(el.tag, str)
+    )
+
+
+def snippet(sentences: list[str], rng: random.Random) -> str:
+    """The sentences in a <p>, with 1-3 inline tags over random word ranges (nested, never crossing)."""
+    words = " ".join(sentences).split()
+    opens: dict[int, list[str]] = {}
+    closes: dict[int, list[str]] = {}
+    taken: list[tuple[int, int]] = []
+    tags = [("b", ""), ("i", ""), ("a", ' href="/x?id=7&amp;k=v"'), ("span", ' class="note"'), ("em", "")]
+    for _ in range(rng.randint(1, 3)):
+        a = rng.randrange(len(words))
+        b = rng.randrange(a, min(len(words), a + 4))
+        if any(not (b < x or a > y or (x <= a and b <= y) or (a <= x and y <= b)) for x, y in taken):
+            continue  # would cross an earlier tag
+        taken.append((a, b))
+        tag, attr = rng.choice(tags)
+        opens.setdefault(a, []).append(f"<{tag}{attr}>")
+        closes.setdefault(b, []).insert(0, f"</{tag}>")
+    out = []
+    for i, w in enumerate(words):
+        out.append("".join(opens.get(i, [])) + w + "".join(closes.get(i, [])))
+    body = " ".join(out)
+    if rng.random() < 0.3:  # a line break between two words
+        cut = body.rfind(" ", 0, max(1, len(body) // 2))
+        if cut > 0 and "<" not in body[cut - 1 : cut + 1]:
+            body = body[:cut] + "<br>" + body[cut + 1 :]
+    if rng.random() < 0.2:
+        return f'<div class="box"><p>{body}</p></div>'
+    return f"<p>{body}</p>"
+
+
+def measure_html(src: list[str], ref: list[str], lines: list[str], translate, lang: str, n: int, seed: int) -> dict:
+    import sacrebleu
+    from lxml import html as lxml_html
+
+    rng = random.Random(seed)
+    ok_form = same_tags = 0
+    hyps, refs, plain = [], [], []
+    i = 0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        k = rng.randint(1, 3)
+        group = list(range(i, min(len(src), i + k)))
+        i = (i + k) % len(src)
+        page = snippet([src[j] for j in group], rng)
+        out = translate_html(page, lang, translate)
+        ok_form += well_formed(out)
+        same_tags += tag_multiset(out) == tag_multiset(page)
+        hyps.append(" ".join(lxml_html.fragment_fromstring(out, create_parent="div").text_content().split()))
+        refs.append(" ".join(ref[j] for j in group))
+        plain.append(" ".join(lines[j] for j in group))
+    return {
+        "kind": "html",
+        "snippets": n,
+        "well_formed": ok_form,
+        "same_tags_and_attributes": same_tags,
+        "bleu_plain_sentences": round(sacrebleu.corpus_bleu(plain, [refs]).score, 2),
+        "bleu_html_text": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-c", "--checkpoint", required=True)
+    p.add_argument("--beam", type=int, default=None, help="default: the run's decode.beam")
+    p.add_argument("--engine", default="auto")
+    p.add_argument("--limit", type=int, default=1000, help="test sentences (default 1000: all of test2016)")
+    p.add_argument("--html", type=int, default=200, help="HTML snippets (0: none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=str(ROOT.parent / "shared/data/multi30k"))
+    a = p.parse_args()
+    from aiayn import Translator
+
+    t = Translator.load(a.checkpoint, device="cpu", engine=a.engine)
+    src, ref = read(Path(a.data), "de", a.limit), read(Path(a.data), "en", a.limit)
+
+    def translate(sentences: list[str]) -> list[str]:
+        return t.translate(sentences, beam=a.beam)
+
+    t0 = time.perf_counter()
+    lines = translate(src)
+    base = {"engine": t.engine, "beam": a.beam or t.decode.beam, "seconds_lines": round(time.perf_counter() - t0, 1)}
+    print(json.dumps({**base, **measure_paragraphs(src, ref, lines, translate, "de", a.seed)}), flush=True)
+    if a.html:
+        print(json.dumps({**base, **measure_html(src, ref, lines, translate, "de", a.html, a.seed)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Sentence segmenters on the gold set of tests/segment_gold.py (German and English, issue #47).
+
+    python bench/segmenters.py
+
+For each segmenter, alone on the whole text ("raw") and after cutting at line breaks first ("lines",
+what aiayn.data.segment does), counts the gold boundaries found (tp), the boundaries made where
+there is none (fp) and the ones missed (fn), and two rates: `right` = tp / (tp + fp + fn), every
+boundary decision that went wrong counted against it, and `candidates_right`, the share of candidate
+places (each ., !, ?, ... or line break followed by text, and each gold boundary) decided right.
+`aiayn` is aiayn.data.segment.segment itself. pysbd is measured when it is installed. One JSON line
+per segmenter and mode.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from aiayn.data.segment import segment  # noqa: E402
+from segment_gold import GOLD, parse  # noqa: E402
+
+
+def starts(chunks: list[str], text: str) -> set[int]:
+    """Offsets where the chunks after the first start (their first non-space character)."""
+    out, pos = [], 0
+    for c in chunks:
+        if c.strip():
+            pos = text.index(c.strip(), pos)
+            out.append(pos)
+            pos += len(c.strip())
+    return set(out[1:])
+
+
+def candidates(text: str, gold: set[int]) -> set[int]:
+    """Places a segmenter decides on: after sentence punctuation or a line break, where text follows."""
+    out = set(gold)
+    for i, ch in enumerate(text):
+        if ch in ".!?\u2026\n":
+            j = i + 1
+            while j < len(text) and (text[j].isspace() or text[j] in "\"'\u201c\u201d\u201e)"):
+                j += 1
+            if j < len(text) and j > i + 1:
+                out.add(j)
+    return out
+
+
+def by_lines(cut: Callable[[str], list[str]], text: str) -> list[str]:
+    return [c for line in text.splitlines() if line.strip() for c in cut(line.strip())]
+
+
+def cutters() -> dict[str, Callable[[str], Callable[[str], list[str]]]]:
+    import sentencex
+
+    out: dict[str, Callable[[str], Callable[[str], list[str]]]] = {
+        "sentencex": lambda lang: lambda t: list(sentencex.segment(lang, t)),
+    }
+    try:
+        import pysbd
+
+        out["pysbd"] = lambda lang: pysbd.Segmenter(language=lang, clean=False).segment
+    except ImportError:
+        print("pysbd not installed: measured without it", file=sys.stderr)
+    return out
+
+
+def measure(name: str, mode: str, cut_for: Callable[[str], Callable[[str], list[str]]]) -> dict:
+    tp = fp = fn = cand = cand_right = 0
+    wrong = []
+    t0 = time.perf_counter()
+    for lang, items in GOLD.items():
+        cut = cut_for(lang)
+        for marked in items:
+            text, gold_list = parse(marked)
+            gold = set(gold_list)
+            chunks = cut(text) if mode == "raw" else by_lines(cut, text)
+            pred = starts(chunks, text)
+            tp, fp, fn = tp + len(gold & pred), fp + len(pred - gold), fn + len(gold - pred)
+            places = candidates(text, gold) | pred
+            cand += len(places)
+            cand_right += sum((p in gold) == (p in pred) for p in places)
+            if pred != gold:
+                wrong.append(chunks)
+    seconds = time.perf_counter() - t0
+    return {
+        "segmenter": name,
+        "mode": mode,
+        "texts": sum(len(v) for v in GOLD.values()),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "right": round(tp / (tp + fp + fn), 4),
+        "candidates": cand,
+        "candidates_right": round(cand_right / cand, 4),
+        "ms": round(seconds * 1000, 1),
+        "wrong": wrong,
+    }
+
+
+def main() -> None:
+    rows = []
+    for name, cut_for in cutters().items():
+        for mode in ("raw", "lines"):
+            rows.append(measure(name, mode, cut_for))
+    aiayn = measure("aiayn", "lines", lambda lang: lambda t: segment(t, lang).sentences)
+    rows.append(aiayn)
+    for r in rows:
+        print(json.dumps(r, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

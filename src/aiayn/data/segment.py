@@ -1,0 +1,87 @@
+"""Sentence segmentation that keeps the text's layout: a document -> its sentences and the exact
+whitespace between them, so translations rejoin into the source's paragraphs, lines and spacing.
+
+    seg = segment("Ein Hund rennt. Eine Frau liest.\n\nZweiter Absatz.", "de")
+    seg.sentences   # ['Ein Hund rennt.', 'Eine Frau liest.', 'Zweiter Absatz.']
+    seg.gaps        # ['', ' ', '\n\n', '']: before, between and after the sentences
+    seg.join(["A dog runs.", "A woman reads.", "Second paragraph."])
+                    # 'A dog runs. A woman reads.\n\nSecond paragraph.'
+
+The model was trained on single sentences, so a paragraph handed to it whole comes back garbled
+(issue #47); LibreTranslate splits first as well. Two steps:
+1. lines: a line break always ends a sentence. Headings, list items and lines without final
+   punctuation are sentences of their own, and every newline stays where it was. (Text hard-wrapped
+   inside a sentence is therefore cut at its line ends: `aiayn translate --document` says so.)
+2. within a line, sentencex (Wikimedia's rule-based segmenter: abbreviation lists and rules for about
+   300 languages, no model to download). Chosen over pysbd by measurement on tests/segment_gold.py
+   (German and English: abbreviations, numbers, quotes, ellipses, lines without final punctuation):
+   with step 1 both find the same boundaries there, and sentencex is maintained and ~30x faster
+   (docs/serving.md, bench/segmenters.py).
+
+sentencex does not read the ellipsis character U+2026 as an end of sentence (it does "..."), so it is
+shown a full stop in its place: one character for one, so offsets do not move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Segmented:
+    """A text as `gaps[0] + sentences[0] + gaps[1] + ... + sentences[-1] + gaps[-1]`: every sentence
+    stripped of surrounding whitespace, every gap whitespace only (len(gaps) == len(sentences) + 1)."""
+
+    sentences: list[str]
+    gaps: list[str]
+
+    def join(self, translations: Sequence[str]) -> str:
+        """The translations in the sentences' places, with the source's whitespace between them."""
+        if len(translations) != len(self.sentences):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
+        out = [self.gaps[0]]
+        for t, gap in zip(translations, self.gaps[1:]):
+            out += [t, gap]
+        return "".join(out)
+
+
+def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of one line (no line break in it), as sentencex cuts it, whitespace
+    around it left out."""
+    import sentencex  # the serve / documents extra; imported here so aiayn.data loads without it
+
+    shown = line.replace("\u2026", ".")  # see the module docstring: same length, same offsets
+    spans, at = [], 0
+    # sentencex's chunks concatenate to its input, so they cut the original line at the same offsets;
+    # the tail after the last chunk is kept too, in case a version drops text.
+    for chunk in [*sentencex.segment(lang, shown), None]:
+        end = len(line) if chunk is None else at + len(chunk)
+        piece = line[at:end]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            spans.append((at + lead, at + lead + len(piece.strip())))
+        at = end
+        if at >= len(line):
+            break
+    return spans
+
+
+def segment(text: str, lang: str, lines: bool = True) -> Segmented:
+    """`text` cut into sentences (see the module docstring); `lang` is an ISO 639-1 code ("de"), which
+    picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
+    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one."""
+    sentences: list[str] = []
+    gaps: list[str] = []
+    gap_start = 0  # where the whitespace before the next sentence begins
+    line_start = 0
+    # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
+    shown = "".join(" " if c.isspace() else c for c in text) if not lines else text
+    for line in shown.splitlines(keepends=True) if lines else [shown]:  # every line break Python knows
+        for a, b in _spans_in_line(line, lang) if line.strip() else []:
+            gaps.append(text[gap_start : line_start + a])
+            sentences.append(text[line_start + a : line_start + b])
+            gap_start = line_start + b
+        line_start += len(line)
+    gaps.append(text[gap_start:])
+    return Segmented(sentences, gaps)

@@ -1,0 +1,56 @@
+"""Translate documents, not only lines: segment -> every sentence of the request in one batch ->
+decode -> rejoin with the source's exact whitespace (issue #47; DESIGN.md "Documents").
+
+The model was trained on single sentences; a paragraph handed to it whole loses sentences. The CLI
+(`aiayn translate --document`, `--format html`) and the server (`aiayn serve`'s /translate,
+/translate_file, the web page) go through this one module:
+
+    docs = split_texts(["Ein Hund rennt. Eine Frau liest.\\n\\nZweiter Absatz."], "de")
+    out = docs.join(translator.translate(docs.sentences))   # one call: one batch of all sentences
+
+The split and the join are separate so that a caller decodes the sentences its own way (the server
+through its batcher, asynchronously; the CLI through `Translator`). HTML lives in aiayn.decode.html.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from aiayn.data.segment import Segmented, segment
+
+
+@dataclass(frozen=True)
+class SplitTexts:
+    """Several texts cut into sentences: `sentences` holds all of them in order, to decode at once."""
+
+    parts: list[Segmented]
+
+    @property
+    def sentences(self) -> list[str]:
+        return [s for p in self.parts for s in p.sentences]
+
+    def join(self, translations: Sequence[str]) -> list[str]:
+        """One translated text per source text, each with its source's layout."""
+        out, at = [], 0
+        for p in self.parts:
+            n = len(p.sentences)
+            out.append(p.join(translations[at : at + n]))
+            at += n
+        if at != len(translations):
+            raise ValueError(f"{len(translations)} translations for {at} sentences")
+        return out
+
+
+def split_texts(texts: Sequence[str], lang: str, lines: bool = True) -> SplitTexts:
+    """Each text cut into sentences (aiayn.data.segment) in the source language `lang`; `lines` False:
+    line breaks are plain whitespace (HTML)."""
+    return SplitTexts([segment(t, lang, lines) for t in texts])
+
+
+def translate_texts(texts: Sequence[str], lang: str, translate: Callable[[list[str]], list[str]]) -> list[str]:
+    """Texts (paragraphs, blank lines, any whitespace) translated sentence by sentence with one call of
+    `translate` (a list of sentences -> their translations), rejoined in the source's layout."""
+    docs = split_texts(texts, lang)
+    sentences = docs.sentences
+    return docs.join(translate(sentences) if sentences else [])

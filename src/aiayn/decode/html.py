@@ -1,0 +1,238 @@
+"""Translate HTML: the text of each block with its inline markup carried onto the translation.
+
+    translate_html('<p>Ein Hund <b>rennt</b>. Eine Frau liest.</p>', "de", translator.translate)
+    # '<p>A dog <b>runs</b>. A woman reads.</p>'
+
+Parsed with lxml's HTML parser (libxml2), never with regular expressions. LibreTranslate (and
+argos-translate-html) translate text node by node, so "<b>rennt</b>" is translated without the
+sentence around it. Here every run of inline content (text, b, i, a, span, em, strong, br ...,
+up to the next block element) is one text: its plain text is cut into sentences and translated
+with all other sentences of the document in one call (aiayn.decode.documents), so each sentence is
+translated exactly as it would be without markup.
+
+The inline tags are then put back by position (a documented, simpler stand-in for Bergamot's
+alignment projection): each tag's start and end in the source text map to the same relative place
+in the sentence's translation, snapped to a word boundary, and kept in document order, so tags nest
+as they did. Every tag and attribute stays (same multiset), the text of a tag may move by a word or
+two when the languages order words differently. Not translated: script, style, code, pre, textarea,
+template, comments (a code or comment inside a sentence stays where it maps to, its content as it
+was); attributes other than alt and title (those are translated, as texts of their own).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiayn.decode.documents import SplitTexts, split_texts
+
+INLINE = frozenset(
+    "a abbr b bdi bdo br cite data del dfn em font i img ins kbd label mark q s samp small span strong sub sup "
+    "time u var wbr".split()
+)
+KEEP = frozenset("script style code pre textarea template".split())  # their content is never translated
+ATTRIBUTES = ("alt", "title")
+_CONTROL = {c: "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]}
+
+
+@dataclass
+class _Run:
+    """One run of inline content: where its text lives (`slots`: (element, "text" | "tail"), in
+    document order, the first being where the run starts) and its inline elements, each with its
+    start and end in the run's plain text."""
+
+    slots: list[tuple[Any, str]] = field(default_factory=list)
+    text: str = ""
+    starts: dict[int, int] = field(default_factory=dict)  # id(element) -> offset
+    ends: dict[int, int] = field(default_factory=dict)
+    events: list[tuple[str, Any]] = field(default_factory=list)  # ("text", slot) / ("start"|"end", el)
+
+
+def _is_inline(el: Any) -> bool:
+    return isinstance(el.tag, str) and el.tag.lower() in INLINE
+
+
+def _runs(root: Any) -> list[_Run]:
+    """Every run of inline text under `root` (KEEP elements and comments are opaque)."""
+    runs: list[_Run] = []
+
+    def new_run(slot: tuple[Any, str]) -> _Run:
+        run = _Run()
+        runs.append(run)
+        add_text(run, slot)
+        return run
+
+    def add_text(run: _Run, slot: tuple[Any, str]) -> None:
+        el, which = slot
+        run.slots.append(slot)
+        run.events.append(("text", slot))
+        run.text += getattr(el, which) or ""
+
+    def inline(run: _Run, el: Any) -> None:
+        run.starts[id(el)] = len(run.text)
+        run.events.append(("start", el))
+        if el.tag.lower() not in KEEP:  # <code> inside a sentence: a point, its content kept
+            add_text(run, (el, "text"))
+            for child in el:
+                child_in_run(run, child)
+        run.ends[id(el)] = len(run.text)
+        run.events.append(("end", el))
+        if el.tag.lower() == "br":  # a line break separates words: a space the model reads (it lands in the tail)
+            run.text += " "
+
+    def child_in_run(run: _Run, child: Any) -> _Run:
+        """A child inside a run: inline ones join it; anything else ends it and its tail starts a new one."""
+        if _is_inline(child) or not isinstance(child.tag, str) or child.tag.lower() == "code":
+            if isinstance(child.tag, str):
+                inline(run, child)
+            else:  # a comment or processing instruction: a point in the text
+                run.starts[id(child)] = run.ends[id(child)] = len(run.text)
+                run.events += [("start", child), ("end", child)]
+            add_text(run, (child, "tail"))
+            return run
+        block(child)
+        return new_run((child, "tail"))
+
+    def block(el: Any) -> None:
+        if not isinstance(el.tag, str) or el.tag.lower() in KEEP:
+            return
+        run = new_run((el, "text"))
+        for child in el:
+            run = child_in_run(run, child)
+
+    block(root)
+    return [r for r in runs if r.text.strip()]
+
+
+def _boundaries(text: str, starts: bool) -> list[int]:
+    """Offsets where a word starts (`starts`) or ends, and both ends of the text."""
+    out = {0, len(text)}
+    for i in range(1, len(text)):
+        if (
+            text[i - 1].isspace() and not text[i].isspace()
+            if starts
+            else text[i].isspace() and not text[i - 1].isspace()
+        ):
+            out.add(i)
+    return sorted(out)
+
+
+def _mapper(source: str, target: str, pairs: list[tuple[int, int, int, int]]) -> Callable[[int, bool], int]:
+    """A map from offsets in `source` to offsets in `target`, given the (source start, source end, target
+    start, target end) of each sentence: inside a sentence by relative position snapped to the nearest
+    word start (`start` True: where a tag opens) or word end (where it closes), in the whitespace between
+    sentences by the same offset (gaps are copied as they are)."""
+
+    def f(x: int, start: bool) -> int:
+        prev_src_end, prev_tgt_end = 0, 0
+        for s0, s1, t0, t1 in pairs:
+            if x < s0:  # in the gap before this sentence
+                return min(prev_tgt_end + (x - prev_src_end), t0)
+            if x <= s1:
+                y = t0 + round((x - s0) * (t1 - t0) / max(1, s1 - s0))
+                bounds = [b + t0 for b in _boundaries(target[t0:t1], start)]
+                k = bisect.bisect_left(bounds, y)
+                return min(bounds[max(0, k - 1) : k + 1], key=lambda b: (abs(b - y), b))
+            prev_src_end, prev_tgt_end = s1, t1
+        return min(len(target), prev_tgt_end + (x - prev_src_end))
+
+    return f
+
+
+def _sentence_spans(gaps: Sequence[str], sentences: Sequence[str]) -> list[tuple[int, int]]:
+    spans, at = [], 0
+    for gap, sentence in zip(gaps, sentences):
+        at += len(gap)
+        spans.append((at, at + len(sentence)))
+        at += len(sentence)
+    return spans
+
+
+def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequence[str]) -> None:
+    """The run's text replaced by `translated`, its inline elements moved to the mapped places."""
+    src_spans = _sentence_spans(source_part.gaps, source_part.sentences)
+    tgt_spans = _sentence_spans(source_part.gaps, translations)
+    f = _mapper(run.text, translated, [(a, b, c, d) for (a, b), (c, d) in zip(src_spans, tgt_spans)])
+    pos = 0
+    slot = run.slots[0]
+    pieces: dict[tuple[int, str], str] = {}
+    for kind, what in run.events:
+        if kind == "text":
+            slot = what
+            continue
+        x = run.starts[id(what)] if kind == "start" else run.ends[id(what)]
+        # an element empty in the source (br, img, a comment, code) stays a point, after the word before it
+        point = run.starts[id(what)] == run.ends[id(what)]
+        y = max(
+            pos, f(x, kind == "start" and not point)
+        )  # document order: never before an earlier tag, so tags nest as they did
+        key = (id(slot[0]), slot[1])
+        pieces[key] = pieces.get(key, "") + translated[pos:y]
+        pos = y
+        slot = (what, "text") if kind == "start" else (what, "tail")
+    key = (id(slot[0]), slot[1])
+    pieces[key] = pieces.get(key, "") + translated[pos:]
+    for el, which in run.slots:
+        setattr(el, which, pieces.get((id(el), which)) or None)
+
+
+class HtmlDocument:
+    """One HTML document or fragment, parsed, with the sentences to translate (`sentences`: every
+    block's, then every alt's and title's); `render(translations)` gives the translated HTML. Split
+    in two so that a caller decodes the sentences its own way (the server: with other requests')."""
+
+    def __init__(self, document: str, lang: str) -> None:
+        from lxml import html as lxml_html
+
+        # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD
+        document = document.translate(_CONTROL)
+        head = document[:1000].lower()
+        self.whole = "<html" in head
+        self.has_doctype = "<!doctype" in head  # libxml2 adds an HTML 4 doctype to a page without one
+        if self.whole:
+            self.root = lxml_html.document_fromstring(document)
+        else:
+            self.root = lxml_html.fragment_fromstring(document, create_parent="div")
+        self.runs = _runs(self.root)
+        self.attrs = [
+            (el, name)
+            for el in self.root.iter()
+            if isinstance(el.tag, str)
+            for name in ATTRIBUTES
+            if (el.get(name) or "").strip()
+        ]
+        texts = [r.text for r in self.runs] + [el.get(name) for el, name in self.attrs]
+        self.docs: SplitTexts = split_texts(texts, lang, lines=False)
+        # HTML whitespace (line breaks and indentation inside a paragraph) is one space to the model
+        self.sentences = [" ".join(x.split()) for x in self.docs.sentences]
+
+    def render(self, translations: Sequence[str]) -> str:
+        """The document with `translations` (one per sentence) in place; call once."""
+        from lxml import etree
+        from lxml import html as lxml_html
+
+        joined = self.docs.join(translations)
+        at = 0
+        for i, run in enumerate(self.runs):
+            part = self.docs.parts[i]
+            mine = translations[at : at + len(part.sentences)]
+            at += len(part.sentences)
+            _put_back(run, part, joined[i], mine)
+        for (el, name), value in zip(self.attrs, joined[len(self.runs) :]):
+            el.set(name, value)
+        if self.whole and self.has_doctype:
+            tree = self.root.getroottree()
+            return etree.tostring(tree, method="html", encoding="unicode", doctype=tree.docinfo.doctype)
+        if self.whole:
+            return etree.tostring(self.root, method="html", encoding="unicode")
+        inner = self.root.text or ""
+        return inner + "".join(lxml_html.tostring(c, encoding="unicode", method="html") for c in self.root)
+
+
+def translate_html(document: str, lang: str, translate: Callable[[list[str]], list[str]]) -> str:
+    """`document` (a whole page or a fragment) with its text translated (see the module docstring):
+    every sentence of every block, and every alt and title, decoded in one call of `translate`."""
+    doc = HtmlDocument(document, lang)
+    return doc.render(translate(doc.sentences) if doc.sentences else [])

@@ -1,0 +1,249 @@
+"""Documents (issue #47): sentence segmentation that keeps the layout, and the one-batch translation of
+every sentence of a text, rejoined. The segmenter is the real one (sentencex); the gold set is
+tests/segment_gold.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiayn.data.segment import segment
+from aiayn.decode.documents import split_texts, translate_texts
+from segment_gold import GOLD, parse
+
+
+def _boundaries(text: str, sentences: list[str]) -> set[int]:
+    """Where the sentences after the first start in `text`."""
+    out, pos = [], 0
+    for s in sentences:
+        pos = text.index(s, pos)
+        out.append(pos)
+        pos += len(s)
+    return set(out[1:])
+
+
+def test_gold_boundaries() -> None:
+    """Over both languages at least 97 % of boundary decisions right, tp / (tp + fp + fn) (docs/serving.md:
+    74 of 76; the two wrong ones are cuts inside German "Dipl.-Ing."), and no gold boundary missed."""
+    tp = fp = fn = 0
+    for lang, items in GOLD.items():
+        for marked in items:
+            text, gold = parse(marked)
+            got = _boundaries(text, segment(text, lang).sentences)
+            tp, fp, fn = tp + len(got & set(gold)), fp + len(got - set(gold)), fn + len(set(gold) - got)
+    assert fn == 0 and tp / (tp + fp + fn) >= 0.97, (tp, fp, fn)
+
+
+def test_the_cases_by_name() -> None:
+    # the paragraph of issue #47, abbreviations, a number, quotes, an ellipsis, lines without a full stop
+    cases = {
+        ("de", "Ein Mann fährt Fahrrad. Zwei Kinder spielen im Park. Eine Frau liest ein Buch."): [
+            "Ein Mann fährt Fahrrad.",
+            "Zwei Kinder spielen im Park.",
+            "Eine Frau liest ein Buch.",
+        ],
+        ("de", "Dr. Müller kommt z. B. am 1. Mai. Der Preis stieg um 3.5 Prozent."): [
+            "Dr. Müller kommt z. B. am 1. Mai.",
+            "Der Preis stieg um 3.5 Prozent.",
+        ],
+        ("en", 'Mr. Smith likes fruit, e.g. apples. He said, "Fine." She waited... Nobody came.'): [
+            "Mr. Smith likes fruit, e.g. apples.",
+            'He said, "Fine."',
+            "She waited...",
+            "Nobody came.",
+        ],
+        ("de", "Er kam an\u2026 Zu spät."): ["Er kam an\u2026", "Zu spät."],
+        ("en", "A heading\nA line without a stop\n\nA paragraph."): [
+            "A heading",
+            "A line without a stop",
+            "A paragraph.",
+        ],
+    }
+    for (lang, text), want in cases.items():
+        assert segment(text, lang).sentences == want
+
+
+def test_the_layout_is_kept_exactly() -> None:
+    text = "  Ein Hund rennt.  Eine Frau liest.\r\n\tZeile zwei\n\n\nAbsatz.   Noch einer.\n"
+    seg = segment(text, "de")
+    assert seg.sentences == ["Ein Hund rennt.", "Eine Frau liest.", "Zeile zwei", "Absatz.", "Noch einer."]
+    assert seg.gaps == ["  ", "  ", "\r\n\t", "\n\n\n", "   ", "\n"]
+    assert seg.join(["A.", "B.", "C", "D.", "E."]) == "  A.  B.\r\n\tC\n\n\nD.   E.\n"
+    assert segment("", "de").sentences == [] and segment(" \n\t ", "de").join([]) == " \n\t "
+    with pytest.raises(ValueError):
+        seg.join(["too few"])
+
+
+_PIECES = st.sampled_from(
+    ["Ein", "Hund", "rennt", "z. B.", "Dr.", "3.5", "1.", "Mai", "e.g.", "…", "...", "?", "!", ".", '"', "„", "“"]
+)
+_SPACE = st.sampled_from([" ", "  ", "\n", "\n\n", "\r\n", "\t", " \n ", "\u2028", "\u00a0", ""])
+
+
+@given(st.lists(st.tuples(_PIECES, _SPACE), max_size=30), st.sampled_from(["de", "en", "fr"]))
+def test_any_text_is_sentences_and_whitespace_that_rejoin_to_it(parts: list[tuple[str, str]], lang: str) -> None:
+    text = "".join(p + s for p, s in parts)
+    seg = segment(text, lang)
+    assert len(seg.gaps) == len(seg.sentences) + 1
+    assert seg.join(seg.sentences) == text
+    assert all(not g.strip() for g in seg.gaps)
+    assert all(s == s.strip() and s and len(s.splitlines()) == 1 for s in seg.sentences)
+
+
+def test_all_sentences_of_all_texts_go_to_one_call_and_come_back_in_place() -> None:
+    calls: list[list[str]] = []
+
+    def translate(sentences: list[str]) -> list[str]:
+        calls.append(sentences)
+        return [f"<{s.upper()}>" for s in sentences]
+
+    texts = ["Ein Hund rennt. Eine Frau liest.\n\nZwei Männer.", "", "Ein Kind schläft.  "]
+    out = translate_texts(texts, "de", translate)
+    assert calls == [["Ein Hund rennt.", "Eine Frau liest.", "Zwei Männer.", "Ein Kind schläft."]]
+    assert out == ["<EIN HUND RENNT.> <EINE FRAU LIEST.>\n\n<ZWEI MÄNNER.>", "", "<EIN KIND SCHLÄFT.>  "]
+    assert translate_texts(["  \n"], "de", translate) == ["  \n"] and len(calls) == 1  # nothing to decode
+    with pytest.raises(ValueError):
+        split_texts(texts, "de").join(["one"] * 5)
+
+
+@pytest.mark.needs_mirror
+def test_language_detection_on_multi30k() -> None:
+    """py3langid on the first 1,000 Multi30k test2016 lines of each language: at least 99 % right
+    (measured: en 99.9, de 100, fr 100, cs 99.0 %, the misses Slovak)."""
+    import gzip
+
+    from aiayn.data.language import detect
+    from conftest import multi30k_mirror
+
+    for lang in ("en", "de", "fr", "cs"):
+        with gzip.open(multi30k_mirror() / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f][:1000]
+        right = sum(detect(line, top=1)[0][0] == lang for line in lines)
+        assert len(lines) == 1000 and right >= 990, (lang, right)
+
+
+# -- HTML ---------------------------------------------------------------------------------------------
+
+_VOID = {"br", "img", "wbr", "hr", "input", "meta", "link"}
+
+
+def _balanced(html: str) -> bool:
+    """Well-formed by Python's own HTML parser: every opened non-void tag closed, in order."""
+    from html.parser import HTMLParser
+
+    stack: list[str] = []
+    ok = [True]
+
+    class Check(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            if tag not in _VOID:
+                stack.append(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            if not stack or stack.pop() != tag:
+                ok[0] = False
+
+    Check(convert_charrefs=True).feed(html)
+    return ok[0] and not stack
+
+
+def _tags(html: str) -> Counter:
+    """The multiset of (tag, attributes) by lxml, alt and title by name only (they are translated)."""
+    from lxml import html as lxml_html
+
+    root = lxml_html.fragment_fromstring(html, create_parent="div")
+    return Counter(
+        (el.tag, tuple(sorted((k, "" if k in ("alt", "title") else v) for k, v in el.attrib.items())))
+        for el in root.iter()
+        if isinstance(el.tag, str)
+    )
+
+
+def _text(html: str) -> str:
+    from lxml import html as lxml_html
+
+    return " ".join(lxml_html.fragment_fromstring(html, create_parent="div").text_content().split())
+
+
+def _upper(sentences: list[str]) -> list[str]:
+    return [f"[{s.upper()}]" for s in sentences]
+
+
+def test_html_keeps_markup_and_translates_whole_sentences() -> None:
+    from aiayn.decode.html import translate_html
+
+    calls: list[list[str]] = []
+
+    def translate(sentences: list[str]) -> list[str]:
+        calls.append(sentences)
+        return _upper(sentences)
+
+    page = (
+        '<div class="x"><h1 title="Die Überschrift">Ein Titel</h1>\n'
+        '  <p>Ein Hund <b>rennt</b> über die <a href="/wiese?a=1&amp;b=2">grüne <i>Wiese</i></a>.\n'
+        "  Eine Frau<br>liest. <code>ls -l</code> zeigt alles.</p>"
+        '<script>var s = "Ein Hund.";</script><style>p { color: red }</style>'
+        '<pre>Vorformatiert.  Bleibt.</pre><img src="h.png" alt="Ein Bild"><!-- Kommentar. --></div>'
+    )
+    out = translate_html(page, "de", translate)
+    assert calls == [  # one call, whole sentences, markup out; code, script, style, pre, comments untouched
+        [
+            "Ein Titel",
+            "Ein Hund rennt über die grüne Wiese.",
+            "Eine Frau liest. zeigt alles.",  # the code was a word of it: what is left does not start a sentence
+            "Die Überschrift",
+            "Ein Bild",
+        ]
+    ]
+    assert _balanced(out) and _tags(out) == _tags(page)
+    assert "<b>RENNT</b>" in out and "<i>WIESE" in out and 'title="[DIE ÜBERSCHRIFT]"' in out
+    assert 'alt="[EIN BILD]"' in out and 'href="/wiese?a=1&amp;b=2"' in out
+    assert '<script>var s = "Ein Hund.";</script>' in out and "<pre>Vorformatiert.  Bleibt.</pre>" in out
+    assert "<code>ls -l</code>" in out and "<!-- Kommentar. -->" in out
+    # a tag around a whole sentence wraps its whole translation
+    assert translate_html("<p><b>Ein Hund rennt.</b> Eine Frau.</p>", "de", _upper) == (
+        "<p><b>[EIN HUND RENNT.]</b> [EINE FRAU.]</p>"
+    )
+    page = "<!DOCTYPE html>\n<html><head><title>Seite</title></head><body><p>Hallo Welt.</p></body></html>"
+    assert translate_html(page, "de", _upper) == (
+        "<!DOCTYPE html>\n<html><head><title>[SEITE]</title></head><body><p>[HALLO WELT.]</p></body></html>"
+    )
+    assert translate_html("", "de", _upper) == "" and translate_html("Nur Text.", "de", _upper) == "[NUR TEXT.]"
+
+
+_WORDS = ["Ein", "Hund", "rennt", "über", "die", "Wiese.", "Zwei", "Männer", "spielen", "Fußball."]
+_INLINE = [("b", ""), ("i", ""), ("a", ' href="/x?y=1"'), ("span", ' class="k"'), ("em", ""), ("strong", "")]
+
+
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 5)), max_size=6), st.booleans())
+def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br: bool) -> None:
+    """Nested and adjacent inline tags over random word ranges, a reversing 'translation' (words move):
+    the output is balanced, has the same tags and attributes, and its text is the translation."""
+    from aiayn.decode.html import translate_html
+
+    opens: dict[int, list[str]] = {}
+    closes: dict[int, list[str]] = {}
+    for a, b, k in spans:  # properly nested by construction: ranges sorted by start, cut to nest
+        a, b = min(a, b), max(a, b)
+        tag, attr = _INLINE[k]
+        opens.setdefault(a, []).append(f"<{tag}{attr}>")
+        closes.setdefault(b, []).insert(0, f"</{tag}>")
+    words = []
+    for i, w in enumerate(_WORDS):
+        words.append("".join(opens.get(i, [])) + w + "".join(closes.get(i, [])))
+    snippet = "<p>" + " ".join(words) + ("<br>Ende." if br else "") + "</p>"
+    if not _balanced(snippet):  # the ranges crossed: not a well-formed input, nothing to check
+        return
+
+    def reverse(sentences: list[str]) -> list[str]:
+        return [" ".join(reversed(s.upper().split())) for s in sentences]
+
+    out = translate_html(snippet, "de", reverse)
+    assert _balanced(out) and _tags(out) == _tags(snippet)
+    plain = " ".join(("Ein Hund rennt über die Wiese. Zwei Männer spielen Fußball." + (" Ende." if br else "")).split())
+    from aiayn.data.segment import segment
+
+    assert _text(out) == " ".join(reverse(segment(plain, "de").sentences))
