@@ -82,8 +82,16 @@ class Progress:
         """Put the clock into the train state (before it is saved)."""
         self.state.elapsed, self.state.window["seconds"] = self.elapsed(), time.perf_counter() - self.t_window
 
-    def restart_window(self) -> None:
-        self.t_window = time.perf_counter()  # keep evaluation time out of tokens/s
+    def paused(self) -> float:
+        """Where a pause of the window (a validation) starts; hand it to `resume_window` after it."""
+        return time.perf_counter()
+
+    def resume_window(self, paused_at: float) -> None:
+        """Keep the pause's time out of tokens/s by moving the window's start forward by its length. The
+        window keeps its tokens and its training time before the pause: restarting the clock instead
+        divided all of the window's tokens by the time since the pause alone (a record right after a
+        validation said billions of tokens/s)."""
+        self.t_window += time.perf_counter() - paused_at
 
     def updated(self) -> None:
         if self.bar is None:

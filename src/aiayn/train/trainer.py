@@ -334,6 +334,7 @@ class Trainer:
         )
 
     def _validate(self) -> bool:
+        paused_at = self.progress.paused()
         try:
             stop = self.validator()
         except Exception:
@@ -349,7 +350,7 @@ class Trainer:
                     err=True,
                 )
             raise
-        self.progress.restart_window()
+        self.progress.resume_window(paused_at)
         return stop
 
     def _save(self) -> None:
