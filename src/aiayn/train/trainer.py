@@ -3,7 +3,7 @@ gradient accumulation, AMP, DDP, evaluation, early stopping, checkpoints and exa
 
     from aiayn.config import Config
     from aiayn.train import train
-    summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
+    summary = train(Config.load("multi30k_de_en"), "runs/de_en")
 
 The parts: `tasks` (batch -> loss, validation measures), `step` (one update, skip policy),
 `validate` (best weights, patience), `checkpointing` (every stateful part), `train_state`,
