@@ -355,7 +355,9 @@ class Trainer:
 
     def _save(self) -> None:
         self.progress.stamp()
+        paused_at = self.progress.paused()  # writing a checkpoint is not training: kept out of tokens/s
         self.ckpt.save()
+        self.progress.resume_window(paused_at)
 
     def _summary(self, interrupted: bool, stopped_early: bool = False, ran: bool = True) -> dict[str, Any]:
         last = self.ckpt.last_saved if ran else None
