@@ -2,14 +2,14 @@
 own train.py, side by side on this machine (issue 24).
 
     python bench/lm_char.py --nanogpt PATH/TO/nanoGPT            # the shape of nanoGPT's CPU recipe
-    python bench/lm_char.py --nanogpt PATH --aiayn-only --config configs/tinyshakespeare_char.yaml \
+    python bench/lm_char.py --nanogpt PATH --aiayn-only --config tinyshakespeare_char \
         --set optim.lr_scale=1 --set train.max_steps=3000      # another recipe of ours, same yardstick
 
 nanoGPT runs as its README's CPU recipe: `train.py config/train_shakespeare_char.py --device=cpu
 --compile=False --eval_iters=20 --log_interval=1 --block_size=64 --batch_size=12 --n_layer=4 --n_head=4
 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0`, in a temporary copy of its checkout,
 after its own data/shakespeare_char/prepare.py on the same input.txt. aiayn runs `aiayn train` with
-configs/tinyshakespeare_char.yaml (same shape: 4 layers, 4 heads, d_model 128, context 64, 12 blocks
+the packaged tinyshakespeare_char recipe (same shape: 4 layers, 4 heads, d_model 128, context 64, 12 blocks
 a batch, 2,000 updates, dropout 0).
 
 Both are timed as whole processes (wall seconds, start to exit; data preparation excluded for nanoGPT,
@@ -188,7 +188,7 @@ def main() -> None:
         default=os.environ.get("AIAYN_TINYSHAKESPEARE", "input.txt"),
         help="Tiny Shakespeare's input.txt (a file or its directory)",
     )
-    p.add_argument("--config", default="configs/tinyshakespeare_char.yaml")
+    p.add_argument("--config", default="tinyshakespeare_char")
     p.add_argument("--set", action="append", default=[], help="aiayn override SECTION.FIELD=VALUE (repeatable)")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)

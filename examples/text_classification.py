@@ -105,7 +105,7 @@ def train(config: str, run: Path, overrides: list[str], init_from: Path | None =
     if (run / "config.yaml").is_file():
         args = ["train", "--resume", str(run), *overrides]
     else:
-        args = ["train", "--config", str(ROOT / config), "--run-dir", str(run), *overrides]
+        args = ["train", "--config", config, "--run-dir", str(run), *overrides]
         if init_from is not None:
             args += ["--init-from", str(init_from)]
     print("$ aiayn " + " ".join(args), flush=True)
@@ -141,7 +141,7 @@ def main() -> int:
     }
     mlm = runs / "mlm"
     if args.only in ("mlm", "all") or (args.only == "pretrained" and not (mlm / "best.safetensors").is_file()):
-        train("configs/multi30k_mlm.yaml", mlm, ["--train.max_minutes", str(args.mlm_minutes)])
+        train("multi30k_mlm", mlm, ["--train.max_minutes", str(args.mlm_minutes)])
         last = [r for r in metrics(mlm) if r["kind"] == "valid"][-1]
         results["mlm"] = {
             "run": str(mlm),
@@ -170,7 +170,7 @@ def main() -> int:
                 ]
                 if kind == "scratch":
                     over.append(f"--data.spm_model={spm}")
-                train(f"configs/multi30k_{task}.yaml", run, over, mlm if kind == "pretrained" else None)
+                train(f"multi30k_{task}", run, over, mlm if kind == "pretrained" else None)
                 clf = Classifier.load(run)
                 test = clf.read(data / task / "test.tsv")
                 assert test.gold is not None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from aiayn import __version__
 
 
@@ -67,3 +69,29 @@ def test_the_parser_loads_without_torch():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_torch_threads_sleep_at_barriers_unless_the_user_says_otherwise(tmp_path):
+    """The CLI sets OMP_WAIT_POLICY=PASSIVE before torch loads, so OpenMP threads never spin waiting for a
+    thread that lost its core to another process (docs/benchmarks.md, "Beside a busy process"). Checked
+    in what GNU OpenMP itself reports at start-up: a spin count of 0; a policy the user set is kept."""
+    import os
+
+    def spin_count(**env: str) -> str:
+        base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        r = subprocess.run(  # a command that loads torch, then fails (no checkpoints): enough to start OpenMP
+            [sys.executable, "-m", "aiayn", "average", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**base, "OMP_DISPLAY_ENV": "verbose", **env},
+        )
+        assert r.returncode == 2 and "no checkpoints" in r.stderr, r.stderr[-2000:]
+        lines = [x for x in r.stderr.splitlines() if "GOMP_SPINCOUNT" in x]
+        if not lines:  # Linux wheels of torch link GNU OpenMP; others (macOS: LLVM's) report no spin count
+            pytest.skip("torch's OpenMP runtime is not GNU OpenMP")
+        (line,) = lines
+        return line.split("=")[1].strip().strip("'")
+
+    assert spin_count() == "0"
+    assert int(spin_count(OMP_WAIT_POLICY="ACTIVE")) > 0

@@ -425,7 +425,7 @@ def test_wmt14_configs_read_the_prepared_corpus():
     from aiayn.config import Config
 
     for name in ("base", "big"):
-        cfg = Config.load(Path(__file__).resolve().parents[1] / "configs" / f"wmt14_en_de_{name}.yaml")
+        cfg = Config.load(f"wmt14_en_de_{name}")
         d = cfg.data
         assert (d.corpus, d.src_lang, d.tgt_lang, d.vocab_size) == ("wmt14", "en", "de", 37000)
         assert d.train_src is d.valid_src is d.test_src is d.data_dir is None

@@ -115,6 +115,20 @@ def test_early_stop_fires_when_no_live_beam_can_win():
     assert mild.calls > 2
 
 
+def test_the_early_stop_bound_is_the_length_penalty_one_past_the_longest_output():
+    """A live beam may still emit max_len tokens and then EOS: |Y| = max_len + 1 is the largest divisor it
+    can reach, and a bound one short stops too early. Here "A EOS" finishes first (log .55 + log .9 =
+    -0.703, over lp(2) = 1.097: -0.641); the live "B" (log .45 = -0.799) can still reach -0.799 / lp(4) =
+    -0.626 and nearly does, as "B B B EOS" (-0.802 / 1.275 = -0.628). Over lp(3) = 1.188 it looked capped
+    at -0.672, below "A EOS", and the search stopped with [A]."""
+    script = {(): {A: 0.55, B: 0.45}, (A,): {EOS: 0.9}, (B,): {B: 0.999}, (B, B): {B: 0.999}, (B, B, B): {EOS: 0.999}}
+    (best,) = beam_search(
+        FakeModel(script), src_of(3), beam=2, length_penalty=0.6, max_len_a=0, max_len_b=3, patience=math.inf
+    )
+    assert best[0][0] == [B, B, B]
+    assert best[0][1] == pytest.approx((math.log(0.45) + 3 * math.log(0.999)) / (9 / 6) ** 0.6, abs=1e-5)
+
+
 def test_patience_stops_after_beam_times_patience_hypotheses():
     """fairseq's and CTranslate2's stop (patience 1, the default): a sentence ends once `beam` hypotheses
     have finished, even where a live beam could still win; patience inf searches on until none can."""

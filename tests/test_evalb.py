@@ -353,6 +353,10 @@ def test_max_error_and_malformed_lines_stop_like_c(
     assert_same_as_c(evalb_c, gold, gold[:30], prm(), tmp_path)  # too many lines in gold
     assert_same_as_c(evalb_c, gold[:30], gold, prm(), tmp_path)  # too many lines in test
     assert_same_as_c(evalb_c, ["(X a)", "(Y (Z b))"], ["(X a)", "(Y (Z b))"], prm(), tmp_path)  # -nan
+    test = gold[:5] + short[5:]  # `aiayn parse --gold --test`, COLLINS.prm: the C program's streams and status
+    out, err, rc = run_c(evalb_c, gold, test, (shared_data("evalb") / "COLLINS.prm").read_text(), tmp_path)
+    p = parse_cli(gold, test, tmp_path)
+    assert (p.returncode, p.stdout, p.stderr) == (rc, out, err) and rc == 1
 
 
 # hand-written corner cases: (gold, test)
@@ -536,6 +540,27 @@ def test_errors_and_skips_are_left_out_of_the_totals() -> None:
     assert (ev.all.valid_sentences, ev.all.error_sentences, ev.all.skip_sentences) == (1, 2, 1)
     assert ev.stderr() == "2 : Length unmatch (2|1)\n4 : Words unmatch (b|c)\n"
     assert f1(["(S (A a) (B b))"] * 2, ["(S (A a) (B b))", "(S (A a))"]) == (100.0, 100.0)
+
+
+def parse_cli(gold: list[str], test: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """`aiayn parse --gold G --test T` (COLLINS.prm) in its own process, on files of these lines."""
+    (tmp_path / "g.tree").write_text("".join(x + "\n" for x in gold))
+    (tmp_path / "t.tree").write_text("".join(x + "\n" for x in test))
+    files = ["--gold", str(tmp_path / "g.tree"), "--test", str(tmp_path / "t.tree")]
+    return subprocess.run([sys.executable, "-m", "aiayn", "parse", *files], capture_output=True, text=True, timeout=120)
+
+
+def test_parse_cli_reports_errors_on_stderr_and_an_abort_with_status_1(tmp_path: Path) -> None:
+    """As the C evalb: every error sentence's line on stderr; under MAX_ERROR 10 the 12th error stops the
+    run with status 1 and no summary (the C program's output: test_max_error_and_malformed_lines_stop_like_c)."""
+    gold, wrong = ["(S (A a) (B b))"] * 15, ["(S (A a) (B c))"] * 15
+    p = parse_cli(gold, gold[:13] + wrong[13:], tmp_path)  # two errors: scored, with the totals
+    assert p.returncode == 0 and "=== Summary ===" in p.stdout, p
+    assert p.stderr == "14 : Words unmatch (b|c)\n15 : Words unmatch (b|c)\n"
+    p = parse_cli(gold, wrong, tmp_path)
+    assert p.returncode == 1, p
+    assert p.stderr.splitlines() == [f"{i} : Words unmatch (b|c)" for i in range(1, 13)]
+    assert "Summary" not in p.stdout and len(p.stdout.splitlines()) == 3 + 11  # the head, then 11 sentences
 
 
 @settings(deadline=None)  # a dozen pairs per example: slow on a loaded machine

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Bottom to top; a module may import from its own layer or any layer below. Longest prefix wins.
 LAYERS: list[tuple[str, ...]] = [
     # 0 foundation: torch-free, imported by everything
-    ("aiayn", "aiayn._lazy", "aiayn.errors", "aiayn.fileio", "aiayn.config"),
+    ("aiayn", "aiayn._lazy", "aiayn.errors", "aiayn.fileio", "aiayn.config", "aiayn.recipes"),
     # 1 the network (and the process-group plumbing, which knows only errors and torch)
     ("aiayn.model", "aiayn.distributed", "aiayn.devices"),
     # 2 weights on disk: files, run-directory layout, averaging; a model on the Hub as a run directory

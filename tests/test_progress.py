@@ -59,6 +59,18 @@ def test_a_time_budget_draws_a_bar_that_ends_at_the_budget(home, tmp_path):
     assert re.search(r"\| 0:06 of 0:06, 0:00 left, step \d+, loss \d", drawn[-1]), drawn[-1]
 
 
+def test_the_bar_ends_at_the_step_limit_when_it_comes_before_the_budget(home, tmp_path):
+    """A 10-minute budget with 20 steps that take seconds: the bar runs to the step limit's time (projected,
+    `of ~0:0x`, until the last step) and ends at 100 % with nothing left, not at `0:04 of 10:00, 9:56 left`."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, "-m", "aiayn", "train", "--run-dir", str(tmp_path / "run"), *TRAIN]
+    out = in_terminal([*args, "--train.max_minutes", "10", "--train.max_steps", "20"], env)
+    drawn = [x for x in out.split("\r") if x.startswith("train: ")]
+    assert drawn and int(re.match(r"train: +(\d+)%", drawn[-1]).group(1)) == 100, out[-2000:]  # type: ignore[union-attr]
+    assert re.search(r"\| (\d:\d\d) of \1, 0:00 left, step 20/20, loss \d", drawn[-1]), drawn[-1]
+    assert "10:00" not in out
+
+
 def test_a_pipe_gets_one_line_per_interval(home, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = [sys.executable, "-m", "aiayn", "train", *TRAIN]
@@ -73,6 +85,18 @@ def test_a_pipe_gets_one_line_per_interval(home, tmp_path):
     assert "\r" not in steps.stdout + steps.stderr
     lines = [x for x in steps.stdout.splitlines() if x.startswith("step ")]
     assert [x.split(" | ")[0] for x in lines] == ["step 10/20", "step 20/20"]
+    both = subprocess.run(  # with a budget that the step limit beats: the clock ends at the steps' time
+        [*args, "--run-dir", str(tmp_path / "both"), "--train.max_steps", "20", "--train.max_minutes", "10"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+    assert both.returncode == 0, both.stderr[-2000:]
+    lines = [x for x in both.stdout.splitlines() if x.startswith("step ")]
+    assert [x.split(" | ")[0] for x in lines] == ["step 10/20", "step 20/20"], both.stdout
+    assert re.search(r"\| \d:\d\d of ~\d:\d\d, \d:\d\d left$", lines[0]), lines[0]
+    assert re.search(r"\| (\d:\d\d) of \1, 0:00 left$", lines[1]), lines[1]
     timed = subprocess.run(
         [*args, "--run-dir", str(tmp_path / "timed"), "--train.max_minutes", "0.05"],
         capture_output=True,

@@ -98,7 +98,9 @@ def test_the_recipe_is_the_config_file_and_the_fallback_swaps_only_the_data(tmp_
 
     from aiayn.quickstart import RECIPE, quickstart_config
 
-    assert RECIPE == Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+    # the packaged recipe, which a checkout's configs/ links to
+    assert RECIPE == Path(__file__).resolve().parents[1] / "src" / "aiayn" / "recipes" / "quickstart.yaml"
+    assert (Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml").resolve() == RECIPE
     recipe = yaml.safe_load(RECIPE.read_text())
     recipe["model"]["d_model"] = 64
     edited = tmp_path / "quickstart.yaml"

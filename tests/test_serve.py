@@ -650,6 +650,12 @@ def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
     for kw, status, msg in cases:
         r = httpx.post(u + "/translate", **kw)
         assert r.status_code == status and msg in r.json()["error"], (kw.get("json"), r.status_code, r.text)
+    # exactly the character limit is allowed, one more is not (a search of one token keeps it quick)
+    short = {"beam": 1, "max_len_a": 0, "max_len_b": 1}
+    r = httpx.post(u + "/v1/translate", json={"q": ["x" * 500, "y" * 500], **short}, timeout=60)
+    assert r.status_code == 200 and len(r.json()["translations"]) == 2, r.text
+    r = httpx.post(u + "/v1/translate", json={"q": ["x" * 500, "y" * 501], **short}, timeout=60)
+    assert r.status_code == 413 and "request (1001) exceeds character limit (1000)" in r.json()["error"], r.text
     v1 = [
         ({"q": "x", "beam": "4"}, "beam"),
         ({"q": "x", "beam": 0}, "beam"),

@@ -691,6 +691,51 @@ def test_max_epochs_stops_after_whole_passes(home, tmp_path):
     assert list_checkpoints(tmp_path / "run")[-1][0] == 19
 
 
+def test_tokens_per_s_counts_training_time_only_around_validations(home, tmp_path, monkeypatch):
+    """Each train record's tokens/s is its window's tokens over the window's training time, validations
+    and checkpoint writes left out, also for a window a validation cuts in two and the last record right
+    after a validation (which once divided by almost nothing: 4,319,140,651 tokens/s). On an injected
+    clock an update takes 1 s, a validation 100 s and a checkpoint write 10 s."""
+    import types
+
+    import aiayn.train.progress as progress
+    from aiayn.train import train
+    from aiayn.train.checkpointing import CheckpointManager
+    from aiayn.train.step import TrainStep
+    from aiayn.train.validate import Validator
+
+    now = [0.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    tokens: list[float] = []
+    step, validate, save = TrainStep.__call__, Validator.__call__, CheckpointManager.save
+
+    def timed_step(self, *args, **kw):
+        result = step(self, *args, **kw)
+        now[0] += 1.0
+        tokens.append(result.tokens)
+        return result
+
+    def timed_validation(self):
+        now[0] += 100.0
+        return validate(self)
+
+    def timed_save(self):
+        now[0] += 10.0
+        return save(self)
+
+    monkeypatch.setattr(TrainStep, "__call__", timed_step)
+    monkeypatch.setattr(Validator, "__call__", timed_validation)
+    monkeypatch.setattr(CheckpointManager, "save", timed_save)
+    train_cfg = {"max_steps": 6, "log_every": 4, "eval_every": 3, "save_every": 2, "eval_bleu": False}
+    cfg = Config.from_dict({**TINY, "train": {**TINY["train"], **train_cfg}})
+    train(cfg, tmp_path / "run")
+    got = [(r["step"], r["tokens_per_s"]) for r in records(tmp_path / "run", "train")]
+    # step 4: updates 1-4 with a save at 2 and the validation at 3 between them; step 6: updates 5-6 with
+    # a save at 4 before them, written after the validation at 6
+    assert [s for s, _ in got] == [4, 6]
+    assert got[0][1] == pytest.approx(sum(tokens[:4]) / 4) and got[1][1] == pytest.approx(sum(tokens[4:]) / 2)
+
+
 def test_time_budget_spans_resumes(home, tmp_path, capfd, monkeypatch):
     """train.max_minutes, on an injected clock: the trainer's clock (aiayn.train.progress) moves one
     second each time it is read, so the budget is a count of clock reads, the same on any machine."""

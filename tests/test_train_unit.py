@@ -228,11 +228,8 @@ def test_config_yaml_toml_and_dotted_overrides(tmp_path):
 
 
 def test_shipped_configs_load():
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / "configs"
-    base = Config.load(root / "wmt14_en_de_base.yaml")
-    big = Config.load(root / "wmt14_en_de_big.yaml")
+    base = Config.load("wmt14_en_de_base")  # packaged recipes, by name
+    big = Config.load("wmt14_en_de_big")
     o = base.optim
     assert (o.warmup, o.betas, o.eps, o.label_smoothing) == (4000, (0.9, 0.98), 1e-9, 0.1)
     assert base.model_config(37000).d_model == 512 and big.model_config(37000).d_model == 1024
@@ -240,7 +237,7 @@ def test_shipped_configs_load():
     for c in (base, big):  # the paper's ~25k-token batch on any GPU count, not 3125 x 8 per GPU
         assert (c.optim.tokens_per_update, c.optim.update_freq, c.data.max_tokens) == (25000, 1, 3125)
     for name in ("multi30k_de_en", "multi30k_en_de"):
-        c = Config.load(root / f"{name}.yaml")
+        c = Config.load(name)
         assert c.data.corpus == "multi30k" and c.model["preset"] == "small"
 
 

@@ -317,7 +317,7 @@ class Config:
     """Everything a run needs. `model` is a preset name plus ModelConfig overrides; the vocabulary
     size always comes from the prepared tokenizer, so it is not part of the file.
 
-        cfg = Config.load("configs/multi30k_de_en.yaml", ["--optim.lr_scale", "2"])
+        cfg = Config.load("multi30k_de_en", ["--optim.lr_scale", "2"])   # a packaged recipe, or a file
     """
 
     model: dict[str, Any] = dataclasses.field(default_factory=lambda: {"preset": "small"})
@@ -385,7 +385,8 @@ class Config:
 
     @classmethod
     def load(cls, path: str | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
-        """Read a YAML/TOML file (or start from defaults) and apply dotted overrides."""
+        """Read a YAML/TOML file or a packaged recipe by name (or start from defaults) and apply dotted
+        overrides."""
         d = read_config_file(path) if path else {}
         if overrides:
             pairs = overrides.items() if isinstance(overrides, dict) else parse_overrides(overrides).items()
@@ -407,11 +408,10 @@ class Config:
 
 
 def read_config_file(path: str | Any) -> dict[str, Any]:
-    from pathlib import Path
+    """A YAML/TOML config file as a dict: `path` names a file, or a recipe of the package (`quickstart`)."""
+    from aiayn.recipes import resolve
 
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+    p = resolve(path)
     if p.suffix == ".toml":
         import tomllib
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn import viz
+from aiayn import recipes, viz
 from aiayn.averaging import average_run
 from aiayn.checkpoint import list_checkpoints, load_translation_model
 from aiayn.config import Config
@@ -36,16 +36,17 @@ SAMPLES = {  # shown after training; the first is seed 001's kind of sentence
 }
 
 
-# The recipe is a config file like every other run's, in the source tree beside the package.
-RECIPE = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+# The recipe is a config file like every other run's, shipped inside the package (aiayn.recipes), so
+# the quickstart runs from an installed wheel in any directory.
+RECIPE = recipes.HERE / "quickstart.yaml"
 EMBEDDED = {"data.corpus": "embedded", "data.src_lang": "digits", "data.tgt_lang": "en", "data.vocab_size": 1000}
 
 
 def quickstart_config(minutes: float, corpus: str, data_dir: str | None, recipe: str | Path = RECIPE) -> Config:
-    """configs/quickstart.yaml with the budget and the data the quickstart found: Multi30k (from
+    """The quickstart recipe with the budget and the data the quickstart found: Multi30k (from
     `data_dir` when given) or the embedded digits -> English corpus."""
     if not Path(recipe).is_file():
-        raise AiaynError(f"the quickstart recipe {recipe} is missing: run from a checkout of aiayn")
+        raise AiaynError(f"the quickstart recipe {recipe} is missing from this installation of aiayn: reinstall it")
     over: dict[str, Any] = {"train.max_minutes": minutes}
     if corpus == "multi30k":
         over["data.data_dir"] = data_dir

@@ -13,6 +13,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+# Torch's CPU threads (GNU OpenMP) spin at every barrier by default. With another process on one of the
+# cores, each parallel op then waits a scheduler time slice for the thread that lost its core while
+# the others burn theirs: greedy decoding fell to 2-40 % of its speed and training to 4 % beside one
+# busy process. Passive threads sleep instead, and both keep about 50-95 % (docs/benchmarks.md, "Beside
+# a busy process"), with the same outputs. libgomp reads this once, when torch loads: here, before any
+# command imports torch. A policy the user set is kept (OMP_WAIT_POLICY=ACTIVE: the old behaviour).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from aiayn import __version__
 from aiayn.cli import (
     ablate,

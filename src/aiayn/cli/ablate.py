@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", help="base model preset: base | big | small | tiny (default: config's, else small)")
     p.add_argument("--data", help="corpus: multi30k | embedded | files (default: config's)")
     p.add_argument("--steps", type=int, help="training steps per variant (the same budget for all)")
-    p.add_argument("-c", "--config", help="base YAML/TOML config (e.g. configs/multi30k_de_en.yaml)")
+    p.add_argument("-c", "--config", help="base YAML/TOML config, a file or a recipe's name (e.g. multi30k_de_en)")
     p.add_argument("-o", "--out", default="runs/ablation", help="output directory (default: runs/ablation)")
     p.add_argument("--dry-run", action="store_true", help="list the variants and their sizes, train nothing")
     p.add_argument(

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "fairseq-preprocess): any data field can be overridden as --data.field VALUE. "
         "`aiayn train` then starts from the cache within seconds.",
     )
-    p.add_argument("--config", required=True, help="YAML or TOML config (see configs/)")
+    p.add_argument("--config", required=True, help="YAML or TOML file, or a packaged recipe's name (aiayn recipes)")
     p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=_prepare)

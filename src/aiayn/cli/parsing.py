@@ -18,8 +18,12 @@ def _run(a: argparse.Namespace) -> int:
     if a.gold or a.test:  # score two tree files, no model
         if not (a.gold and a.test):
             raise AiaynError("--gold and --test go together")
-        print(evalb.evaluate_files(a.gold, a.test).report(), end="")
-        return 0
+        scored = evalb.evaluate_files(a.gold, a.test)
+        # as the C evalb: the table on stdout, each error sentence's line on stderr, and status 1 when
+        # more than MAX_ERROR errors stopped it (its table then ends where it stopped, with no summary)
+        print(scored.report(), end="", flush=True)
+        print(scored.stderr(), end="", file=sys.stderr, flush=True)
+        return 1 if scored.aborted else 0
     if not a.checkpoint:
         raise AiaynError("give -c RUN (or --gold and --test to score tree files)")
     parser = Parser.load(a.checkpoint, a.device, constrain=not a.unconstrained, decode=None)

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="resume after a crash or Ctrl-C: aiayn train --resume RUN_DIR [overrides]; fine-tune: "
         "aiayn train --init-from RUN_DIR --run-dir NEW_RUN [--config ...] [overrides]",
     )
-    p.add_argument("--config", help="YAML or TOML config (see configs/)")
+    p.add_argument("--config", help="a YAML or TOML file, or a packaged recipe's name (`aiayn recipes` lists them)")
     p.add_argument(
         "--task",
         help="what to train (sets task.name), a task of aiayn.train.tasks: translate (encoder-decoder, the "
@@ -73,6 +73,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p.set_defaults(run=run)
     collect_overrides(p)
+
+    p = sub.add_parser(
+        "recipes",
+        help="list the training recipes that ship with aiayn (--config NAME), or print one",
+        description="Without NAME: each packaged recipe, one line each. With NAME: the recipe's file, to read "
+        "or to copy and edit (aiayn recipes quickstart > my.yaml; aiayn train --config my.yaml ...).",
+    )
+    p.add_argument("name", nargs="?", help="a recipe to print")
+
+    def recipes(a: argparse.Namespace) -> int:
+        from aiayn import recipes
+
+        if a.name:
+            print(recipes.path(a.name).read_text(encoding="utf-8"), end="")
+            return 0
+        names = recipes.names()
+        width = max(map(len, names))
+        for name in names:
+            print(f"{name:<{width}}  {recipes.summary(name)}")
+        return 0
+
+    p.set_defaults(run=recipes)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a run (paper §6.1)")
     p.add_argument("run_dir")

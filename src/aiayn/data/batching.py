@@ -10,6 +10,7 @@ of the chosen examples go in a padded batch (the text tasks' collates use it too
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -176,7 +177,13 @@ class _Prefetcher:
 
     def close(self) -> None:
         self._stop.set()
-        self.thread.join()
+        # An iterator abandoned until exit is closed while the interpreter finalizes (its generator is
+        # collected with the module's globals). By then daemon threads are frozen for good: on 3.11 the
+        # interpreter deleted their states, which released what join() waits on, but 3.13's join() waits
+        # for the thread to reach its own end, which a frozen thread never does, so it hung the exit.
+        # There is nothing left to wait for then: the process ends and takes the thread with it.
+        if not sys.is_finalizing():
+            self.thread.join()
 
 
 class BatchIterator:

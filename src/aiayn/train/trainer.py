@@ -3,7 +3,7 @@ gradient accumulation, AMP, DDP, evaluation, early stopping, checkpoints and exa
 
     from aiayn.config import Config
     from aiayn.train import train
-    summary = train(Config.load("configs/multi30k_de_en.yaml"), "runs/de_en")
+    summary = train(Config.load("multi30k_de_en"), "runs/de_en")
 
 The parts: `tasks` (batch -> loss, validation measures), `step` (one update, skip policy),
 `validate` (best weights, patience), `checkpointing` (every stateful part), `train_state`,
@@ -334,6 +334,7 @@ class Trainer:
         )
 
     def _validate(self) -> bool:
+        paused_at = self.progress.paused()
         try:
             stop = self.validator()
         except Exception:
@@ -349,12 +350,14 @@ class Trainer:
                     err=True,
                 )
             raise
-        self.progress.restart_window()
+        self.progress.resume_window(paused_at)
         return stop
 
     def _save(self) -> None:
         self.progress.stamp()
+        paused_at = self.progress.paused()  # writing a checkpoint is not training: kept out of tokens/s
         self.ckpt.save()
+        self.progress.resume_window(paused_at)
 
     def _summary(self, interrupted: bool, stopped_early: bool = False, ran: bool = True) -> dict[str, Any]:
         last = self.ckpt.last_saved if ran else None

@@ -3,7 +3,7 @@ reads a sentence's words and writes its tree linearised (aiayn.data.treebank), t
 translation is; validation adds the EVALB bracket F1 (aiayn.evalb, COLLINS.prm) of greedy parses.
 
 The paper's WSJ setting: 4 layers, d_model 1024, a 16K vocabulary, beam 21, length penalty 0.3 and
-at most input + 300 output tokens (configs/wsj_parse.yaml); configs/craft_parse.yaml sizes it for a CPU.
+at most input + 300 output tokens (the wsj_parse recipe); the craft_parse recipe sizes it for a CPU.
 """
 
 from __future__ import annotations
