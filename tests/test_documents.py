@@ -212,6 +212,12 @@ def test_html_keeps_markup_and_translates_whole_sentences() -> None:
         "<!DOCTYPE html>\n<html><head><title>[SEITE]</title></head><body><p>[HALLO WELT.]</p></body></html>"
     )
     assert translate_html("", "de", _upper) == "" and translate_html("Nur Text.", "de", _upper) == "[NUR TEXT.]"
+    # escaped markup in the text stays text, also before a fragment's first tag (it came back as a live tag)
+    out = translate_html("&lt;img src=x onerror=alert(1)&gt; ist <b>Text</b>.", "de", lambda x: x)
+    assert "<img" not in out and _tags(out) == _tags("<b></b>") and out.startswith("&lt;img src=x")
+    assert translate_html("5 &lt; 6 &amp; mehr.", "de", lambda x: x) == "5 &lt; 6 &amp; mehr."
+    # a lone surrogate is replaced, not the end of the text
+    assert translate_html("<p>Ein\ud800Hund rennt.</p>", "de", lambda x: x) == "<p>Ein?Hund rennt.</p>"
 
 
 _WORDS = ["Ein", "Hund", "rennt", "über", "die", "Wiese.", "Zwei", "Männer", "spielen", "Fußball."]

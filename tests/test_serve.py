@@ -277,6 +277,24 @@ def test_the_window_waits_only_when_others_are_queued_or_decoding() -> None:
     assert [h[0][0][0] for h in out] == ["A X", "B X", "C X", "D X"]
 
 
+def test_the_sentence_limit_counts_the_sentences_a_request_splits_into(torch_backend) -> None:
+    """One text within the char limit can split into many sentences, each a search of its own: the limit
+    counts them, for plain text and HTML alike, with a 413 as the other limits."""
+    srv = _serve(torch_backend, max_wait_ms=0, sentence_limit=6)
+    try:
+        for fmt, text in (("text", "Ja. " * 6), ("html", "<p>" + "Ja. " * 6 + "</p>")):
+            r = httpx.post(srv.url + "/translate", json={"q": text, "source": "de", "target": "en", "format": fmt})
+            assert r.status_code == 200, r.text
+            r = httpx.post(
+                srv.url + "/translate", json={"q": text + "Nein.", "source": "de", "target": "en", "format": fmt}
+            )
+            assert r.status_code == 413 and r.json()["error"] == (
+                "Invalid request: request (7 sentences) exceeds sentence limit (6)"
+            )
+    finally:
+        srv.stop()
+
+
 def test_without_the_adaptive_window_a_lone_request_waits_it() -> None:
     from aiayn.serve import Batcher, SearchOptions
 
@@ -348,6 +366,12 @@ def test_detect_and_source_auto(server: ThreadServer, translator) -> None:
     }
     r = httpx.post(server.url + "/translate", json={"q": [texts["de"], "42 !"], "source": "auto", "target": "en"})
     assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de", "de"]  # no letters: nothing to detect
+    # short German that py3langid ranks Italian, Danish or Faroese, German close behind: translated, not refused
+    short = ["Hallo", "Danke", "Ein Hund.", "Zwei Männer."]
+    assert any(detect(t)[0][0] != "de" for t in short)
+    r = httpx.post(server.url + "/translate", json={"q": short, "source": "auto", "target": "en"})
+    assert r.status_code == 200 and r.json()["translatedText"] == translator.translate(short, beam=4)
+    assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de"] * 4
     for lang in ("fr", "en"):
         r = httpx.post(
             server.url + "/translate", json={"q": [texts["de"], texts[lang]], "source": "auto", "target": "en"}

@@ -46,6 +46,7 @@ def _serve(a: argparse.Namespace) -> int:
         batching=a.batching,
         char_limit=a.char_limit,
         batch_limit=a.batch_limit,
+        sentence_limit=a.sentence_limit,
         body_limit=a.max_body_bytes,
         api_key=a.api_key,
         split_sentences=a.split_sentences,
@@ -133,7 +134,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=5000,
         help="characters per request, over all its sentences; -1 = none (default 5000)",
     )
-    p.add_argument("--batch-limit", type=int, default=64, help="sentences per request; -1 = none (default 64)")
+    p.add_argument("--batch-limit", type=int, default=64, help="texts (q items) per request; -1 = none (default 64)")
+    p.add_argument(
+        "--sentence-limit",
+        type=int,
+        default=512,
+        help="sentences per request once its texts are split; -1 = none (default 512)",
+    )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (default 1 MiB)")
     p.add_argument(
         "--api-key",

@@ -22,10 +22,12 @@ was); attributes other than alt and title (those are translated, as texts of the
 from __future__ import annotations
 
 import bisect
+import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiayn.data.tokenizer import replace_lone_surrogates
 from aiayn.decode.documents import SplitTexts, split_texts
 
 INLINE = frozenset(
@@ -186,8 +188,9 @@ class HtmlDocument:
     def __init__(self, document: str, lang: str) -> None:
         from lxml import html as lxml_html
 
-        # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD
-        document = document.translate(_CONTROL)
+        # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
+        # surrogate would cut the text short there: replaced as every input line is (replace_lone_surrogates)
+        document = replace_lone_surrogates(document.translate(_CONTROL))
         head = document[:1000].lower()
         self.whole = "<html" in head
         self.has_doctype = "<!doctype" in head  # libxml2 adds an HTML 4 doctype to a page without one
@@ -227,7 +230,9 @@ class HtmlDocument:
             return etree.tostring(tree, method="html", encoding="unicode", doctype=tree.docinfo.doctype)
         if self.whole:
             return etree.tostring(self.root, method="html", encoding="unicode")
-        inner = self.root.text or ""
+        # the fragment's leading text is the wrapper's, not a node's: escaped here as the serialiser escapes
+        # every other text ("&lt;b&gt;" in the source must not come back as a live tag)
+        inner = html.escape(self.root.text or "", quote=False)
         return inner + "".join(lxml_html.tostring(c, encoding="unicode", method="html") for c in self.root)
 
 

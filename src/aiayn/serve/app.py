@@ -50,6 +50,11 @@ from aiayn.serve.batcher import Backend, Batcher, BatchStats, Hypothesis, Overlo
 log = logging.getLogger("aiayn.serve")
 STATIC = Path(__file__).parent / "static"
 MAX_BEAM = 16
+# `source: auto` refuses a text as another language only where the identifier gives the source language
+# less than this share of the top language's probability: py3langid ranks short German ("Hallo", "Danke",
+# "Ein Hund.", "Zwei Männer.") Italian, Danish, Faroese or Luxembourgish, with German close behind (0.5-0.97
+# of the top), and those must still translate; a French, Czech or English sentence gives German < 0.02 of it
+AUTO_REFUSE = 0.1
 LANGUAGE_NAMES = {
     "de": "German",
     "en": "English",
@@ -93,7 +98,10 @@ class ServeSettings:
     adaptive_wait: bool = True  # a request that finds the server idle does not wait the window
     batching: str = "continuous"  # greedy searches join a running batch; "whole": batches run to their end
     char_limit: int = 5000  # characters per request, summed over its sentences
-    batch_limit: int = 64  # sentences per request
+    batch_limit: int = 64  # texts per request (LibreTranslate's batch limit: q items)
+    # sentences per request once its texts are split (413 beyond): the char limit alone let one text of
+    # "Ja. Ja. ..." queue over a thousand searches
+    sentence_limit: int = 512
     body_limit: int = 1 << 20  # bytes
     api_key: str | None = None
     # Texts are cut into sentences (aiayn.data.segment), all decoded in one batch and rejoined with their
@@ -323,6 +331,10 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
             raise ApiError(413, f"Invalid request: request ({chars}) exceeds character limit ({s.char_limit})")
 
     async def run(texts: list[str], opts: SearchOptions) -> list:
+        if s.sentence_limit >= 0 and len(texts) > s.sentence_limit:
+            raise ApiError(
+                413, f"Invalid request: request ({len(texts)} sentences) exceeds sentence limit ({s.sentence_limit})"
+            )
         try:
             return await batcher.translate(texts, opts)
         except Overloaded as e:
@@ -428,15 +440,17 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         return out
 
     def detect_source(texts: list[str]) -> list[dict[str, Any]]:
-        """`source: auto`: each text's language (aiayn.data.language); one the model does not read is a
-        400 that names it. A text without letters has nothing to detect: the source language, with the
-        identifier's probability for it."""
+        """`source: auto`: each text's language (aiayn.data.language); one the model does not read, when the
+        identifier finds the source language far less likely (AUTO_REFUSE), is a 400 that names it. A text
+        without letters has nothing to detect, and a short one ("Hallo", "Ein Hund.") is often ranked another
+        language just ahead of the source's: both are read as the source language, with its probability."""
         out = []
         for text in texts:
             ranked = detect(text, top=200)
             lang, p = ranked[0]
-            if not any(c.isalpha() for c in text):
-                lang, p = s.source_lang, dict(ranked).get(s.source_lang, 0.0)
+            own = dict(ranked).get(s.source_lang, 0.0)
+            if not any(c.isalpha() for c in text) or (lang != s.source_lang and own >= AUTO_REFUSE * p):
+                lang, p = s.source_lang, own
             elif lang != s.source_lang:
                 raise ApiError(
                     400,
