@@ -601,7 +601,7 @@ class _BlockingBackend(_FakeBackend):
 def test_a_full_queue_is_503_and_the_server_recovers() -> None:
     """docs/serving.md: 503 when more than 10,000 sentences are queued."""
     backend = _BlockingBackend()
-    srv = _serve(backend, max_wait_ms=0, batch_limit=-1, char_limit=-1, body_limit=1 << 22)
+    srv = _serve(backend, max_wait_ms=0, batch_limit=-1, char_limit=-1, sentence_limit=-1, body_limit=1 << 22)
     try:
         result: dict = {}
         big = [f"s{i}" for i in range(10_000)]
