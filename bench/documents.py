@@ -29,6 +29,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -39,6 +40,8 @@ from aiayn.decode.documents import split_texts  # noqa: E402
 from aiayn.decode.html import translate_html  # noqa: E402
 
 VOID = {"br", "img", "wbr", "hr"}
+
+Translate = Callable[[list[str]], list[str]]  # sentences -> their translations
 
 
 def read(data: Path, lang: str, limit: int) -> list[str]:
@@ -56,7 +59,9 @@ def paragraphs(n: int, rng: random.Random) -> list[tuple[int, int, str]]:
     return out
 
 
-def measure_paragraphs(src: list[str], ref: list[str], lines: list[str], translate, lang: str, seed: int) -> dict:
+def measure_paragraphs(
+    src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, seed: int
+) -> dict:
     import sacrebleu
 
     groups = paragraphs(len(src), random.Random(seed))
@@ -160,7 +165,9 @@ def snippet(sentences: list[str], rng: random.Random) -> str:
     return f"<p>{body}</p>"
 
 
-def measure_html(src: list[str], ref: list[str], lines: list[str], translate, lang: str, n: int, seed: int) -> dict:
+def measure_html(
+    src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, n: int, seed: int
+) -> dict:
     import sacrebleu
     from lxml import html as lxml_html
 
