@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from aiayn.data.segment import segment  # noqa: E402
-from segment_gold import GOLD, parse  # noqa: E402
+from segment_gold import GOLD, HELD_OUT, parse  # noqa: E402
 
 
 def starts(chunks: list[str], text: str) -> set[int]:
@@ -70,11 +70,13 @@ def cutters() -> dict[str, Callable[[str], Callable[[str], list[str]]]]:
     return out
 
 
-def measure(name: str, mode: str, cut_for: Callable[[str], Callable[[str], list[str]]]) -> dict:
+def measure(
+    name: str, mode: str, cut_for: Callable[[str], Callable[[str], list[str]]], gold_set: dict[str, list[str]]
+) -> dict:
     tp = fp = fn = cand = cand_right = 0
     wrong = []
     t0 = time.perf_counter()
-    for lang, items in GOLD.items():
+    for lang, items in gold_set.items():
         cut = cut_for(lang)
         for marked in items:
             text, gold_list = parse(marked)
@@ -91,7 +93,8 @@ def measure(name: str, mode: str, cut_for: Callable[[str], Callable[[str], list[
     return {
         "segmenter": name,
         "mode": mode,
-        "texts": sum(len(v) for v in GOLD.values()),
+        "set": "held out" if gold_set is HELD_OUT else "gold",
+        "texts": sum(len(v) for v in gold_set.values()),
         "tp": tp,
         "fp": fp,
         "fn": fn,
@@ -105,11 +108,12 @@ def measure(name: str, mode: str, cut_for: Callable[[str], Callable[[str], list[
 
 def main() -> None:
     rows = []
-    for name, cut_for in cutters().items():
-        for mode in ("raw", "lines"):
-            rows.append(measure(name, mode, cut_for))
-    aiayn = measure("aiayn", "lines", lambda lang: lambda t: segment(t, lang).sentences)
-    rows.append(aiayn)
+    ours = {"aiayn": lambda lang: lambda t: segment(t, lang).sentences}
+    for gold_set in (GOLD, HELD_OUT):
+        for name, cut_for in cutters().items():
+            for mode in ("raw", "lines"):
+                rows.append(measure(name, mode, cut_for, gold_set))
+        rows.append(measure("aiayn", "lines", ours["aiayn"], gold_set))
     for r in rows:
         print(json.dumps(r, ensure_ascii=False))
 

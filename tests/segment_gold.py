@@ -75,6 +75,35 @@ GOLD: dict[str, list[str]] = {
     ],
 }
 
+# Written after the segmenter's last change was tuned on GOLD (its one miss was "Dipl.-Ing."), before
+# running it on these: what docs/serving.md reports as held out.
+HELD_OUT: dict[str, list[str]] = {
+    "de": [
+        "Frau Dipl.-Kfm. Schmidt leitet das Büro. |Sie ist selten krank.",
+        "Der Vortrag von Prof. Dr.-Ing. Weber war lang. |Alle waren müde.",
+        "Die Lieferung kommt am 2. Juni. |Sie enthält u. a. Werkzeug.",
+        "Das Angebot gilt bis 31.12.2024. |Danach steigt der Preis.",
+        "Kommst du heute? |Oder erst morgen?",
+        "„Halt!“, rief er. |Aber niemand hörte ihn.",
+        "Der Wert liegt bei ca. 4,2 Mio. Euro. |Das ist viel Geld.",
+        "Wir fahren mit der Linie 5 bis zum Hbf. |Dort steigen wir um.",
+        "Er las das Buch in 2 Std. durch. |Es war spannend.",
+        "Siehe dazu Abschnitt 4 unten. |Dort steht mehr.",
+    ],
+    "en": [
+        "Gen. Patton led the army. |He was strict.",
+        "The shop opens at 9 a.m. |Come early.",
+        "She has a Ph.D. in physics. |Her thesis was on lasers.",
+        "The temperature was 21.5 degrees. |It felt warm.",
+        "He asked: 'Why not?' |Nobody answered.",
+        "Buy milk, eggs, etc. at the store. |Then come home.",
+        "Sen. Warren spoke first. |Then the vote began.",
+        "Chapter 1\n|It was a dark and stormy night.",
+        "The ship sailed at 6 p.m. on Tuesday. |It arrived on Friday.",
+        "Really?! |I had no idea.",
+    ],
+}
+
 
 def parse(marked: str) -> tuple[str, list[int]]:
     """The text and the offsets where its sentences start (other than 0)."""

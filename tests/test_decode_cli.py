@@ -171,8 +171,21 @@ def test_translate_format_html(run_dir, tmp_path):
     r = aiayn("translate", "-c", str(run_dir), "--format", "html", "--input", str(src), "--output", str(out), *SEARCH)
     assert r.returncode == 0, r.stderr.decode()
     t = Translator.load(run_dir, "cpu")
-    assert out.read_text(encoding="utf-8") == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4))
-    assert "<pre>Ein Hund.</pre>" in out.read_text(encoding="utf-8")
+    got = out.read_text(encoding="utf-8")
+    assert got == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4))
+    # and on its own terms: the page's markup, the sentence translated whole, pre untouched
+    from lxml import html as lxml_html
+
+    root = lxml_html.document_fromstring(got)
+    assert got.startswith("<!DOCTYPE html>") and [el.tag for el in root.iter()] == ["html", "body", "p", "b", "pre"]
+    assert root.find("body/p").text_content() == t.translate(["Ein Hund rennt."], max_len_b=4)[0]
+    assert root.find("body/pre").text == "Ein Hund."
+    src.write_bytes(b"\xef\xbb\xbf" + page.encode("utf-8"))  # a byte-order mark is read, not translated
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0 and out.read_text(encoding="utf-8") == got
+    src.write_bytes("<p>Ein Hund rennt.</p>".encode("latin-1") + b"\xe4")
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", "--input", str(src), *SEARCH)
+    assert r.returncode != 0 and b"is not UTF-8 text (byte 22" in r.stderr
 
 
 def test_translate_bad_checkpoint_is_an_error(tmp_path):

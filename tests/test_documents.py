@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from aiayn.data.segment import segment
 from aiayn.decode.documents import split_texts, translate_texts
-from segment_gold import GOLD, parse
+from segment_gold import GOLD, HELD_OUT, parse
 
 
 def _boundaries(text: str, sentences: list[str]) -> set[int]:
@@ -25,16 +25,22 @@ def _boundaries(text: str, sentences: list[str]) -> set[int]:
     return set(out[1:])
 
 
-def test_gold_boundaries() -> None:
-    """Over both languages at least 97 % of boundary decisions right, tp / (tp + fp + fn) (docs/serving.md:
-    74 of 76; the two wrong ones are cuts inside German "Dipl.-Ing."), and no gold boundary missed."""
+def _score(gold_set: dict[str, list[str]]) -> tuple[int, int, int]:
     tp = fp = fn = 0
-    for lang, items in GOLD.items():
+    for lang, items in gold_set.items():
         for marked in items:
             text, gold = parse(marked)
             got = _boundaries(text, segment(text, lang).sentences)
             tp, fp, fn = tp + len(got & set(gold)), fp + len(got - set(gold)), fn + len(set(gold) - got)
-    assert fn == 0 and tp / (tp + fp + fn) >= 0.97, (tp, fp, fn)
+    return tp, fp, fn
+
+
+def test_gold_boundaries() -> None:
+    """Every boundary of the gold set right (its last miss, "Dipl.-Ing.", was fixed against it), and at
+    least 90 % of boundary decisions, tp / (tp + fp + fn), on the cases written afterwards (docs/serving.md)."""
+    assert _score(GOLD)[1:] == (0, 0)
+    tp, fp, fn = _score(HELD_OUT)
+    assert tp / (tp + fp + fn) >= 0.9, (tp, fp, fn)
 
 
 def test_the_cases_by_name() -> None:
@@ -56,6 +62,9 @@ def test_the_cases_by_name() -> None:
             "Nobody came.",
         ],
         ("de", "Er kam an\u2026 Zu spät."): ["Er kam an\u2026", "Zu spät."],
+        # a compound of abbreviations, and a full stop with no space after it, end no sentence
+        ("de", "Der Dr.-Ing. kam. Dann ging er."): ["Der Dr.-Ing. kam.", "Dann ging er."],
+        ("en", "See report.Final for it. Done."): ["See report.Final for it.", "Done."],
         ("en", "A heading\nA line without a stop\n\nA paragraph."): [
             "A heading",
             "A line without a stop",
@@ -220,6 +229,50 @@ def test_html_keeps_markup_and_translates_whole_sentences() -> None:
     assert translate_html("<p>Ein\ud800Hund rennt.</p>", "de", lambda x: x) == "<p>Ein?Hund rennt.</p>"
 
 
+def test_html_tags_keep_their_side_of_spaces_and_punctuation() -> None:
+    """A tag that closes before punctuation closes before the translation's; an empty element (code kept
+    as it is, br, img, a comment) keeps the spaces around it, so it never glues two words together."""
+    from aiayn.decode.html import translate_html
+
+    def up(sentences: list[str]) -> list[str]:
+        return [s.upper() for s in sentences]
+
+    cases = {
+        "<p>Ein <b>Hund</b>. Zwei <i>Katzen</i>!</p>": "<p>EIN <b>HUND</b>. ZWEI <i>KATZEN</i>!</p>",
+        "<p>Ein Hund <b>rennt</b>.</p>": "<p>EIN HUND <b>RENNT</b>.</p>",
+        "<p>„<b>Hund</b>“, sagte er.</p>": "<p>„<b>HUND</b>“, SAGTE ER.</p>",
+        "<p>Siehe <code>x</code> hier.</p>": "<p>SIEHE <code>x</code> HIER.</p>",
+        "<p>Siehe <code>x = 1</code>, dann <b>weiter</b>.</p>": "<p>SIEHE <code>x = 1</code>, DANN <b>WEITER</b>.</p>",
+        "<p>Ein <br>Hund.</p>": "<p>EIN <br>HUND.</p>",
+        "<p>Ein<img src=x> Hund.</p>": '<p>EIN<img src="x"> HUND.</p>',
+        "<p>Ein <!-- c --> Hund.</p>": "<p>EIN <!-- c --> HUND.</p>",
+    }
+    for source, expected in cases.items():
+        assert translate_html(source, "de", up) == expected, source
+
+
+def test_html_pages_are_told_from_fragments_by_their_first_tag() -> None:
+    """A page: a doctype, or html/head/body as the first tag, after comments or an XHTML page's XML
+    declaration (with an encoding, which lxml refuses in a str); "<html" inside a fragment's text is text."""
+    from aiayn.decode.html import translate_html
+
+    xhtml = (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        '<html xmlns="http://www.w3.org/1999/xhtml"><head><title>Titel</title></head>'
+        "<body><p>Ein Hund.</p></body></html>"
+    )
+    out = translate_html(xhtml, "de", _upper)
+    assert "<title>[TITEL]</title>" in out and "<p>[EIN HUND.]</p>" in out and _balanced(out)
+    assert 'encoding="utf-8"' in out  # kept, as the comment an HTML parser reads it as
+
+    page = "<!-- " + "lang " * 400 + "-->\n<html><body><p>Ein Hund.</p></body></html>"
+    assert translate_html(page, "de", _upper) == page.replace("\n", "").replace("Ein Hund.", "[EIN HUND.]")
+
+    fragment = "<p>Das Element <code>&lt;html&gt;</code> beginnt.</p>"
+    assert translate_html(fragment, "de", _upper) == "<p>[DAS ELEMENT <code>&lt;html&gt;</code> BEGINNT.]</p>"
+    assert translate_html("<body><p>Hallo.</p></body>", "de", _upper) == ("<html><body><p>[HALLO.]</p></body></html>")
+
+
 _WORDS = ["Ein", "Hund", "rennt", "über", "die", "Wiese.", "Zwei", "Männer", "spielen", "Fußball."]
 _INLINE = [("b", ""), ("i", ""), ("a", ' href="/x?y=1"'), ("span", ' class="k"'), ("em", ""), ("strong", "")]
 
@@ -241,8 +294,7 @@ def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br
     for i, w in enumerate(_WORDS):
         words.append("".join(opens.get(i, [])) + w + "".join(closes.get(i, [])))
     snippet = "<p>" + " ".join(words) + ("<br>Ende." if br else "") + "</p>"
-    if not _balanced(snippet):  # the ranges crossed: not a well-formed input, nothing to check
-        return
+    assume(_balanced(snippet))  # crossed ranges are not well-formed input: hypothesis draws again
 
     def reverse(sentences: list[str]) -> list[str]:
         return [" ".join(reversed(s.upper().split())) for s in sentences]

@@ -239,7 +239,11 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
             data = f.read()
     else:
         data = sys.stdin.buffer.read()
-    text = data.decode("utf-8", "replace")
+    try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        where = a.input or "standard input"
+        raise AiaynError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r})") from None
     if a.format == "html":
         from aiayn.decode.html import translate_html
 

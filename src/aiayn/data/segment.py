@@ -19,7 +19,10 @@ The model was trained on single sentences, so a paragraph handed to it whole com
    (docs/serving.md, bench/segmenters.py).
 
 sentencex does not read the ellipsis character U+2026 as an end of sentence (it does "..."), so it is
-shown a full stop in its place: one character for one, so offsets do not move.
+shown a full stop in its place; and it cuts German compounds of abbreviations ("Dipl.-Ing. Hans"), so
+it is shown a space for the hyphen after a full stop, its abbreviation list decides "Ing. Hans", and a
+cut right after a full stop with no space ("Dipl.|-Ing.") is dropped. One character for one, so
+offsets do not move.
 """
 
 from __future__ import annotations
@@ -51,19 +54,24 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
     around it left out."""
     import sentencex  # the serve / documents extra; imported here so aiayn.data loads without it
 
-    shown = line.replace("\u2026", ".")  # see the module docstring: same length, same offsets
-    spans, at = [], 0
+    # see the module docstring: one character for one, so offsets do not move
+    shown = line.replace("\u2026", ".").replace(".-", ". ")
+    cuts, at = [], 0
     # sentencex's chunks concatenate to its input, so they cut the original line at the same offsets;
     # the tail after the last chunk is kept too, in case a version drops text.
-    for chunk in [*sentencex.segment(lang, shown), None]:
-        end = len(line) if chunk is None else at + len(chunk)
+    for chunk in sentencex.segment(lang, shown):
+        at += len(chunk)
+        # a full stop with no space after it in the text ("Dipl.-Ing.", "Hallo.Welt") ends no sentence
+        glued = not line[at - 1].isspace() and at < len(line) and not line[at].isspace()
+        if at < len(line) and not (glued and chunk.rstrip().endswith(".")):
+            cuts.append(at)
+    spans, at = [], 0
+    for end in [*cuts, len(line)]:
         piece = line[at:end]
         if piece.strip():
             lead = len(piece) - len(piece.lstrip())
             spans.append((at + lead, at + lead + len(piece.strip())))
         at = end
-        if at >= len(line):
-            break
     return spans
 
 

@@ -21,10 +21,12 @@ was); attributes other than alt and title (those are translated, as texts of the
 
 from __future__ import annotations
 
-import bisect
+import contextlib
 import html
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from typing import Any
 
 from aiayn.data.tokenizer import replace_lone_surrogates
@@ -36,6 +38,9 @@ INLINE = frozenset(
 )
 KEEP = frozenset("script style code pre textarea template".split())  # their content is never translated
 ATTRIBUTES = ("alt", "title")
+# What a place of another shape costs, in characters of distance: about a short word, so "<b>Hund</b>."
+# closes before the translation's "." rather than after it, but never a word away from where it maps
+_MISMATCH = 3
 _CONTROL = {c: "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]}
 
 
@@ -50,6 +55,7 @@ class _Run:
     starts: dict[int, int] = field(default_factory=dict)  # id(element) -> offset
     ends: dict[int, int] = field(default_factory=dict)
     events: list[tuple[str, Any]] = field(default_factory=list)  # ("text", slot) / ("start"|"end", el)
+    synthetic: set[int] = field(default_factory=set)  # offsets of spaces the source has no character for
 
 
 def _is_inline(el: Any) -> bool:
@@ -82,6 +88,7 @@ def _runs(root: Any) -> list[_Run]:
         run.ends[id(el)] = len(run.text)
         run.events.append(("end", el))
         if el.tag.lower() == "br":  # a line break separates words: a space the model reads (it lands in the tail)
+            run.synthetic.add(len(run.text))
             run.text += " "
 
     def child_in_run(run: _Run, child: Any) -> _Run:
@@ -108,35 +115,64 @@ def _runs(root: Any) -> list[_Run]:
     return [r for r in runs if r.text.strip()]
 
 
-def _boundaries(text: str, starts: bool) -> list[int]:
-    """Offsets where a word starts (`starts`) or ends, and both ends of the text."""
-    out = {0, len(text)}
-    for i in range(1, len(text)):
-        if (
-            text[i - 1].isspace() and not text[i].isspace()
-            if starts
-            else text[i].isspace() and not text[i - 1].isspace()
-        ):
-            out.add(i)
-    return sorted(out)
+def _kind(text: str, i: int) -> str:
+    """What character `i` of `text` is: "space" (the text's edges count as space), "word" or "punct"."""
+    if i < 0 or i >= len(text) or text[i].isspace():
+        return "space"
+    return "punct" if unicodedata.category(text[i]).startswith("P") else "word"
 
 
-def _mapper(source: str, target: str, pairs: list[tuple[int, int, int, int]]) -> Callable[[int, bool], int]:
+def _sides(text: str, x: int, skip: frozenset[int] = frozenset()) -> tuple[str, str]:
+    """The kinds of character before and after offset `x` (`skip`: synthetic characters not looked at)."""
+    return _kind(text, x - 1), _kind(text, x + 1 if x in skip else x)
+
+
+def _boundaries(text: str, what: str) -> list[tuple[int, tuple[str, str]]]:
+    """Offsets where the kind of character changes (a word starts or ends, punctuation starts or ends),
+    with the kinds on both sides: where a tag may open (`what` "start": text follows), close ("end":
+    text precedes) or sit ("point")."""
+    out = []
+    for i in range(len(text) + 1):
+        sides = _sides(text, i)
+        if sides[0] == sides[1]:
+            continue
+        if (what == "start" and sides[1] == "space") or (what == "end" and sides[0] == "space"):
+            continue
+        out.append((i, sides))
+    return out or [(0, ("space", "space"))]
+
+
+def _snap(source: str, x: int, target: str, what: str, skip: frozenset[int]) -> int:
+    """Offset `x` inside the sentence `source` -> the place of the same shape nearest to the same
+    relative position in its translation `target` (see `_mapper`)."""
+    y = round(x * len(target) / max(1, len(source)))
+    sides = _sides(source, x, skip)
+
+    def cost(bound: tuple[int, tuple[str, str]]) -> tuple[int, int]:
+        b, shape = bound
+        return abs(b - y) + _MISMATCH * sum(u != v for u, v in zip(shape, sides)), b
+
+    return min(_boundaries(target, what), key=cost)[0]
+
+
+def _mapper(
+    source: str, target: str, pairs: list[tuple[int, int, int, int]], skip: frozenset[int]
+) -> Callable[[int, str], int]:
     """A map from offsets in `source` to offsets in `target`, given the (source start, source end, target
-    start, target end) of each sentence: inside a sentence by relative position snapped to the nearest
-    word start (`start` True: where a tag opens) or word end (where it closes), in the whitespace between
-    sentences by the same offset (gaps are copied as they are)."""
+    start, target end) of each sentence. Inside a sentence by relative position, snapped to the nearest
+    place of the same shape: a tag that closes before "." in the source closes before the translation's
+    "." ("<b>Hund</b>." -> "<b>dog</b>."), one that opens a word opens a word. In the whitespace
+    between sentences by the same offset (gaps are copied as they are)."""
 
-    def f(x: int, start: bool) -> int:
+    def f(x: int, what: str) -> int:
         prev_src_end, prev_tgt_end = 0, 0
         for s0, s1, t0, t1 in pairs:
             if x < s0:  # in the gap before this sentence
                 return min(prev_tgt_end + (x - prev_src_end), t0)
-            if x <= s1:
-                y = t0 + round((x - s0) * (t1 - t0) / max(1, s1 - s0))
-                bounds = [b + t0 for b in _boundaries(target[t0:t1], start)]
-                k = bisect.bisect_left(bounds, y)
-                return min(bounds[max(0, k - 1) : k + 1], key=lambda b: (abs(b - y), b))
+            if x in (s0, s1):  # a sentence's ends are its translation's
+                return t0 if x == s0 else t1
+            if x < s1:
+                return t0 + _snap(source[s0:s1], x - s0, target[t0:t1], what, frozenset(k - s0 for k in skip))
             prev_src_end, prev_tgt_end = s1, t1
         return min(len(target), prev_tgt_end + (x - prev_src_end))
 
@@ -156,28 +192,70 @@ def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequen
     """The run's text replaced by `translated`, its inline elements moved to the mapped places."""
     src_spans = _sentence_spans(source_part.gaps, source_part.sentences)
     tgt_spans = _sentence_spans(source_part.gaps, translations)
-    f = _mapper(run.text, translated, [(a, b, c, d) for (a, b), (c, d) in zip(src_spans, tgt_spans)])
+    skip = frozenset(run.synthetic)
+    f = _mapper(run.text, translated, [(a, b, c, d) for (a, b), (c, d) in zip(src_spans, tgt_spans)], skip)
     pos = 0
     slot = run.slots[0]
     pieces: dict[tuple[int, str], str] = {}
+    pending = ""  # a space owed to the next piece
     for kind, what in run.events:
         if kind == "text":
             slot = what
             continue
         x = run.starts[id(what)] if kind == "start" else run.ends[id(what)]
-        # an element empty in the source (br, img, a comment, code) stays a point, after the word before it
+        # an element empty in the source (br, img, a comment, code) is a point with the source's spacing
         point = run.starts[id(what)] == run.ends[id(what)]
-        y = max(
-            pos, f(x, kind == "start" and not point)
-        )  # document order: never before an earlier tag, so tags nest as they did
+        y = max(pos, f(x, "point" if point else kind))  # never before an earlier tag: tags nest as they did
         key = (id(slot[0]), slot[1])
-        pieces[key] = pieces.get(key, "") + translated[pos:y]
+        piece = pending + translated[pos:y]
+        pending = ""
+        if point:  # "Siehe <code>x</code> hier." keeps its spaces: a point never glues two words together
+            before, after = _sides(run.text, x, skip)
+            if kind == "start" and before == "space" and y > 0 and _kind(translated, y - 1) != "space":
+                piece += " "
+            if kind == "end" and after == "space" and y < len(translated) and _kind(translated, y) != "space":
+                pending = " "
+        pieces[key] = pieces.get(key, "") + piece
         pos = y
         slot = (what, "text") if kind == "start" else (what, "tail")
     key = (id(slot[0]), slot[1])
-    pieces[key] = pieces.get(key, "") + translated[pos:]
+    pieces[key] = pieces.get(key, "") + pending + translated[pos:]
     for el, which in run.slots:
         setattr(el, which, pieces.get((id(el), which)) or None)
+
+
+class _Start(Exception):
+    """Raised by `_FirstTag` as soon as it knows."""
+
+
+class _FirstTag(HTMLParser):
+    """Reads up to the first tag or text: a page starts with a doctype or an html, head or body tag
+    (after blanks, comments and an XML declaration); anything else is a fragment."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.doctype = False
+        self.page = False
+
+    def handle_decl(self, decl: str) -> None:
+        self.doctype = self.page = decl.lower().startswith("doctype")
+        raise _Start
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.page = tag in ("html", "head", "body")
+        raise _Start
+
+    def handle_data(self, data: str) -> None:
+        if data.strip():
+            raise _Start
+
+
+def _page_or_fragment(document: str) -> tuple[bool, bool]:
+    """(a whole page, it has a doctype): libxml2 adds an HTML 4 doctype to a page without one."""
+    first = _FirstTag()
+    with contextlib.suppress(_Start):
+        first.feed(document)
+    return first.page, first.doctype
 
 
 class HtmlDocument:
@@ -191,13 +269,13 @@ class HtmlDocument:
         # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
         # surrogate would cut the text short there: replaced as every input line is (replace_lone_surrogates)
         document = replace_lone_surrogates(document.translate(_CONTROL))
-        head = document[:1000].lower()
-        self.whole = "<html" in head
-        self.has_doctype = "<!doctype" in head  # libxml2 adds an HTML 4 doctype to a page without one
+        self.whole, self.has_doctype = _page_or_fragment(document)
+        # bytes, so that an XHTML page's `<?xml ... encoding=...?>` is read (lxml refuses it in a str)
+        data, parser = document.encode("utf-8"), lxml_html.HTMLParser(encoding="utf-8")
         if self.whole:
-            self.root = lxml_html.document_fromstring(document)
+            self.root = lxml_html.document_fromstring(data, parser=parser)
         else:
-            self.root = lxml_html.fragment_fromstring(document, create_parent="div")
+            self.root = lxml_html.fragment_fromstring(data, create_parent="div", parser=parser)
         self.runs = _runs(self.root)
         self.attrs = [
             (el, name)
@@ -225,11 +303,12 @@ class HtmlDocument:
             _put_back(run, part, joined[i], mine)
         for (el, name), value in zip(self.attrs, joined[len(self.runs) :]):
             el.set(name, value)
-        if self.whole and self.has_doctype:
-            tree = self.root.getroottree()
-            return etree.tostring(tree, method="html", encoding="unicode", doctype=tree.docinfo.doctype)
         if self.whole:
-            return etree.tostring(self.root, method="html", encoding="unicode")
+            # comments (and an XHTML page's XML declaration, a comment to HTML) before <html> are kept
+            first = list(self.root.itersiblings(preceding=True))[::-1]
+            before = "".join(etree.tostring(x, method="html", encoding="unicode") for x in first)
+            doctype = self.root.getroottree().docinfo.doctype + "\n" if self.has_doctype else ""
+            return doctype + before + etree.tostring(self.root, method="html", encoding="unicode")
         # the fragment's leading text is the wrapper's, not a node's: escaped here as the serialiser escapes
         # every other text ("&lt;b&gt;" in the source must not come back as a live tag)
         inner = html.escape(self.root.text or "", quote=False)
