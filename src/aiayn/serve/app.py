@@ -28,10 +28,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -226,7 +226,9 @@ class _Measure:
 
 
 def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastAPI:
-    """The FastAPI app serving `backend`; its lifespan starts and stops the batching worker."""
+    """The FastAPI app serving `backend`; its lifespan starts and stops the batching worker. The routes
+    live in five routers below (LibreTranslate's API, its files, aiayn's /v1, operations, the web page);
+    what they share is one `Service` in app.state."""
     s = settings or ServeSettings()
     metrics = Metrics()
     if s.batching not in ("continuous", "whole"):
@@ -241,6 +243,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         adaptive=s.adaptive_wait,
     )
     metrics.queue.set_function(lambda: batcher.queued)
+    service = Service(backend, s, batcher, metrics, _Files())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -254,8 +257,30 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
                 close()
 
     app = FastAPI(title="aiayn serve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
-    files = _Files()
+    app.state.service = service
     app.state.batcher, app.state.metrics, app.state.settings = batcher, metrics, s
+    _add_error_handlers(app)
+    for router in (libre_router, files_router, v1_router, ops_router, page_router):
+        app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    known = {
+        "/",
+        "/translate",
+        "/languages",
+        "/v1/translate",
+        "/v1/attention",
+        "/health",
+        "/metrics",
+        "/frontend/settings",
+        "/detect",
+        "/translate_file",
+    }
+    app.add_middleware(_Measure, metrics=metrics, known=known)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every failure answers LibreTranslate's {"error": "one line"}."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError) -> JSONResponse:
@@ -274,25 +299,39 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         log.exception("internal error on %s", request.url.path)
         return _error(500, f"internal error: {type(e).__name__}")
 
-    async def read_body(request: Request) -> bytes:
+
+@dataclass
+class Service:
+    """What the routers share: the backend, the settings, the batching worker, the metrics and the
+    translated files; and the steps every endpoint takes (read the body, check the key and the limits,
+    queue the sentences)."""
+
+    backend: Backend
+    settings: ServeSettings
+    batcher: Batcher
+    metrics: Metrics
+    files: _Files
+
+    async def read_body(self, request: Request) -> bytes:
         """The body, refused with 413 as soon as it passes the limit (declared or streamed)."""
+        limit = self.settings.body_limit
         declared = request.headers.get("content-length")
         if declared is not None:
             if not declared.isdigit():
                 raise ApiError(400, "Invalid request: bad Content-Length header")
-            if s.body_limit >= 0 and int(declared) > s.body_limit:
-                raise ApiError(413, f"Invalid request: body ({declared} bytes) exceeds limit ({s.body_limit})")
+            if limit >= 0 and int(declared) > limit:
+                raise ApiError(413, f"Invalid request: body ({declared} bytes) exceeds limit ({limit})")
         chunks, total = [], 0
         async for chunk in request.stream():
             total += len(chunk)
-            if s.body_limit >= 0 and total > s.body_limit:
-                raise ApiError(413, f"Invalid request: body exceeds limit ({s.body_limit} bytes)")
+            if limit >= 0 and total > limit:
+                raise ApiError(413, f"Invalid request: body exceeds limit ({limit} bytes)")
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def read_fields(request: Request) -> dict[str, Any]:
+    async def read_fields(self, request: Request) -> dict[str, Any]:
         """JSON object, or form fields (LibreTranslate and its clients send both)."""
-        body = await read_body(request)
+        body = await self.read_body(request)
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == "application/x-www-form-urlencoded" or (ctype != "application/json" and body[:1] not in b"{["):
             try:
@@ -311,180 +350,13 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
             raise ApiError(400, "Invalid request: body must be a JSON object")
         return data
 
-    def check_key(request: Request, fields: dict[str, Any]) -> None:
-        if s.api_key is None:
-            return
-        given = fields.get("api_key") or request.headers.get("x-api-key")
-        auth = request.headers.get("authorization", "")
-        if not given and auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
-        if not given:  # LibreTranslate's answers: 400 without a key, 403 with a wrong one
-            raise ApiError(400, "Please contact the server operator to get an API key")
-        if not isinstance(given, str) or not secrets.compare_digest(given.encode(), s.api_key.encode()):
-            raise ApiError(403, "Invalid API key")
-
-    def check_limits(texts: list[str]) -> None:
-        if s.batch_limit >= 0 and len(texts) > s.batch_limit:
-            raise ApiError(413, f"Invalid request: request ({len(texts)}) exceeds text limit ({s.batch_limit})")
-        chars = sum(len(t) for t in texts)
-        if s.char_limit >= 0 and chars > s.char_limit:
-            raise ApiError(413, f"Invalid request: request ({chars}) exceeds character limit ({s.char_limit})")
-
-    async def run(texts: list[str], opts: SearchOptions) -> list:
-        if s.sentence_limit >= 0 and len(texts) > s.sentence_limit:
-            raise ApiError(
-                413, f"Invalid request: request ({len(texts)} sentences) exceeds sentence limit ({s.sentence_limit})"
-            )
-        try:
-            return await batcher.translate(texts, opts)
-        except Overloaded as e:
-            raise ApiError(503, str(e)) from None
-
-    async def run_texts(texts: list[str], opts: SearchOptions, split: bool) -> tuple[SplitTexts | None, list]:
-        """n-best lists of the texts' translations; `split`: each text cut into sentences, all of them
-        queued at once (one request: they batch together), each hypothesis k rejoined from the
-        sentences' k-th (their last when a sentence has fewer) in the text's layout."""
-        if not split:
-            return None, await run(texts, opts)
-        docs = split_texts(texts, s.source_lang)
-        nbest = await run(docs.sentences, opts)
-        per_k = [docs.join([h[min(k, len(h) - 1)][0] for h in nbest]) for k in range(opts.n_best)]
-        joined = [[(per_k[k][i], math.nan, 0) for k in range(opts.n_best)] for i in range(len(texts))]
-        return docs, joined
-
-    def options(req: V1Translate) -> SearchOptions:
-        beam = req.beam if req.beam is not None else s.beam
-        if req.n_best > beam:
-            raise ApiError(422, f"Invalid request: n_best ({req.n_best}) must not exceed beam ({beam})")
-        return SearchOptions(
-            beam=beam,
-            n_best=req.n_best,
-            length_penalty=float(_pick(req.length_penalty, s.length_penalty)),
-            max_len_a=float(_pick(req.max_len_a, s.max_len_a)),
-            max_len_b=int(_pick(req.max_len_b, s.max_len_b)),
-        )
-
-    def validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
-        try:
-            return model.model_validate(fields)
-        except ValidationError as e:
-            raise ApiError(422, "Invalid request: " + _first_error(e.errors())) from None
-
-    # -- LibreTranslate ------------------------------------------------------------------------------
-
-    @app.post("/translate")
-    async def translate(request: Request) -> JSONResponse:
-        fields = await read_fields(request)
-        check_key(request, fields)
-        # untrusted JSON or form values, checked one by one below
-        q: Any = fields.get("q")
-        source: Any = fields.get("source")
-        target: Any = fields.get("target")
-        for name, value in (("q", q), ("source", source), ("target", target)):
-            if value is None or value == "" or value == []:
-                raise ApiError(400, f"Invalid request: missing {name} parameter")
-        batch = isinstance(q, list)
-        if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
-            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-        if not isinstance(source, str) or source not in (s.source_lang, "auto"):
-            raise ApiError(400, f"{_one_line(source)} is not supported")
-        if not isinstance(target, str) or target != s.target_lang:
-            raise ApiError(400, f"{_one_line(target)} is not supported")
-        fmt = fields.get("format") or "text"
-        if fmt not in ("text", "html"):
-            raise ApiError(400, f"{_one_line(fmt)} format is not supported")
-        alternatives = fields.get("alternatives", 0)
-        try:
-            alternatives = int(alternatives)
-        except (TypeError, ValueError):
-            raise ApiError(400, "Invalid request: alternatives must be an integer") from None
-        if not 0 <= alternatives < MAX_BEAM:
-            raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
-        texts = q if batch else [q]
-        check_limits(texts)
-        if fmt == "html":
-            if alternatives:
-                raise ApiError(400, "Invalid request: alternatives are not supported with format html")
-            pages = parse_html(texts)
-            detected = detect_source([" ".join(p.sentences) for p in pages]) if source == "auto" else None
-            opts = SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
-            nbest = await render_html(pages, opts)
-        else:
-            detected = detect_source(texts) if source == "auto" else None
-            beam = max(s.beam, alternatives + 1)
-            opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
-            _, nbest = await run_texts(texts, opts, s.split_sentences)
-        best = [h[0][0] for h in nbest]
-        out: dict[str, Any] = {"translatedText": best if batch else best[0]}
-        if alternatives:
-            alts = [[t for t, _, _ in h[1:]] for h in nbest]
-            out["alternatives"] = alts if batch else alts[0]
-        if detected is not None:
-            out["detectedLanguage"] = detected if batch else detected[0]
-        return JSONResponse(out)
-
-    def parse_html(texts: list[str]) -> list[HtmlDocument]:
-        try:
-            return [HtmlDocument(t, s.source_lang) for t in texts]
-        except (ValueError, LxmlError) as e:
-            raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
-
-    async def render_html(pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """Every sentence of every page decoded at once; each page rendered with its translations."""
-        nbest = await run([x for p in pages for x in p.sentences], opts)
-        out, at = [], 0
-        for p in pages:
-            mine = [h[0][0] for h in nbest[at : at + len(p.sentences)]]
-            at += len(p.sentences)
-            out.append([(p.render(mine), math.nan, 0)])
-        return out
-
-    def detect_source(texts: list[str]) -> list[dict[str, Any]]:
-        """`source: auto`: each text's language (aiayn.data.language); one the model does not read, when the
-        identifier finds the source language far less likely (AUTO_REFUSE), is a 400 that names it. A text
-        without letters has nothing to detect, and a short one ("Hallo", "Ein Hund.") is often ranked another
-        language just ahead of the source's: both are read as the source language, with its probability."""
-        out = []
-        for text in texts:
-            ranked = detect(text, top=200)
-            lang, p = ranked[0]
-            own = dict(ranked).get(s.source_lang, 0.0)
-            if not any(c.isalpha() for c in text) or (lang != s.source_lang and own >= AUTO_REFUSE * p):
-                lang, p = s.source_lang, own
-            elif lang != s.source_lang:
-                raise ApiError(
-                    400,
-                    f"detected language {LANGUAGE_NAMES.get(lang, lang)} ({lang}, confidence {100 * p:.1f}); "
-                    f"this server translates {LANGUAGE_NAMES.get(s.source_lang, s.source_lang)} ({s.source_lang}) "
-                    f"to {LANGUAGE_NAMES.get(s.target_lang, s.target_lang)} ({s.target_lang})",
-                )
-            out.append({"confidence": round(100 * p, 2), "language": lang})
-        return out
-
-    @app.post("/detect")
-    async def detect_languages(request: Request) -> JSONResponse:
-        """LibreTranslate's /detect: [{"confidence": 0..100, "language": code}], best first (its top 3;
-        q a list: one such list per text)."""
-        fields = await read_fields(request)
-        check_key(request, fields)
-        q: Any = fields.get("q")
-        if q is None or q == "" or q == []:
-            raise ApiError(400, "Invalid request: missing q parameter")
-        batch = isinstance(q, list)
-        if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
-            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-        texts = q if batch else [q]
-        check_limits(texts)
-        found = [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
-        return JSONResponse(found if batch else found[0])
-
-    async def read_upload(request: Request) -> tuple[dict[str, str], str, bytes]:
+    async def read_upload(self, request: Request) -> tuple[dict[str, str], str, bytes]:
         """A multipart body (LibreTranslate's /translate_file) -> (its text fields, file name, file bytes),
         within the body limit (read_body) before anything is parsed."""
         from starlette.datastructures import UploadFile
         from starlette.formparsers import MultiPartException, MultiPartParser
 
-        body = await read_body(request)
+        body = await self.read_body(request)
         if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
             raise ApiError(400, "Invalid request: send the file as multipart/form-data (field file)")
 
@@ -502,167 +374,361 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         return fields, upload.filename or "", data
 
-    @app.post("/translate_file")
-    async def translate_file(request: Request) -> JSONResponse:
-        """LibreTranslate's file translation: .txt (sentences, the layout kept) and .html/.htm (as format
-        html); the answer names where to download the result (/download_file), kept in memory for
-        FILE_TTL_S, the newest MAX_FILES of them."""
-        fields, filename, data = await read_upload(request)
-        check_key(request, fields)
-        source, target = fields.get("source"), fields.get("target")
-        for name, value in (("source", source), ("target", target)):
-            if not value:
-                raise ApiError(400, f"Invalid request: missing {name} parameter")
-        if source not in (s.source_lang, "auto"):
-            raise ApiError(400, f"{_one_line(source)} is not supported")
-        if target != s.target_lang:
-            raise ApiError(400, f"{_one_line(target)} is not supported")
-        ext = Path(filename).suffix.lower()
-        if ext not in FILE_TYPES:
-            raise ApiError(
-                400,
-                f"Invalid request: file format {_one_line(ext or filename)} is not supported "
-                f"({', '.join(sorted(FILE_TYPES))})",
-            )
+    def check_key(self, request: Request, fields: dict[str, Any]) -> None:
+        key = self.settings.api_key
+        if key is None:
+            return
+        given = fields.get("api_key") or request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if not given and auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        if not given:  # LibreTranslate's answers: 400 without a key, 403 with a wrong one
+            raise ApiError(400, "Please contact the server operator to get an API key")
+        if not isinstance(given, str) or not secrets.compare_digest(given.encode(), key.encode()):
+            raise ApiError(403, "Invalid API key")
+
+    def check_limits(self, texts: list[str]) -> None:
+        s = self.settings
+        if s.batch_limit >= 0 and len(texts) > s.batch_limit:
+            raise ApiError(413, f"Invalid request: request ({len(texts)}) exceeds text limit ({s.batch_limit})")
+        chars = sum(len(t) for t in texts)
+        if s.char_limit >= 0 and chars > s.char_limit:
+            raise ApiError(413, f"Invalid request: request ({chars}) exceeds character limit ({s.char_limit})")
+
+    def default_options(self) -> SearchOptions:
+        s = self.settings
+        return SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
+
+    def options(self, req: V1Translate) -> SearchOptions:
+        s = self.settings
+        beam = req.beam if req.beam is not None else s.beam
+        if req.n_best > beam:
+            raise ApiError(422, f"Invalid request: n_best ({req.n_best}) must not exceed beam ({beam})")
+        return SearchOptions(
+            beam=beam,
+            n_best=req.n_best,
+            length_penalty=float(_pick(req.length_penalty, s.length_penalty)),
+            max_len_a=float(_pick(req.max_len_a, s.max_len_a)),
+            max_len_b=int(_pick(req.max_len_b, s.max_len_b)),
+        )
+
+    async def run(self, texts: list[str], opts: SearchOptions) -> list:
+        limit = self.settings.sentence_limit
+        if limit >= 0 and len(texts) > limit:
+            raise ApiError(413, f"Invalid request: request ({len(texts)} sentences) exceeds sentence limit ({limit})")
         try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
-        check_limits([text])
-        opts = SearchOptions(s.beam, s.length_penalty, s.max_len_a, s.max_len_b)
-        if FILE_TYPES[ext] == "html":
-            pages = parse_html([text])
-            if source == "auto":
-                detect_source([" ".join(pages[0].sentences)])
-            out = (await render_html(pages, opts))[0][0][0]
-        else:
-            if source == "auto":
-                detect_source([text])
-            out = (await run_texts([text], opts, True))[1][0][0][0]
-        name = f"{secrets.token_urlsafe(16)}.{_safe_name(filename)}"
-        files.put(name, out.encode("utf-8"))
-        return JSONResponse({"translatedFileUrl": str(request.base_url) + "download_file/" + name})
+            return await self.batcher.translate(texts, opts)
+        except Overloaded as e:
+            raise ApiError(503, str(e)) from None
 
-    @app.get("/download_file/{name}")
-    async def download_file(name: str) -> Response:
-        data = files.get(name)
-        if data is None:
-            raise ApiError(404, "Invalid request: no such file (or it has expired)")
-        kind = (
-            "text/html; charset=utf-8"
-            if Path(name).suffix.lower() in (".html", ".htm")
-            else "text/plain; charset=utf-8"
-        )
-        original = name.split(".", 1)[1]
-        return Response(data, media_type=kind, headers={"Content-Disposition": f'attachment; filename="{original}"'})
+    async def run_texts(self, texts: list[str], opts: SearchOptions, split: bool) -> tuple[SplitTexts | None, list]:
+        """n-best lists of the texts' translations; `split`: each text cut into sentences, all of them
+        queued at once (one request: they batch together), each hypothesis k rejoined from the
+        sentences' k-th (their last when a sentence has fewer) in the text's layout."""
+        if not split:
+            return None, await self.run(texts, opts)
+        docs = split_texts(texts, self.settings.source_lang)
+        nbest = await self.run(docs.sentences, opts)
+        per_k = [docs.join([h[min(k, len(h) - 1)][0] for h in nbest]) for k in range(opts.n_best)]
+        joined = [[(per_k[k][i], math.nan, 0) for k in range(opts.n_best)] for i in range(len(texts))]
+        return docs, joined
 
-    @app.get("/languages")
-    async def languages() -> JSONResponse:
-        pair = [(s.source_lang, [s.target_lang]), (s.target_lang, [])]
-        return JSONResponse([{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": t} for c, t in pair])
+    def parse_html(self, texts: list[str]) -> list[HtmlDocument]:
+        try:
+            return [HtmlDocument(t, self.settings.source_lang) for t in texts]
+        except (ValueError, LxmlError) as e:
+            raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
 
-    # -- aiayn's own ---------------------------------------------------------------------------------
+    async def render_html(self, pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """Every sentence of every page decoded at once; each page rendered with its translations."""
+        nbest = await self.run([x for p in pages for x in p.sentences], opts)
+        out, at = [], 0
+        for p in pages:
+            mine = [h[0][0] for h in nbest[at : at + len(p.sentences)]]
+            at += len(p.sentences)
+            out.append([(p.render(mine), math.nan, 0)])
+        return out
 
-    @app.post("/v1/translate")
-    async def v1_translate(request: Request) -> JSONResponse:
-        fields = await read_fields(request)
-        check_key(request, fields)
-        req = validated(V1Translate, fields)
-        texts = [req.q] if isinstance(req.q, str) else req.q
-        check_limits(texts)
-        opts = options(req)
-        if req.split and opts.n_best > 1:
-            raise ApiError(422, "Invalid request: n_best > 1 needs split false (one sentence per text)")
-        if not req.split:
-            translations = [
-                {
-                    "text": h[0][0],
-                    "score": _score(h[0][1]),
-                    "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
-                }
-                for h in await run(texts, opts)
-            ]
-        else:  # each text's sentences and the whitespace between them: the page shows and links them
-            docs = split_texts(texts, s.source_lang)
-            nbest = await run(docs.sentences, opts)
-            joined, at, translations = docs.join([h[0][0] for h in nbest]), 0, []
-            for text, part in zip(joined, docs.parts):
-                mine = nbest[at : at + len(part.sentences)]
-                at += len(part.sentences)
-                translations.append(
-                    {
-                        "text": text,
-                        "score": None,
-                        "nbest": [{"text": text, "score": None}],
-                        "sentences": [
-                            {"source": src, "text": h[0][0], "score": _score(h[0][1])}
-                            for src, h in zip(part.sentences, mine)
-                        ],
-                        "gaps": part.gaps,
-                    }
+    def detect_source(self, texts: list[str]) -> list[dict[str, Any]]:
+        """`source: auto`: each text's language (aiayn.data.language); one the model does not read, when the
+        identifier finds the source language far less likely (AUTO_REFUSE), is a 400 that names it. A text
+        without letters has nothing to detect, and a short one ("Hallo", "Ein Hund.") is often ranked another
+        language just ahead of the source's: both are read as the source language, with its probability."""
+        s = self.settings
+        out = []
+        for text in texts:
+            ranked = detect(text, top=200)
+            lang, p = ranked[0]
+            own = dict(ranked).get(s.source_lang, 0.0)
+            if not any(c.isalpha() for c in text) or (lang != s.source_lang and own >= AUTO_REFUSE * p):
+                lang, p = s.source_lang, own
+            elif lang != s.source_lang:
+                raise ApiError(
+                    400,
+                    f"detected language {LANGUAGE_NAMES.get(lang, lang)} ({lang}, confidence {100 * p:.1f}); "
+                    f"this server translates {LANGUAGE_NAMES.get(s.source_lang, s.source_lang)} ({s.source_lang}) "
+                    f"to {LANGUAGE_NAMES.get(s.target_lang, s.target_lang)} ({s.target_lang})",
                 )
-        return JSONResponse({"translations": translations, "beam": opts.beam, "backend": backend.name})
+            out.append({"confidence": round(100 * p, 2), "language": lang})
+        return out
 
-    @app.post("/v1/attention")
-    async def v1_attention(request: Request) -> JSONResponse:
-        fields = await read_fields(request)
-        check_key(request, fields)
-        req = validated(V1Attention, fields)
-        check_limits([req.q])
-        if not req.q.strip():
-            raise ApiError(400, "Invalid request: missing q parameter")
-        opts = options(req)
-        att = getattr(backend, "attention", None)
-        if att is None:
-            raise ApiError(501, f"the {backend.name} backend does not report attention")
-        return JSONResponse(await batcher.run_exclusive(lambda: att(req.q, opts)))
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        alive = batcher.alive
-        return JSONResponse(
-            {
-                "status": "ok" if alive else "worker stopped",
-                "backend": backend.name,
-                "queued_sentences": batcher.queued,
-            },
-            status_code=200 if alive else 503,
+async def _service(request: Request) -> Service:  # async: a plain def would run on a thread, a hop per request
+    return request.app.state.service
+
+
+Svc = Annotated[Service, Depends(_service)]
+
+# -- LibreTranslate ----------------------------------------------------------------------------------
+
+libre_router = APIRouter()
+
+
+@libre_router.post("/translate")
+async def translate(request: Request, svc: Svc) -> JSONResponse:
+    s = svc.settings
+    fields = await svc.read_fields(request)
+    svc.check_key(request, fields)
+    # untrusted JSON or form values, checked one by one below
+    q: Any = fields.get("q")
+    source: Any = fields.get("source")
+    target: Any = fields.get("target")
+    for name, value in (("q", q), ("source", source), ("target", target)):
+        if value is None or value == "" or value == []:
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+    batch = isinstance(q, list)
+    if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
+        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    if not isinstance(source, str) or source not in (s.source_lang, "auto"):
+        raise ApiError(400, f"{_one_line(source)} is not supported")
+    if not isinstance(target, str) or target != s.target_lang:
+        raise ApiError(400, f"{_one_line(target)} is not supported")
+    fmt = fields.get("format") or "text"
+    if fmt not in ("text", "html"):
+        raise ApiError(400, f"{_one_line(fmt)} format is not supported")
+    alternatives = fields.get("alternatives", 0)
+    try:
+        alternatives = int(alternatives)
+    except (TypeError, ValueError):
+        raise ApiError(400, "Invalid request: alternatives must be an integer") from None
+    if not 0 <= alternatives < MAX_BEAM:
+        raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
+    texts = q if batch else [q]
+    svc.check_limits(texts)
+    if fmt == "html":
+        if alternatives:
+            raise ApiError(400, "Invalid request: alternatives are not supported with format html")
+        pages = svc.parse_html(texts)
+        detected = svc.detect_source([" ".join(p.sentences) for p in pages]) if source == "auto" else None
+        nbest = await svc.render_html(pages, svc.default_options())
+    else:
+        detected = svc.detect_source(texts) if source == "auto" else None
+        beam = max(s.beam, alternatives + 1)
+        opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
+        _, nbest = await svc.run_texts(texts, opts, s.split_sentences)
+    best = [h[0][0] for h in nbest]
+    out: dict[str, Any] = {"translatedText": best if batch else best[0]}
+    if alternatives:
+        alts = [[t for t, _, _ in h[1:]] for h in nbest]
+        out["alternatives"] = alts if batch else alts[0]
+    if detected is not None:
+        out["detectedLanguage"] = detected if batch else detected[0]
+    return JSONResponse(out)
+
+
+@libre_router.post("/detect")
+async def detect_languages(request: Request, svc: Svc) -> JSONResponse:
+    """LibreTranslate's /detect: [{"confidence": 0..100, "language": code}], best first (its top 3;
+    q a list: one such list per text)."""
+    fields = await svc.read_fields(request)
+    svc.check_key(request, fields)
+    q: Any = fields.get("q")
+    if q is None or q == "" or q == []:
+        raise ApiError(400, "Invalid request: missing q parameter")
+    batch = isinstance(q, list)
+    if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
+        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    texts = q if batch else [q]
+    svc.check_limits(texts)
+    found = [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
+    return JSONResponse(found if batch else found[0])
+
+
+@libre_router.get("/languages")
+async def languages(svc: Svc) -> JSONResponse:
+    s = svc.settings
+    pair = [(s.source_lang, [s.target_lang]), (s.target_lang, [])]
+    return JSONResponse([{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": t} for c, t in pair])
+
+
+@libre_router.get("/frontend/settings")
+async def frontend_settings(svc: Svc) -> JSONResponse:  # what LibreTranslate's clients ask a server first
+    s = svc.settings
+    return JSONResponse(
+        {
+            "charLimit": s.char_limit,
+            "apiKeys": s.api_key is not None,
+            "keyRequired": s.api_key is not None,
+            "language": {"source": {"code": s.source_lang}, "target": {"code": s.target_lang}},
+        }
+    )
+
+
+# -- LibreTranslate's files --------------------------------------------------------------------------
+
+files_router = APIRouter()
+
+
+@files_router.post("/translate_file")
+async def translate_file(request: Request, svc: Svc) -> JSONResponse:
+    """LibreTranslate's file translation: .txt (sentences, the layout kept) and .html/.htm (as format
+    html); the answer names where to download the result (/download_file), kept in memory for
+    FILE_TTL_S, the newest MAX_FILES of them."""
+    s = svc.settings
+    fields, filename, data = await svc.read_upload(request)
+    svc.check_key(request, fields)
+    source, target = fields.get("source"), fields.get("target")
+    for name, value in (("source", source), ("target", target)):
+        if not value:
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+    if source not in (s.source_lang, "auto"):
+        raise ApiError(400, f"{_one_line(source)} is not supported")
+    if target != s.target_lang:
+        raise ApiError(400, f"{_one_line(target)} is not supported")
+    ext = Path(filename).suffix.lower()
+    if ext not in FILE_TYPES:
+        raise ApiError(
+            400,
+            f"Invalid request: file format {_one_line(ext or filename)} is not supported "
+            f"({', '.join(sorted(FILE_TYPES))})",
         )
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+    svc.check_limits([text])
+    opts = svc.default_options()
+    if FILE_TYPES[ext] == "html":
+        pages = svc.parse_html([text])
+        if source == "auto":
+            svc.detect_source([" ".join(pages[0].sentences)])
+        out = (await svc.render_html(pages, opts))[0][0][0]
+    else:
+        if source == "auto":
+            svc.detect_source([text])
+        out = (await svc.run_texts([text], opts, True))[1][0][0][0]
+    name = f"{secrets.token_urlsafe(16)}.{_safe_name(filename)}"
+    svc.files.put(name, out.encode("utf-8"))
+    return JSONResponse({"translatedFileUrl": str(request.base_url) + "download_file/" + name})
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/frontend/settings")
-    async def frontend_settings() -> JSONResponse:  # what LibreTranslate's clients ask a server first
-        return JSONResponse(
+@files_router.get("/download_file/{name}")
+async def download_file(name: str, svc: Svc) -> Response:
+    data = svc.files.get(name)
+    if data is None:
+        raise ApiError(404, "Invalid request: no such file (or it has expired)")
+    kind = "text/html; charset=utf-8" if Path(name).suffix.lower() in (".html", ".htm") else "text/plain; charset=utf-8"
+    original = name.split(".", 1)[1]
+    return Response(data, media_type=kind, headers={"Content-Disposition": f'attachment; filename="{original}"'})
+
+
+# -- aiayn's own -------------------------------------------------------------------------------------
+
+v1_router = APIRouter(prefix="/v1")
+
+
+@v1_router.post("/translate")
+async def v1_translate(request: Request, svc: Svc) -> JSONResponse:
+    fields = await svc.read_fields(request)
+    svc.check_key(request, fields)
+    req = _validated(V1Translate, fields)
+    texts = [req.q] if isinstance(req.q, str) else req.q
+    svc.check_limits(texts)
+    opts = svc.options(req)
+    if req.split and opts.n_best > 1:
+        raise ApiError(422, "Invalid request: n_best > 1 needs split false (one sentence per text)")
+    if not req.split:
+        translations = [
             {
-                "charLimit": s.char_limit,
-                "apiKeys": s.api_key is not None,
-                "keyRequired": s.api_key is not None,
-                "language": {"source": {"code": s.source_lang}, "target": {"code": s.target_lang}},
+                "text": h[0][0],
+                "score": _score(h[0][1]),
+                "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
             }
-        )
+            for h in await svc.run(texts, opts)
+        ]
+    else:  # each text's sentences and the whitespace between them: the page shows and links them
+        docs = split_texts(texts, svc.settings.source_lang)
+        nbest = await svc.run(docs.sentences, opts)
+        joined, at, translations = docs.join([h[0][0] for h in nbest]), 0, []
+        for text, part in zip(joined, docs.parts):
+            mine = nbest[at : at + len(part.sentences)]
+            at += len(part.sentences)
+            translations.append(
+                {
+                    "text": text,
+                    "score": None,
+                    "nbest": [{"text": text, "score": None}],
+                    "sentences": [
+                        {"source": src, "text": h[0][0], "score": _score(h[0][1])}
+                        for src, h in zip(part.sentences, mine)
+                    ],
+                    "gaps": part.gaps,
+                }
+            )
+    return JSONResponse({"translations": translations, "beam": opts.beam, "backend": svc.backend.name})
 
-    @app.get("/")
-    async def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
 
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    known = {
-        "/",
-        "/translate",
-        "/languages",
-        "/v1/translate",
-        "/v1/attention",
-        "/health",
-        "/metrics",
-        "/frontend/settings",
-        "/detect",
-        "/translate_file",
-    }
-    app.add_middleware(_Measure, metrics=metrics, known=known)
-    return app
+@v1_router.post("/attention")
+async def v1_attention(request: Request, svc: Svc) -> JSONResponse:
+    fields = await svc.read_fields(request)
+    svc.check_key(request, fields)
+    req = _validated(V1Attention, fields)
+    svc.check_limits([req.q])
+    if not req.q.strip():
+        raise ApiError(400, "Invalid request: missing q parameter")
+    opts = svc.options(req)
+    att = getattr(svc.backend, "attention", None)
+    if att is None:
+        raise ApiError(501, f"the {svc.backend.name} backend does not report attention")
+    return JSONResponse(await svc.batcher.run_exclusive(lambda: att(req.q, opts)))
+
+
+def _validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(fields)
+    except ValidationError as e:
+        raise ApiError(422, "Invalid request: " + _first_error(e.errors())) from None
+
+
+# -- operations and the web page ---------------------------------------------------------------------
+
+ops_router = APIRouter()
+
+
+@ops_router.get("/health")
+async def health(svc: Svc) -> JSONResponse:
+    alive = svc.batcher.alive
+    return JSONResponse(
+        {
+            "status": "ok" if alive else "worker stopped",
+            "backend": svc.backend.name,
+            "queued_sentences": svc.batcher.queued,
+        },
+        status_code=200 if alive else 503,
+    )
+
+
+@ops_router.get("/metrics")
+async def prometheus(svc: Svc) -> Response:
+    return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+page_router = APIRouter()
+
+
+@page_router.get("/")
+async def index() -> FileResponse:
+    return FileResponse(STATIC / "index.html", media_type="text/html")
 
 
 FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html"}
