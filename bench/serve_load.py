@@ -14,6 +14,9 @@ errors and the server's RSS sampled every second. Modes:
 - one-at-a-time: --max-wait-ms 0 --max-batch-tokens 1 (every sentence decoded alone)
 - sequential:    one client (whatever --clients says), one request after another, the server's
                  defaults (its adaptive 10 ms window); sequential-no-wait: the same with --max-wait-ms 0
+- libretranslate, libretranslate-sequential: LibreTranslate itself (--libretranslate: the executable of
+                 its own venv) serving the run's Argos package (--argos-packages), N clients or one,
+                 on /translate: the peer on the same model
 
 --unit paragraph sends paragraphs of 1-5 consecutive test sentences (joined by a space or a newline)
 to LibreTranslate's /translate, which cuts them into sentences; --api libretranslate sends single
@@ -118,6 +121,39 @@ def start_server(
             time.sleep(0.2)
     proc.kill()
     raise SystemExit("server did not come up in 120 s")
+
+
+def start_libretranslate(executable: str, packages: str, threads: int) -> tuple[subprocess.Popen, str]:
+    """LibreTranslate (its own venv's `libretranslate`) serving the Argos packages installed under
+    `packages` (`aiayn export --argos`, then argostranslate.package.install_from_path with
+    ARGOS_PACKAGES_DIR set), offline as docs/serving.md says: spaCy sentence chunking from the package,
+    the package index pointed at a closed port."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "ARGOS_PACKAGES_DIR": packages,
+        "ARGOS_CHUNK_TYPE": "SPACY",
+        "ARGOS_PACKAGE_INDEX": "http://127.0.0.1:9/",
+        "ARGOS_DEVICE_TYPE": "cpu",
+    }
+    if threads:
+        env["ARGOS_INTRA_THREADS"] = str(threads)
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"libretranslate-{port}.log", "w+b")
+    cmd = [executable, "--host", "127.0.0.1", "--port", str(port), "--load-only", "de,en", "--disable-web-ui"]
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"libretranslate exited: {log.read().decode()[-2000:]}")
+        try:
+            if httpx.get(url + "/languages", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("libretranslate did not come up in 300 s")
 
 
 def paragraphs(sentences: list[str], seed: int = 0) -> list[tuple[str, int]]:
@@ -285,7 +321,11 @@ def main() -> int:
         "server's default)",
     )
     p.add_argument("--workers", type=int, default=0, help="server's --workers (default 0: the server's default)")
-    p.add_argument("--modes", default="batched,one-at-a-time", help="comma-separated: " + ", ".join(MODES))
+    p.add_argument(
+        "--modes",
+        default="batched,one-at-a-time",
+        help="comma-separated: " + ", ".join([*MODES, "libretranslate", "libretranslate-sequential"]),
+    )
     p.add_argument(
         "--unit",
         default="sentence",
@@ -299,6 +339,13 @@ def main() -> int:
         choices=["v1", "libretranslate"],
         help="endpoint of the sentence requests: /v1/translate (default) or /translate",
     )
+    p.add_argument(
+        "--libretranslate",
+        default="",
+        help="the `libretranslate` executable of its own venv, for the modes libretranslate (N clients) and "
+        "libretranslate-sequential (one)",
+    )
+    p.add_argument("--argos-packages", default="", help="ARGOS_PACKAGES_DIR holding the installed package")
     p.add_argument("--engine", default="auto", help="auto | torch | ctranslate2 (passed to aiayn serve)")
     p.add_argument("--data", default=os.environ.get("AIAYN_DATA_DIR", str(ROOT.parent / "shared/data/multi30k")))
     p.add_argument("--out", default=str(ROOT / "bench/results/serve_load.json"))
@@ -318,11 +365,20 @@ def main() -> int:
         "modes": {},
     }
     for mode in a.modes.split(","):
-        proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.engine, a.workers)
+        lt = mode.startswith("libretranslate")
+        if lt:
+            if not a.libretranslate:
+                raise SystemExit(f"mode {mode} needs --libretranslate PATH and --argos-packages DIR")
+            proc, url = start_libretranslate(a.libretranslate, a.argos_packages, a.threads)
+        else:
+            proc, url = start_server(a.checkpoint, MODES[mode], a.beam, a.threads, a.engine, a.workers)
         try:
-            httpx.post(url + "/v1/translate", json={"q": sentences[:8]}, timeout=120)  # warm up
-            clients = 1 if mode.startswith("sequential") else a.clients  # one client, request after request
-            r = asyncio.run(load(url, sentences, clients, a.seconds, proc.pid, a.unit, a.api))
+            for s in sentences[:8]:  # warm up (LibreTranslate loads its model on the first request)
+                httpx.post(url + "/translate", json={"q": s, "source": "de", "target": "en"}, timeout=300)
+            # one client, request after request
+            clients = 1 if mode.startswith("sequential") or mode == "libretranslate-sequential" else a.clients
+            api = "libretranslate" if lt else a.api
+            r = asyncio.run(load(url, sentences, clients, a.seconds, proc.pid, a.unit, api))
             r["clients"] = clients
             print(
                 f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "

@@ -473,6 +473,8 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     got = httpx.get(r.json()["translatedFileUrl"])
     assert got.text == translate_html(page, "de", lambda x: translator.translate(x, beam=4))
     assert got.headers["content-type"].startswith("text/html")
+    # an uploaded page opened from the server's origin runs in a sandbox, and no type is sniffed
+    assert got.headers["content-security-policy"] == "sandbox" and got.headers["x-content-type-options"] == "nosniff"
     for response, status, error in [
         (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.htm, .html, .txt)"),
         (upload("a.txt", b"\xff\xfe\x00x"), 400, "the file is not UTF-8 text"),
@@ -503,8 +505,25 @@ def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
     try:
         r = httpx.post(srv.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en"})
         assert r.json()["translatedText"] == PARAGRAPH.upper() and [b[1] for b in fake.batches] == [[PARAGRAPH]]
+        # a .txt file too is decoded as it is, not cut (it was cut whatever the setting)
+        form = {"source": "de", "target": "en"}
+        r = httpx.post(srv.url + "/translate_file", data=form, files={"file": ("a.txt", PARAGRAPH.encode())})
+        assert httpx.get(r.json()["translatedFileUrl"]).text == PARAGRAPH.upper()
+        assert [b[1] for b in fake.batches][-1] == [PARAGRAPH]
     finally:
         srv.stop()
+
+
+def test_translated_files_are_bounded_by_count_and_bytes(monkeypatch) -> None:
+    from aiayn.serve import app as serve_app
+
+    files = serve_app._Files(max_bytes=100)
+    assert files.put("a", b"a" * 40) and files.put("b", b"b" * 40) and files.put("c", b"c" * 40)
+    assert files.get("a") is None and files.get("b") == b"b" * 40 and files.bytes == 80  # the oldest went
+    assert not files.put("big", b"x" * 101) and files.get("big") is None and files.bytes == 80
+    monkeypatch.setattr(serve_app, "MAX_FILES", 2)
+    assert files.put("d", b"d") and files.put("e", b"e")
+    assert [files.get(k) for k in "bcde"] == [None, None, b"d", b"e"] and files.bytes == 2
 
 
 def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:

@@ -367,12 +367,15 @@ class Service:
             form = await MultiPartParser(request.headers, stream(), max_files=1, max_fields=20).parse()
         except MultiPartException as e:
             raise ApiError(400, f"Invalid request: {_one_line(e.message)}") from None
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise ApiError(400, "Invalid request: missing file parameter")
-        data = await upload.read()
-        fields = {k: v for k, v in form.items() if isinstance(v, str)}
-        return fields, upload.filename or "", data
+        try:  # the parser spools the upload to a temporary file: closed on every path
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise ApiError(400, "Invalid request: missing file parameter")
+            data = await upload.read()
+            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            return fields, upload.filename or "", data
+        finally:
+            await form.close()
 
     def check_key(self, request: Request, fields: dict[str, Any]) -> None:
         key = self.settings.api_key
@@ -616,9 +619,10 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
     else:
         if source == "auto":
             svc.detect_source([text])
-        out = (await svc.run_texts([text], opts, True))[1][0][0][0]
+        out = (await svc.run_texts([text], opts, s.split_sentences))[1][0][0][0]
     name = f"{secrets.token_urlsafe(16)}.{_safe_name(filename)}"
-    svc.files.put(name, out.encode("utf-8"))
+    if not svc.files.put(name, out.encode("utf-8")):
+        raise ApiError(413, f"Invalid request: the translated file is over the {svc.files.max_bytes} bytes kept")
     return JSONResponse({"translatedFileUrl": str(request.base_url) + "download_file/" + name})
 
 
@@ -627,9 +631,13 @@ async def download_file(name: str, svc: Svc) -> Response:
     data = svc.files.get(name)
     if data is None:
         raise ApiError(404, "Invalid request: no such file (or it has expired)")
-    kind = "text/html; charset=utf-8" if Path(name).suffix.lower() in (".html", ".htm") else "text/plain; charset=utf-8"
+    page = Path(name).suffix.lower() in (".html", ".htm")
     original = name.split(".", 1)[1]
-    return Response(data, media_type=kind, headers={"Content-Disposition": f'attachment; filename="{original}"'})
+    headers = {"Content-Disposition": f'attachment; filename="{original}"', "X-Content-Type-Options": "nosniff"}
+    if page:  # an uploaded page opened from this origin runs no script and reaches nothing of the server's
+        headers["Content-Security-Policy"] = "sandbox"
+    kind = "text/html; charset=utf-8" if page else "text/plain; charset=utf-8"
+    return Response(data, media_type=kind, headers=headers)
 
 
 # -- aiayn's own -------------------------------------------------------------------------------------
@@ -732,23 +740,35 @@ async def index() -> FileResponse:
 
 
 FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html"}
-MAX_FILES = 256  # translated files kept for /download_file: memory stays bounded
+MAX_FILES = 256  # translated files kept for /download_file: memory stays bounded, by count and by size
+MAX_FILE_BYTES = 64 << 20
 FILE_TTL_S = 3600.0
 
 
 class _Files:
-    """Translated files by name, the newest MAX_FILES, each for FILE_TTL_S (LibreTranslate keeps them
-    in a temporary directory for a while as well)."""
+    """Translated files by name, the newest MAX_FILES holding at most `max_bytes` together, each for
+    FILE_TTL_S (LibreTranslate keeps them in a temporary directory for a while as well)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_FILE_BYTES) -> None:
         self.items: dict[str, tuple[float, bytes]] = {}
+        self.max_bytes = max_bytes
+        self.bytes = 0
 
-    def put(self, name: str, data: bytes) -> None:
+    def put(self, name: str, data: bytes) -> bool:
+        """Keep `data` under `name`, dropping the oldest as needed; False: it alone is over the budget."""
+        if len(data) > self.max_bytes:
+            return False
         now = time.monotonic()
-        self.items = {k: v for k, v in self.items.items() if now - v[0] < FILE_TTL_S}
-        while len(self.items) >= MAX_FILES:
-            del self.items[next(iter(self.items))]  # the oldest: dicts keep insertion order
+        for k in [k for k, v in self.items.items() if now - v[0] >= FILE_TTL_S]:
+            self._drop(k)
+        while self.items and (len(self.items) >= MAX_FILES or self.bytes + len(data) > self.max_bytes):
+            self._drop(next(iter(self.items)))  # the oldest: dicts keep insertion order
         self.items[name] = (now, data)
+        self.bytes += len(data)
+        return True
+
+    def _drop(self, name: str) -> None:
+        self.bytes -= len(self.items.pop(name)[1])
 
     def get(self, name: str) -> bytes | None:
         item = self.items.get(name)
