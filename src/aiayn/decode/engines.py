@@ -108,7 +108,7 @@ class CTranslate2Engine:
 
     name = "ctranslate2"
     # Translator hands it every sentence at once: CTranslate2 batches by tokens itself, in one call, faster
-    # than one call per Translator batch (docs/benchmarks.md, "Decoding a trained model").
+    # than one call per Translator batch.
     batches_itself = True
 
     def __init__(

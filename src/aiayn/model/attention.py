@@ -17,8 +17,8 @@ from aiayn.model.masks import band_mask, causal_mask
 
 FEW_QUERIES = 16  # queries per row up to which CPU inference multiplies explicitly (see `attention`)
 # One query per row on the CPU reads at least this many cached keys, the extra ones masked: torch's CPU
-# batched matrix product takes a slow naive kernel for products this small and is several times faster
-# at 16 keys than at 8 (docs/benchmarks.md); beyond 16 the exact count is fastest.
+# batched matrix product takes a slow naive kernel for products this small and is faster at 16 keys than
+# at 8; beyond 16 the exact count is fastest.
 MIN_KEYS = 16
 
 
