@@ -26,7 +26,7 @@ def parse_run(tmp_path_factory):
     cfg = Config.load(
         None,
         {
-            **{"task.name": "parse", "data.corpus": "wsj", "data.ptb_root": str(root), "data.vocab_size": 400},
+            **{"task.name": "parse", "data.corpus": "wsj", "task.ptb_root": str(root), "data.vocab_size": 400},
             **{"model.preset": "tiny", "model.dropout": 0.0, "optim.warmup": 30, "optim.lr_scale": 0.5},
             **{"train.max_steps": 160, "train.eval_every": 80, "train.save_every": 80, "train.progress": False},
             **{"decode.beam": 2, "decode.max_len_b": 40},
