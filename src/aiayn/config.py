@@ -355,7 +355,7 @@ class Config:
             }
         }
         data, task = dict(d.get("data") or {}), dict(d.get("task") or {})
-        # Saved before the parse task owned it: data.ptb_root (null unless the run read the WSJ treebank)
+        # Saved before the task owned it: data.ptb_root (null unless the run read the WSJ treebank)
         moved = data.pop("ptb_root", None)
         if moved is not None:
             task.setdefault("ptb_root", moved)

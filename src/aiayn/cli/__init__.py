@@ -2,7 +2,7 @@
 arguments and call the library.
 
 Each module here has a `register(sub)` function that adds its parser and the function it runs: the
-general commands are listed below, a task's own verbs (`aiayn translate`, `aiayn parse`, ...) come
+general commands are listed below, a task's own verbs (`aiayn translate`, `aiayn generate`, ...) come
 from its command module in the task registry (aiayn.registry: the `aiayn.commands` entry points), so
 a task installed from another distribution brings its verbs too. Imports of torch-heavy library code
 stay inside the runners so `aiayn --help` starts fast; the library never imports argparse

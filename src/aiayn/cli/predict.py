@@ -1,5 +1,5 @@
 """`aiayn predict`: any task's model on lines of text, through the predictor its TaskSpec builds (parsing
-only; the task's own verbs, such as `aiayn translate` or `aiayn parse`, have every option)."""
+only; the task's own verbs, such as `aiayn translate` or `aiayn classify`, have every option)."""
 
 from __future__ import annotations
 

@@ -372,7 +372,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(run=_translate)
 
-    p = sub.add_parser("evaluate", help="translate a test set and score it: sacreBLEU + chrF (+ tokenized BLEU)")
+    p = sub.add_parser(
+        "evaluate",
+        help="score a run with its task's measure: translation, sacreBLEU + chrF (+ tokenized BLEU) of a test set; "
+        "parse, EVALB F1 of --split",
+    )
     p.add_argument(
         "-c",
         "--checkpoint",
