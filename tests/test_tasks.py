@@ -43,6 +43,8 @@ def test_a_task_owns_its_settings_and_old_run_configs_still_load(tmp_path):
     assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "parse", "tree_leaves": "xx", "ptb_root": None}
     with pytest.raises(ConfigError, match="unknown task fields"):
         spec_for(Config.load("craft_parse", {"task.block_size": 64}))
+    # naming another task drops the file's settings of its own (fine-tuning a classifier from an mlm run)
+    assert Config.load("craft_parse", {"task.name": "lm", "task.block_size": 64}).task.options == {"block_size": 64}
     with pytest.raises(ConfigError, match="task.block_size must be >= 2"):
         spec_for(Config.load(None, {"task.name": "lm", "task.block_size": 1, "data.corpus": "text"}))
     with pytest.raises(ConfigError, match="task translate reads data.corpus"):

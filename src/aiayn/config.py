@@ -116,7 +116,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 class DataConfig:
     """Where parallel text comes from and how it becomes batches (paper §5.1)."""
 
-    # Which corpus: one of those the task reads (its TaskSpec.corpora; `aiayn train --help` lists them).
+    # Which corpus: one the task reads (its TaskSpec.corpora; another is refused before any data work).
+    # The two pipelines of aiayn.data read:
     # parallel text: multi30k | files | embedded | wmt14 (`aiayn data get wmt14` first);
     # text (one example a line, or running text): text (files) | multi30k (data.text_langs) | tinyshakespeare
     corpus: str = "multi30k"
@@ -370,8 +371,11 @@ class Config:
         overrides."""
         d = read_config_file(path) if path else {}
         if overrides:
-            pairs = overrides.items() if isinstance(overrides, dict) else parse_overrides(overrides).items()
-            for key, value in pairs:
+            pairs = dict(overrides) if isinstance(overrides, dict) else parse_overrides(overrides)
+            task = d.get("task") or {}
+            if "task.name" in pairs and pairs["task.name"] != task.get("name", TaskConfig.name):
+                d["task"] = {}  # the file's task settings belong to its task, not to the one named now
+            for key, value in pairs.items():
                 section, _, name = key.partition(".")
                 if section not in _SECTIONS or not name or "." in name:
                     raise ConfigError(

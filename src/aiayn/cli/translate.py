@@ -374,8 +374,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "evaluate",
-        help="score a run with its task's measure: translation, sacreBLEU + chrF (+ tokenized BLEU) of a test set; "
-        "parse, EVALB F1 of --split",
+        help="score a run with its task's measure (translation: sacreBLEU + chrF, + tokenized BLEU, of a test set; "
+        "another task: its own, e.g. EVALB F1)",
     )
     p.add_argument(
         "-c",
