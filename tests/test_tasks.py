@@ -164,3 +164,11 @@ def test_a_task_from_another_distribution_trains_evaluates_and_predicts_through_
     assert scored.startswith("exact match ") and "(40 sequences)" in scored
     out = aiayn("predict", "-c", str(run), "--device", "cpu", stdin="a b c\nd a\n").stdout.splitlines()
     assert len(out) == 2 and all(set(line.split()) <= set("abcd") | {"⁇"} for line in out)
+    # the Hub card says what the task is and reports its own measure
+    import toy_task  # noqa: F401 (the same spec, registered in this process to read the card here)
+    from aiayn.publish import model_card
+
+    card = model_card("user/reverse", Config.load(str(run / "config.yaml")), run / "best.safetensors", run)
+    assert "tags:\n- text2text-generation\n" in card and "translation" not in card
+    assert "task: writing a sequence of letters backwards" in card
+    assert f"- Validation exact: {valid[-1]['exact']:.2f} (step 20)" in card

@@ -120,7 +120,7 @@ def model_card(
         f"A Transformer ('Attention Is All You Need') trained with aiayn for the `{task}` task"
         + (f", translating {src} -> {tgt}." if src and tgt else f": {spec.summary}." if spec.summary else "."),
         "",
-        f"- Task: {task}" + (f" ({spec.summary})" if spec.summary else ""),
+        f"- Task: {task}",
         *([f"- Languages: {src} -> {tgt}" if src and tgt else "- Languages: unknown"] if translation else []),
         f"- Data: corpus `{corpus}`",
         f"- Model: {m.kind}, d_model {m.d_model}, {m.n_encoder_layers} encoder and {m.n_decoder_layers} decoder "
