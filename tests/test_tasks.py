@@ -1,4 +1,5 @@
-"""The task registry: a task is one file (tests/toy_task.py) and the loop trains it unchanged."""
+"""The task registry: a task is its own module (tests/toy_task.py), found through the `aiayn.tasks` entry
+points, and aiayn trains, evaluates and runs it unchanged."""
 
 from __future__ import annotations
 
