@@ -26,7 +26,7 @@ def parse_run(tmp_path_factory):
     cfg = Config.load(
         None,
         {
-            **{"task.name": "parse", "data.corpus": "wsj", "data.ptb_root": str(root), "data.vocab_size": 400},
+            **{"task.name": "parse", "data.corpus": "wsj", "task.ptb_root": str(root), "data.vocab_size": 400},
             **{"model.preset": "tiny", "model.dropout": 0.0, "optim.warmup": 30, "optim.lr_scale": 0.5},
             **{"train.max_steps": 160, "train.eval_every": 80, "train.save_every": 80, "train.progress": False},
             **{"decode.beam": 2, "decode.max_len_b": 40},
@@ -50,7 +50,8 @@ def test_every_tree_token_is_one_piece_of_the_runs_vocabulary(parse_run):
     from aiayn.data.treebank import split_words, treebank_dir
 
     sp = spm.SentencePieceProcessor(model_file=str(parse_run / "spm.model"))
-    trees = (treebank_dir(Config.load(str(parse_run / "config.yaml")).data, "pos")[0] / "train.tree").read_text()
+    cfg = Config.load(str(parse_run / "config.yaml"))
+    trees = (treebank_dir(cfg.data, "pos", cfg.task.options["ptb_root"])[0] / "train.tree").read_text()
     tokens = {t for line in trees.splitlines() for t in split_words(line)}
     assert {"(S", ")S", "(NP", ")NP", "NNP", "."} <= tokens
     for line in trees.splitlines()[:20]:

@@ -1,29 +1,75 @@
-"""The task registry: a task is one file (tests/toy_task.py) and the loop trains it unchanged."""
+"""The task registry: a task is its own module (tests/toy_task.py), found through the `aiayn.tasks` entry
+points, and aiayn trains, evaluates and runs it unchanged."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
+import yaml
 
-from aiayn.config import Config, ConfigError
+from aiayn import registry
+from aiayn.config import MODEL_KINDS, Config, ConfigError
 from aiayn.train import train
-from aiayn.train.tasks import get_spec, spec_for, task_names
+from aiayn.train.tasks import get_spec, resolved, spec_for, task_names
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_four_tasks_are_registered_with_their_stacks():
-    kinds = {name: get_spec(name).model_kind for name in task_names()}
-    assert {k: kinds[k] for k in ("translate", "lm", "mlm", "classify", "parse")} == {
-        "translate": "encoder-decoder",
-        "lm": "decoder-only",
-        "mlm": "encoder-only",
-        "classify": "encoder-only",
-        "parse": "encoder-decoder",
-    }
-    with pytest.raises(
-        ConfigError, match=r"task.name must be one of classify \| lm \| mlm \| parse \| translate, not .nope."
-    ):
+def test_the_built_in_tasks_are_declared_once_and_registered_with_their_stacks():
+    """pyproject.toml declares the built-in tasks as entry points; aiayn.registry keeps the same list for a
+    checkout that was not reinstalled. Every declared task loads, under its own name."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert declared[registry.TASKS_GROUP] == registry.BUILTIN_TASKS
+    assert declared[registry.COMMANDS_GROUP] == registry.BUILTIN_COMMANDS
+    assert set(registry.BUILTIN_TASKS) <= set(task_names())
+    for name in registry.BUILTIN_TASKS:
+        spec = get_spec(name)
+        assert spec.name == name and spec.model_kind in MODEL_KINDS
+        assert spec.settings is None or dataclasses.is_dataclass(spec.settings)
+    with pytest.raises(ConfigError, match=r"task.name must be one of .*translate.*, not .nope."):
         spec_for(Config.load(None, {"task.name": "nope"}))
+
+
+def test_a_task_owns_its_settings_and_old_run_configs_still_load(tmp_path):
+    """`task:` keys besides name are the task's own settings, checked by its dataclass; a config saved when
+    one section held every task's settings (and data.ptb_root) loads with its own task's values."""
+    cfg = Config.load("craft_parse", ["--task.tree_leaves", "xx"])
+    assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "parse", "tree_leaves": "xx", "ptb_root": None}
+    with pytest.raises(ConfigError, match="unknown task fields"):
+        spec_for(Config.load("craft_parse", {"task.block_size": 64}))
+    # naming another task drops the file's settings of its own (fine-tuning a classifier from an mlm run)
+    assert Config.load("craft_parse", {"task.name": "lm", "task.block_size": 64}).task.options == {"block_size": 64}
+    with pytest.raises(ConfigError, match="task.block_size must be >= 2"):
+        spec_for(Config.load(None, {"task.name": "lm", "task.block_size": 1, "data.corpus": "text"}))
+    with pytest.raises(ConfigError, match="task translate reads data.corpus"):
+        spec_for(Config.load(None, {"data.corpus": "craft"}))
+    old = {
+        "data": {"corpus": "wsj", "ptb_root": "/ldc/treebank_3"},
+        "task": {
+            "name": "parse",
+            **{"block_size": None, "batch_size": 12, "mask_prob": 0.15, "mask_token": 0.8, "random_token": 0.1},
+            "tree_leaves": "words",
+        },
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    cfg = Config.load(str(tmp_path / "config.yaml"))
+    assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {
+        "name": "parse",
+        "tree_leaves": "words",
+        "ptb_root": "/ldc/treebank_3",
+    }
+    old["task"] = {**old["task"], "name": "lm"}
+    old["data"] = {"corpus": "text", "ptb_root": None}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    cfg = Config.load(str(tmp_path / "config.yaml"))
+    assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "lm", "block_size": None, "batch_size": 12}
 
 
 def test_a_task_from_one_file_trains(home, tmp_path):
@@ -43,7 +89,6 @@ def test_a_task_from_one_file_trains(home, tmp_path):
         "train.eval_every": 150,
         "train.save_every": 300,
         "train.log_every": 10,
-        "train.eval_bleu": False,
     }
     run = tmp_path / "run"
     train(Config.load(None, over), run)
@@ -51,6 +96,80 @@ def test_a_task_from_one_file_trains(home, tmp_path):
     valid = [r for r in records if r["kind"] == "valid"]
     assert [r["step"] for r in valid] == [150, 300]
     # it learns the task, not only runs: guessing among the 8 letters costs ln 8 = 2.1 nats a token
-    assert valid[-1]["loss"] < 0.5
+    assert valid[-1]["loss"] < 0.5 and 0 <= valid[-1]["exact"] <= 1  # the task's own measure is recorded
     assert Config.load(str(run / "config.yaml")).task.name == "reverse"
     assert (run / "reverse-data" / "train.src").is_file() and (run / "best.safetensors").is_file()
+
+
+def install_toy_distribution(where: Path) -> Path:
+    """tests/toy_task.py and toy_task_cli.py as an installed distribution of their own: the modules plus a
+    dist-info whose entry_points.txt declares the task and its command module, as pip would leave them."""
+    where.mkdir(parents=True)
+    for name in ("toy_task.py", "toy_task_cli.py"):
+        (where / name).write_text((Path(__file__).parent / name).read_text())
+    info = where / "toy_task-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-task\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[aiayn.tasks]\nreverse = toy_task:SPEC\n\n[aiayn.commands]\nreverse = toy_task_cli\n"
+    )
+    return where
+
+
+def test_a_task_from_another_distribution_trains_evaluates_and_predicts_through_the_cli(home, tmp_path):
+    """The toy task, found only through its distribution's entry points, in real `python -m aiayn`
+    processes: its verb is listed, its setting and measure are used in training (early stopping watches
+    `exact`, higher is better), `aiayn evaluate` reaches its command module and `aiayn predict` its
+    predictor. aiayn is not edited, and the toy's modules are not on the test process's path."""
+    dist = install_toy_distribution(tmp_path / "site")
+    src = ROOT / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(dist), str(src)]), "AIAYN_HOME": str(home)}
+
+    def aiayn(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        r = subprocess.run(
+            [sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True, env=env, timeout=600
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r
+
+    assert "reverse-check" in aiayn("--help").stdout and "reverse" in aiayn("train", "--help").stdout
+    assert aiayn("reverse-check", "a b c").stdout == "c b a\n"
+    run = tmp_path / "run"
+    over = {
+        "task.letters": "abcd",
+        "model.preset": "tiny",
+        "data.vocab_size": 300,
+        "data.max_tokens": 400,
+        "optim.warmup": 10,
+        "train.max_steps": 20,
+        "train.eval_every": 10,
+        "train.save_every": 10,
+        "train.log_every": 5,
+        "train.patience": 3,
+        "train.progress": "false",
+    }
+    aiayn(
+        "train", "--task", "reverse", "--run-dir", str(run), *(x for k, v in over.items() for x in (f"--{k}", str(v)))
+    )
+    valid = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"valid"' in x]
+    assert [r["step"] for r in valid] == [10, 20] and all(0 <= r["exact"] <= 1 for r in valid)
+    assert set((run / "reverse-data" / "train.src").read_text().split()) <= set("abcd")  # task.letters
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["task"] == {"name": "reverse", "letters": "abcd"}
+    import torch
+
+    state = torch.load(sorted((run / "checkpoints").glob("*.state.pt"))[-1], weights_only=False)
+    # early stopping watched the task's own measure, and kept the higher value as the best
+    assert state["early_stop"]["metric"] == "exact" and state["best"] == max(r["exact"] for r in valid)
+    scored = aiayn("evaluate", "-c", str(run), "--device", "cpu").stdout
+    assert scored.startswith("exact match ") and "(40 sequences)" in scored
+    out = aiayn("predict", "-c", str(run), "--device", "cpu", stdin="a b c\nd a\n").stdout.splitlines()
+    assert len(out) == 2 and all(set(line.split()) <= set("abcd") | {"⁇"} for line in out)
+    # the Hub card says what the task is and reports its own measure
+    import toy_task  # noqa: F401 (the same spec, registered in this process to read the card here)
+    from aiayn.publish import model_card
+
+    card = model_card("user/reverse", Config.load(str(run / "config.yaml")), run / "best.safetensors", run)
+    assert "tags:\n- text2text-generation\n" in card and "translation" not in card
+    assert "task: writing a sequence of letters backwards" in card
+    assert f"- Validation exact: {valid[-1]['exact']:.2f} (step 20)" in card

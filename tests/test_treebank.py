@@ -162,13 +162,13 @@ def write_wsj(root, n: int = 2) -> None:
 
 def test_wsj_reads_the_standard_sections_of_an_ldc_layout(tmp_path):
     write_wsj(tmp_path)
-    key, load = corpus_trees(DataConfig(corpus="wsj", ptb_root=str(tmp_path)))
+    key, load = corpus_trees(DataConfig(corpus="wsj"), str(tmp_path))
     trees = load()
     assert {s: len(t) for s, t in trees.items()} == {"train": 20 * 2 * 2, "valid": 4, "test": 4}
     assert trees["test"][0].words() == ["w23x0", "runs", "."] and key.startswith("wsj-")
-    assert corpus_trees(DataConfig(corpus="wsj", ptb_root=str(tmp_path / "parsed")))[0] == key
+    assert corpus_trees(DataConfig(corpus="wsj"), str(tmp_path / "parsed"))[0] == key
     with pytest.raises(DataError, match="no WSJ sections under"):
-        corpus_trees(DataConfig(corpus="wsj", ptb_root=str(tmp_path / "nothing")))
+        corpus_trees(DataConfig(corpus="wsj"), str(tmp_path / "nothing"))
     out = write_parallel(trees, tmp_path / "out")
     assert (tmp_path / "out" / "valid.tree").read_text().splitlines()[0] == "(S (NP NNP )NP (VP VBZ )VP . )S"
     assert (tmp_path / "out" / "valid.gold").read_text().splitlines()[0] == str(trees["valid"][0])

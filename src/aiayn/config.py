@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from aiayn.errors import AiaynError
 from aiayn.fileio import atomic_write
+
+T = TypeVar("T")
 
 
 class ConfigError(AiaynError, ValueError):
@@ -114,13 +116,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 class DataConfig:
     """Where parallel text comes from and how it becomes batches (paper §5.1)."""
 
-    # parallel text (task translate): multi30k | files | embedded | wmt14 (`aiayn data get wmt14` first);
-    # text (tasks lm, mlm, classify): text (files) | multi30k (data.text_langs) | tinyshakespeare
-    # trees (task parse): craft (data.data_dir, else $AIAYN_CRAFT_DIR, cache, download) | wsj (data.ptb_root)
-    #   | trees (data.train_src / valid_src / test_src: bracketed tree files)
-    corpus: Literal["multi30k", "files", "embedded", "wmt14", "text", "tinyshakespeare", "craft", "wsj", "trees"] = (
-        "multi30k"
-    )
+    # Which corpus: one the task reads (its TaskSpec.corpora; another is refused before any data work).
+    # The two pipelines of aiayn.data read:
+    # parallel text: multi30k | files | embedded | wmt14 (`aiayn data get wmt14` first);
+    # text (one example a line, or running text): text (files) | multi30k (data.text_langs) | tinyshakespeare
+    corpus: str = "multi30k"
     src_lang: str = "de"
     tgt_lang: str = "en"
     data_dir: str | None = None  # offline mirror laid out like Multi30k; else $AIAYN_DATA_DIR, cache, download
@@ -151,7 +151,6 @@ class DataConfig:
     text_unit: Literal["line", "document"] = "line"  # document: all the text is one stream (newlines kept)
     valid_fraction: float = 0.1  # document without text_valid: the last share of the training characters
     tokenizer: Literal["bpe", "char"] = "bpe"  # char: one piece per character (nothing normalised)
-    ptb_root: str | None = None  # corpus wsj: LDC99T42's root (parsed/mrg/wsj/NN/*.mrg): 02-21 / 22 / 23
 
     def __post_init__(self) -> None:
         if self.tokenizer not in ("bpe", "char"):
@@ -181,32 +180,12 @@ class DecodeConfig:
 
 @dataclass
 class TaskConfig:
-    """What the run trains: a task registered in aiayn.train.tasks (`translate`, the paper; `lm`,
-    decoder-only, next token; `mlm`, encoder-only, masked tokens, BERT; `classify`, encoder-only with a
-    pooled head, usually from an mlm run), which checks the name and its settings before training."""
+    """What the run trains: `name`, a task of the registry (aiayn.train.tasks, found through the
+    `aiayn.tasks` entry points), and that task's own settings (`options`: the section's other keys,
+    read and checked by the task: aiayn.train.tasks.task_options)."""
 
     name: str = "translate"
-    # lm: train on contiguous blocks of this many tokens drawn at random from the text (nanoGPT's way);
-    # None: one example per line, batched under data.max_tokens like sentences
-    block_size: int | None = None
-    batch_size: int = 12  # lm blocks per batch and rank (with block_size)
-    mask_prob: float = 0.15  # mlm: share of the non-special tokens chosen for prediction (BERT)
-    mask_token: float = 0.8  # ... of which this share becomes [MASK]
-    random_token: float = 0.1  # ... and this share a random token (the rest stays as it was)
-    tree_leaves: Literal["pos", "xx", "words"] = "pos"  # parse: what stands for a word in the linearised tree
-
-    def __post_init__(self) -> None:
-        if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:
-            raise ConfigError("task.block_size must be >= 2 (or null) and task.batch_size >= 1")
-        if (
-            not 0 < self.mask_prob < 1
-            or self.mask_token < 0
-            or self.random_token < 0
-            or self.mask_token + self.random_token > 1
-        ):
-            raise ConfigError(
-                "task.mask_prob must lie in (0, 1), mask_token and random_token in [0, 1] with a sum <= 1"
-            )
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -283,8 +262,9 @@ class TrainConfig:
     # Early stopping: stop after this many validations without a better patience_metric (0 = never).
     # The best weights by that metric are RUN/best.safetensors whether or not patience is set.
     patience: int = 0
-    # auto = translate: bleu with eval_bleu, else validation loss; classify: accuracy; lm, mlm: validation loss
-    patience_metric: Literal["auto", "bleu", "loss", "accuracy", "f1"] = "auto"
+    # auto: the task's own choice (translate: bleu with eval_bleu, else loss); else loss or one of the
+    # validation measures the task declares (TaskSpec.measures: bleu, accuracy, ...)
+    patience_metric: str = "auto"
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
     progress: bool = True  # tqdm bar (on stderr)
     tensorboard: bool = False  # also write metrics.jsonl's records as TensorBoard events in RUN/tensorboard
@@ -299,10 +279,6 @@ class TrainConfig:
             raise ConfigError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
             raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
-        if self.patience_metric not in ("auto", "bleu", "loss", "accuracy", "f1"):
-            raise ConfigError(
-                f"train.patience_metric must be auto | bleu | loss | accuracy | f1, not {self.patience_metric!r}"
-            )
         if self.patience_metric == "bleu" and not self.eval_bleu:
             raise ConfigError("train.patience_metric=bleu needs train.eval_bleu=true")
         if self.patience < 0 or (self.patience and not self.eval_every):
@@ -356,8 +332,9 @@ class Config:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: dataclasses.asdict(getattr(self, k)) for k in _SECTIONS if k != "model"}
+        d = {k: dataclasses.asdict(getattr(self, k)) for k in _SECTIONS if k not in ("model", "task")}
         d["optim"]["betas"] = list(d["optim"]["betas"])
+        d["task"] = {"name": self.task.name, **self.task.options}
         return {"model": dict(self.model), **d}
 
     @classmethod
@@ -370,7 +347,6 @@ class Config:
             "optim": OptimConfig,
             "train": TrainConfig,
             "decode": DecodeConfig,
-            "task": TaskConfig,
         }
         mfields = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
         parts: dict[str, Any] = {
@@ -379,8 +355,14 @@ class Config:
                 for k, v in (d.get("model") or {}).items()
             }
         }
+        data, task = dict(d.get("data") or {}), dict(d.get("task") or {})
+        # Saved before the task owned it: data.ptb_root (null unless the run read the WSJ treebank)
+        moved = data.pop("ptb_root", None)
+        if moved is not None:
+            task.setdefault("ptb_root", moved)
         for name, kind in kinds.items():
-            parts[name] = _build(kind, dict(d.get(name) or {}), name)
+            parts[name] = build_section(kind, data if name == "data" else dict(d.get(name) or {}), name)
+        parts["task"] = TaskConfig(name=str(task.pop("name", TaskConfig.name)), options=task)
         return cls(**parts)
 
     @classmethod
@@ -389,8 +371,11 @@ class Config:
         overrides."""
         d = read_config_file(path) if path else {}
         if overrides:
-            pairs = overrides.items() if isinstance(overrides, dict) else parse_overrides(overrides).items()
-            for key, value in pairs:
+            pairs = dict(overrides) if isinstance(overrides, dict) else parse_overrides(overrides)
+            task = d.get("task") or {}
+            if "task.name" in pairs and pairs["task.name"] != task.get("name", TaskConfig.name):
+                d["task"] = {}  # the file's task settings belong to its task, not to the one named now
+            for key, value in pairs.items():
                 section, _, name = key.partition(".")
                 if section not in _SECTIONS or not name or "." in name:
                     raise ConfigError(
@@ -475,8 +460,10 @@ def _coerce(value: Any, hint: str, where: str) -> Any:
     return value
 
 
-def _build(kind: type, d: dict[str, Any], section: str) -> Any:
-    fields = {f.name: f for f in dataclasses.fields(kind)}
+def build_section(kind: type[T], d: dict[str, Any], section: str) -> T:
+    """The dataclass `kind` from one section's keys, each value made to fit its field's type; an
+    unknown key is a ConfigError naming the known ones."""
+    fields = {f.name: f for f in dataclasses.fields(cast(Any, kind))}
     unknown = set(d) - set(fields)
     if unknown:
         raise ConfigError(f"unknown {section} fields {sorted(unknown)}; known: {sorted(fields)}")

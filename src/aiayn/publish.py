@@ -62,8 +62,8 @@ def count_parameters(weights: Path) -> int:
     return total
 
 
-def last_valid_bleu(run: str | os.PathLike) -> tuple[int, float] | None:
-    """(step, BLEU) of the run's last validation with a BLEU in RUN/metrics.jsonl, if any."""
+def last_valid(run: str | os.PathLike, metric: str) -> tuple[int, float] | None:
+    """(step, value) of the run's last validation with a `metric` in RUN/metrics.jsonl, if any."""
     from aiayn.train.metrics import FILE_NAME, MetricsError, read_metrics
 
     if not (Path(run) / FILE_NAME).is_file():
@@ -72,8 +72,8 @@ def last_valid_bleu(run: str | os.PathLike) -> tuple[int, float] | None:
         valid = read_metrics(run)["valid"]
     except MetricsError:
         return None
-    scored = [r for r in valid if r.get("bleu") is not None]
-    return (int(scored[-1]["step"]), float(scored[-1]["bleu"])) if scored else None
+    scored = [r for r in valid if r.get(metric) is not None]
+    return (int(scored[-1]["step"]), float(scored[-1][metric])) if scored else None
 
 
 def training_command(run: str | os.PathLike) -> str:
@@ -93,52 +93,64 @@ def model_card(
     license: str = "other",
     which: str = "best",
 ) -> str:
-    """README.md for the repository: YAML front matter the Hub reads, then what the model is."""
+    """README.md for the repository: YAML front matter the Hub reads, then what the model is. The task's
+    TaskSpec gives its Hub tag, its summary and the validation measure reported (what early stopping
+    watched)."""
     from aiayn.checkpoint import weights_config
+    from aiayn.train.tasks import get_spec, patience_metric
 
     m = weights_config(weights)
-    src, tgt = (cfg.data.src_lang, cfg.data.tgt_lang) if cfg else ("", "")
-    front = ["---", "library_name: aiayn", "tags:", "- translation", "- aiayn", f"license: {license}"]
+    cfg = cfg or Config()
+    spec = get_spec(cfg.task.name)
+    translation = spec.hub_tag == "translation"
+    src, tgt = (cfg.data.src_lang, cfg.data.tgt_lang) if translation else ("", "")
+    front = ["---", "library_name: aiayn", "tags:", f"- {spec.hub_tag}", "- aiayn", f"license: {license}"]
     if src and tgt:
         front += ["language:", f"- {src}", f"- {tgt}"]
     front.append("---")
-    task = cfg.task.name if cfg else "translate"
-    corpus = cfg.data.corpus if cfg else "unknown"
+    task, corpus = cfg.task.name, cfg.data.corpus
     params = count_parameters(weights)
-    bleu = last_valid_bleu(run)
+    metric = patience_metric(cfg, spec)
+    label = metric.upper() if len(metric) <= 4 and metric != "loss" else metric
+    value = last_valid(run, metric)
     body = [
         "",
         f"# {repo_id}",
         "",
         f"A Transformer ('Attention Is All You Need') trained with aiayn for the `{task}` task"
-        + (f", translating {src} -> {tgt}." if src and tgt else "."),
+        + (f", translating {src} -> {tgt}." if src and tgt else f": {spec.summary}." if spec.summary else "."),
         "",
         f"- Task: {task}",
-        f"- Languages: {src} -> {tgt}" if src and tgt else "- Languages: unknown",
+        *([f"- Languages: {src} -> {tgt}" if src and tgt else "- Languages: unknown"] if translation else []),
         f"- Data: corpus `{corpus}`",
         f"- Model: {m.kind}, d_model {m.d_model}, {m.n_encoder_layers} encoder and {m.n_decoder_layers} decoder "
         f"layers, {m.n_heads} heads, d_ff {m.d_ff}, vocabulary {m.vocab_size}, {params:,} parameters",
         f"- Weights: {which}",
-        f"- Validation BLEU: {bleu[1]:.2f} (step {bleu[0]})" if bleu else "- Validation BLEU: not recorded",
+        f"- Validation {label}: {value[1]:.2f} (step {value[0]})" if value else f"- Validation {label}: not recorded",
         f"- Trained with: `{training_command(run)}`",
         "",
         "## Usage",
         "",
-        "```python",
-        "from aiayn import Translator",
-        "",
-        f'translator = Translator.load("hf://{repo_id}")',
-        'print(translator.translate(["..."]))',
-        "```",
-        "",
-        "or on the command line:",
-        "",
-        "```",
-        f"echo '...' | aiayn translate -c hf://{repo_id}",
-        f"aiayn serve -c hf://{repo_id}",
-        "```",
-        "",
     ]
+    if translation:
+        body += [
+            "```python",
+            "from aiayn import Translator",
+            "",
+            f'translator = Translator.load("hf://{repo_id}")',
+            'print(translator.translate(["..."]))',
+            "```",
+            "",
+            "or on the command line:",
+            "",
+            "```",
+            f"echo '...' | aiayn translate -c hf://{repo_id}",
+            f"aiayn serve -c hf://{repo_id}",
+            "```",
+            "",
+        ]
+    else:
+        body += ["```", f"echo '...' | aiayn predict -c hf://{repo_id}", "```", ""]
     return "\n".join(front + body)
 
 

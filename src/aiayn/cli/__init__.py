@@ -1,9 +1,12 @@
 """`aiayn` command line: all argument parsing lives in this package; subcommands only parse
 arguments and call the library.
 
-Each module here has a `register(sub)` function (listed in `_COMMANDS`) that adds its parser and
-the function it runs. Imports of torch-heavy library code stay inside the runners so `aiayn --help`
-starts fast; the library never imports argparse (tests/test_layers.py checks both directions).
+Each module here has a `register(sub)` function that adds its parser and the function it runs: the
+general commands are listed below, a task's own verbs (`aiayn translate`, `aiayn generate`, ...) come
+from its command module in the task registry (aiayn.registry: the `aiayn.commands` entry points), so
+a task installed from another distribution brings its verbs too. Imports of torch-heavy library code
+stay inside the runners so `aiayn --help` starts fast; the library never imports argparse
+(tests/test_layers.py checks both directions).
 """
 
 from __future__ import annotations
@@ -21,33 +24,17 @@ from collections.abc import Callable, Sequence
 # command imports torch. A policy the user set is kept (OMP_WAIT_POLICY=ACTIVE: the old behaviour).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from aiayn import __version__
-from aiayn.cli import (
-    ablate,
-    classify,
-    data,
-    export,
-    hub,
-    lm,
-    model,
-    parsing,
-    quickstart,
-    serve,
-    train,
-    translate,
-    viz,
-)
+from aiayn import __version__, registry
+from aiayn.cli import ablate, data, export, hub, model, predict, quickstart, serve, train, viz
 from aiayn.cli._args import parse
 from aiayn.errors import AiaynError
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the order of a user's workflow
-    quickstart.register,
-    data.register,
-    train.register,
-    translate.register,
-    lm.register,
-    classify.register,
-    parsing.register,
+Register = Callable[[argparse._SubParsersAction], None]
+
+# in the order of a user's workflow; the tasks' own verbs come after `train`
+_BEFORE_TASKS: list[Register] = [quickstart.register, data.register, train.register]
+_AFTER_TASKS: list[Register] = [
+    predict.register,
     viz.register,
     ablate.register,
     export.register,
@@ -57,13 +44,22 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # in the orde
 ]
 
 
+def task_commands() -> list[Register]:
+    """The `register` of every task's command module (a module, or "module:function"), each once."""
+    found: list[Register] = []
+    for path in dict.fromkeys(registry.command_paths().values()):
+        obj = registry.load(path)
+        found.append(obj if callable(obj) else obj.register)
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate."
     )
     parser.add_argument("--version", action="version", version=f"aiayn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in _COMMANDS:
+    for add in _BEFORE_TASKS + task_commands() + _AFTER_TASKS:
         add(sub)
     return parser
 

@@ -56,6 +56,13 @@ def _run(a: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate(a: argparse.Namespace) -> int:
+    """`aiayn evaluate -c RUN --split S` on a parse run (aiayn.cli.translate dispatches by the run's task)."""
+    from aiayn.cli.translate import decode_config
+
+    return evaluate_parse_run(a.checkpoint[0], a.split, a.device, decode_config(a), a.json)
+
+
 def evaluate_parse_run(run: str, split: str | None, device: str | None, decode: Any, as_json: bool) -> int:
     """`aiayn evaluate` on a parse run: its split parsed and scored with EVALB instead of BLEU."""
     import json

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn import registry
 from aiayn.cli._args import collect_overrides
 
 
@@ -20,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="a YAML or TOML file, or a packaged recipe's name (`aiayn recipes` lists them)")
     p.add_argument(
         "--task",
-        help="what to train (sets task.name), a task of aiayn.train.tasks: translate (encoder-decoder, the "
-        "default), lm (decoder-only), mlm (encoder-only, masked tokens) or classify (encoder-only + head)",
+        help="what to train (sets task.name; default translate, the paper's): one of "
+        f"{', '.join(registry.task_paths())} (aiayn.train.tasks; a task's own settings: --task.KEY VALUE)",
     )
     p.add_argument("--run-dir", "-o", help="run directory (config, tokenizer, checkpoints, metrics)")
     p.add_argument(

@@ -265,18 +265,32 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
 
 
 def _evaluate(a: argparse.Namespace) -> int:
-    import json
-
-    from aiayn.decode.parser import is_parse_run
-    from aiayn.evaluate import evaluate_run
+    """`aiayn evaluate`: the run's task scores it, through the `evaluate(args)` of its command module
+    (aiayn.registry); translation's own is `evaluate` below."""
+    from aiayn import registry
+    from aiayn.errors import AiaynError
+    from aiayn.train.tasks import run_spec
 
     resolve_members(a)
+    first = _members(a)[0]
+    task = run_spec(first).name if first is not None else "translate"
+    path = registry.command_paths().get(task)
+    own = registry.load(path.partition(":")[0]) if path else None
+    if own is sys.modules[__name__]:
+        return evaluate(a)
+    if own is None or not hasattr(own, "evaluate"):
+        raise AiaynError(f"task {task} has no `aiayn evaluate`; `aiayn predict -c RUN` runs its model on lines")
+    return int(own.evaluate(a))
+
+
+def evaluate(a: argparse.Namespace) -> int:
+    """A translation run (or an ensemble) on its split or --src/--ref, or --hyp scored: BLEU, chrF."""
+    import json
+
+    from aiayn.evaluate import evaluate_run
+
     decode = decode_config(a)
     first, more = _members(a)
-    if first is not None and is_parse_run(first):
-        from aiayn.cli.parsing import evaluate_parse_run
-
-        return evaluate_parse_run(first, a.split, a.device, decode, a.json)
     res = evaluate_run(
         first,
         split=a.split,
@@ -362,7 +376,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(run=_translate)
 
-    p = sub.add_parser("evaluate", help="translate a test set and score it: sacreBLEU + chrF (+ tokenized BLEU)")
+    p = sub.add_parser(
+        "evaluate",
+        help="score a run with its task's measure (translation: sacreBLEU + chrF, + tokenized BLEU, of a test set; "
+        "another task: its own, e.g. EVALB F1)",
+    )
     p.add_argument(
         "-c",
         "--checkpoint",

@@ -100,7 +100,7 @@ def prepare(
 
     `workers` encoding processes (default: all cores; 1 encodes in this process); `progress` shows
     bars on stderr (default: when stderr is a terminal); `symbols`: pieces the trained BPE keeps whole
-    (sentencepiece's user_defined_symbols; a task's markup, such as a parse tree's brackets). Safe to
+    (sentencepiece's user_defined_symbols; a task's markup, such as a tree's brackets). Safe to
     call from many processes at once: one builds a cache, the others wait for it and load it.
     """
     t0 = time.perf_counter()

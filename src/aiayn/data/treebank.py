@@ -332,10 +332,10 @@ def _stat_key(paths: Iterable[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def corpus_trees(data: DataConfig) -> tuple[str, Callable[[], dict[str, list[Tree]]]]:
+def corpus_trees(data: DataConfig, ptb_root: str | None = None) -> tuple[str, Callable[[], dict[str, list[Tree]]]]:
     """The treebank a parse run reads, as (a key naming exactly that text, a loader of its cleaned trees
     by split: train / valid / test). `craft`: the CRAFT v5 corpus (data.data_dir, $AIAYN_CRAFT_DIR,
-    the cache or a download); `wsj`: LDC99T42 under data.ptb_root; `trees`: bracket files named by
+    the cache or a download); `wsj`: LDC99T42 under `ptb_root` (task.ptb_root); `trees`: bracket files named by
     data.train_src / valid_src / test_src (test optional)."""
     if data.corpus == "craft":
         from aiayn.data import craft
@@ -348,9 +348,9 @@ def corpus_trees(data: DataConfig) -> tuple[str, Callable[[], dict[str, list[Tre
 
         return f"craft-{craft.DIGEST[:16]}", load_craft
     if data.corpus == "wsj":
-        if not data.ptb_root:
-            raise DataError("data.corpus wsj needs data.ptb_root: the LDC99T42 directory (parsed/mrg/wsj/NN/*.mrg)")
-        sections = wsj_sections(data.ptb_root)
+        if not ptb_root:
+            raise DataError("data.corpus wsj needs task.ptb_root: the LDC99T42 directory (parsed/mrg/wsj/NN/*.mrg)")
+        sections = wsj_sections(ptb_root)
         key = _stat_key(p for files in sections.values() for p in files)
         return f"wsj-{key}", lambda: {split: trees_of(files) for split, files in sections.items()}
     if data.corpus == "trees":
@@ -365,10 +365,12 @@ def corpus_trees(data: DataConfig) -> tuple[str, Callable[[], dict[str, list[Tre
     raise DataError(f"task parse reads a treebank: data.corpus craft | wsj | trees, not {data.corpus!r}")
 
 
-def treebank_dir(data: DataConfig, leaves: str) -> tuple[Path, Callable[[], dict[str, list[Tree]]]]:
+def treebank_dir(
+    data: DataConfig, leaves: str, ptb_root: str | None = None
+) -> tuple[Path, Callable[[], dict[str, list[Tree]]]]:
     """Where a parse run's treebank is kept as parallel text ($AIAYN_HOME/treebank/<corpus key>-<leaves>:
     `<split>.words`, `.tree`, `.gold`), and the loader of its trees (called only to write it)."""
     from aiayn.data.download import aiayn_home
 
-    key, load = corpus_trees(data)
+    key, load = corpus_trees(data, ptb_root)
     return aiayn_home() / "treebank" / f"{key}-{leaves}", load

@@ -145,7 +145,7 @@ def parse_lines(translator: Translator, lines: list[str], leaves: str, beam: int
 
 
 class Parser:
-    """A parse run's Translator and the leaf form its trees were linearised with (task.tree_leaves)."""
+    """A parse run's Translator and the leaf form its trees were linearised with (its task.tree_leaves)."""
 
     def __init__(self, translator: Translator, leaves: str = "pos") -> None:
         self.translator, self.leaves = translator, leaves
@@ -182,7 +182,8 @@ class Parser:
         if found is None:
             raise AiaynError(f"{run}: no config.yaml, so no data to parse")
         split = {"dev": "valid", "val": "valid"}.get(split, split)
-        directory = treebank_dir(Config.load(str(found)).data, self.leaves)[0]
+        cfg = Config.load(str(found))
+        directory = treebank_dir(cfg.data, self.leaves, cfg.task.options.get("ptb_root"))[0]
         if not (directory / f"{split}.words").is_file():
             raise AiaynError(f"the run's treebank has no {split} split in {directory}")
         words, gold = read_lines(directory / f"{split}.words"), read_lines(directory / f"{split}.gold")
@@ -214,7 +215,3 @@ def score_trees(gold: list[str], trees: list[Tree]) -> tuple[float, float]:
 def gold_tagged(gold: list[str], trees: list[Tree]) -> list[str]:
     """The lines of `trees`, each with its gold tree's POS tags (see score_trees)."""
     return [str(retag(t, [tag for tag, _ in parse_tree(g).leaves()])) for t, g in zip(trees, gold)]
-
-
-def is_parse_run(path: str | os.PathLike) -> bool:
-    return find_in_run(path, PARSE_META) is not None

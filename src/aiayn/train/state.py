@@ -8,13 +8,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-HIGHER_IS_BETTER = {
-    "bleu": True,
-    "loss": False,
-    "accuracy": True,
-    "f1": True,
-}  # the metrics train.patience_metric may name
-
 
 def _empty_window() -> dict[str, float]:
     return {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "steps": 0, "seconds": 0.0}
@@ -29,6 +22,7 @@ class TrainState:
     # training records are averaged over a window of updates; a stop mid-window keeps its sums
     window: dict[str, float] = dataclasses.field(default_factory=_empty_window)
     metric: str = "loss"  # what `best` measures (train.patience_metric)
+    higher: bool = False  # whether a higher `metric` is better (the task's TaskSpec.measures says)
     best: float | None = None  # its best validation value so far
     best_step: int = -1
     bad_evals: int = 0  # validations since `best` without improvement (train.patience)
@@ -40,7 +34,7 @@ class TrainState:
     def improves(self, value: float) -> bool:
         if self.best is None:
             return True
-        return value > self.best if HIGHER_IS_BETTER[self.metric] else value < self.best
+        return value > self.best if self.higher else value < self.best
 
     def record_validation(self, value: float) -> bool:
         """Count one validation of the chosen metric; True when it is a new best."""

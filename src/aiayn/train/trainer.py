@@ -70,7 +70,9 @@ class Trainer:
             torch.set_num_threads(c.threads)
         self.metrics = MetricsWriter(self.run_dir, self.main, c.tensorboard)
         self.spec = tasks.spec_for(config)  # the task's own checks, before any data work
-        self.state = TrainState(metric=tasks.patience_metric(config, self.spec))
+        self.cfg = config = tasks.resolved(config, self.spec)  # config.yaml keeps all of the task's settings
+        metric = tasks.patience_metric(config, self.spec)
+        self.state = TrainState(metric=metric, higher=tasks.higher_is_better(self.spec, metric))
         self.flags = Flags()
         self.progress = Progress(c, self.state, self.metrics, self.main)
 

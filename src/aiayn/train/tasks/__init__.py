@@ -2,17 +2,12 @@
 
 A task turns a batch into a summed loss (and names the count that sum is normalised by) and says what
 validation measures. The loop (accumulation, DDP, AMP, skipping non-finite updates, checkpoints,
-early stopping) knows nothing else about the model. `task.name` in the config picks one registered
-`TaskSpec` (spec.py); each lives in one file of this package:
+early stopping) knows nothing else about the model. `task.name` in the config picks one `TaskSpec`
+(spec.py), found through the `aiayn.tasks` entry points (aiayn.registry); the built-in ones are one
+file each in this package (`aiayn train --help` lists every task with its summary).
 
-  translate  the paper's encoder-decoder (`TranslationTask`), parallel text
-  lm         the decoder-only model (GPT), next token over blocks or sentences (`LMTask`)
-  mlm        the encoder-only model (BERT), masked tokens of lines of text (`MLMTask`)
-  classify   the encoder-only model with a pooled head, labelled texts or sentence pairs (`ClassifyTask`)
-  parse      the encoder-decoder on sentences -> linearised constituency trees, EVALB F1 (`ParseTask`, §6.3)
-
-A new task is a new file that builds its TaskSpec and calls `register` (imported below, or by the
-user's own code before training).
+A new task is a module that builds its TaskSpec, declared as an `aiayn.tasks` entry point by its own
+distribution (or registered with `register` by the user's code before training).
 """
 
 from __future__ import annotations
@@ -21,19 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.config import Config, DataConfig
-from aiayn.train.tasks.classify import ClassifyTask
-from aiayn.train.tasks.lm import LMTask
-from aiayn.train.tasks.mlm import MLMTask
-from aiayn.train.tasks.parse import ParseTask
 from aiayn.train.tasks.spec import (
+    Predict,
     PreparedData,
     Task,
     TaskSpec,
     get_spec,
+    higher_is_better,
     patience_metric,
     register,
+    resolved,
     spec_for,
     task_names,
+    task_options,
 )
 from aiayn.train.tasks.translate import TranslationTask
 
@@ -52,6 +47,15 @@ def n_classes(prepared: Any) -> int | None:
     return len(names) if names else None
 
 
+def run_spec(path: str | Path) -> TaskSpec:
+    """The task of a run directory (or weights in one): its config.yaml's task.name; translate for
+    weights without a run's config."""
+    from aiayn.checkpoint import find_in_run
+
+    found = find_in_run(path, "config.yaml")
+    return get_spec(Config.load(str(found)).task.name if found else Config().task.name)
+
+
 def default_metric(cfg: Config) -> str:
     """What early stopping watches for this run (train.patience_metric, `auto` resolved by the task)."""
     return patience_metric(cfg, get_spec(cfg.task.name))
@@ -62,10 +66,7 @@ __all__ = [
     "TaskSpec",
     "PreparedData",
     "TranslationTask",
-    "LMTask",
-    "MLMTask",
-    "ClassifyTask",
-    "ParseTask",
+    "Predict",
     "register",
     "get_spec",
     "spec_for",
@@ -74,4 +75,8 @@ __all__ = [
     "n_classes",
     "default_metric",
     "patience_metric",
+    "higher_is_better",
+    "resolved",
+    "task_options",
+    "run_spec",
 ]

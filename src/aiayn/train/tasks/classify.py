@@ -21,7 +21,7 @@ from aiayn.distributed import DistInfo
 from aiayn.fileio import atomic_write
 from aiayn.scoring import class_scores, confusion_matrix
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
-from aiayn.train.tasks.spec import Autocast, TaskSpec, TrainBatches, register, sentence_batches
+from aiayn.train.tasks.spec import TEXT_CORPORA, Autocast, Predict, TaskSpec, TrainBatches, register, sentence_batches
 
 
 class ClassifyTask:
@@ -101,6 +101,20 @@ def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: t
     return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
 
 
+def labels(run: str, device: str | None) -> Predict:
+    """Each line's predicted label (a line: TEXT, or TEXT<TAB>TEXT_B for a sentence pair)."""
+    from aiayn.decode.classifier import Classifier
+
+    clf = Classifier.load(run, device or "cpu")
+
+    def predict(lines: list[str]) -> list[str]:
+        parts = [x.split("\t", 1) for x in lines]
+        b = [p[1] if len(p) > 1 else "" for p in parts] if any(len(p) > 1 for p in parts) else None
+        return [clf.labels[i] for i in clf.predict([p[0] for p in parts], b)]
+
+    return predict
+
+
 SPEC = register(
     TaskSpec(
         name="classify",
@@ -110,7 +124,11 @@ SPEC = register(
         build=ClassifyTask,
         longest_row=encoder_row,
         default_metric=lambda cfg: "accuracy",
-        metrics=("accuracy",),
+        corpora=TEXT_CORPORA,
+        measures={"accuracy": True},
+        predictor=labels,
+        hub_tag="text-classification",
+        summary="text classification (encoder-only with a pooled head, usually from an mlm run)",
         find_unused_parameters=True,  # the masked-token head stays unused under DDP
     )
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +21,34 @@ from aiayn.data.text_batching import BlockIterator, TextBatch, TextCollate, stre
 from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.tasks.spec import (
+    TEXT_CORPORA,
     Autocast,
+    Predict,
     TaskSpec,
     TrainBatches,
     register,
     require_validation_examples,
     sentence_batches,
+    task_options,
 )
+
+
+@dataclasses.dataclass
+class LMSettings:
+    """The `task:` section of an lm run."""
+
+    # train on contiguous blocks of this many tokens drawn at random from the text (nanoGPT's way);
+    # None: one example per line, batched under data.max_tokens like sentences
+    block_size: int | None = None
+    batch_size: int = 12  # blocks per batch and rank (with block_size)
+
+    def __post_init__(self) -> None:
+        if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:
+            raise ConfigError("task.block_size must be >= 2 (or null) and task.batch_size >= 1")
+
+
+def settings(cfg: Config) -> LMSettings:
+    return task_options(cfg, LMSettings)
 
 
 def document_stream(split: Any) -> np.ndarray:
@@ -50,7 +72,8 @@ class LMTask:
     ) -> None:
         self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
         self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
-        self.block_size, self.batch_size = cfg.task.block_size, cfg.task.batch_size
+        own = settings(cfg)
+        self.block_size, self.batch_size = own.block_size, own.batch_size
 
     def tokens(self, batch: TextBatch) -> int:
         return batch.tokens
@@ -92,7 +115,7 @@ class LMTask:
 
 
 def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText:
-    if cfg.task.block_size is not None and data.text_unit != "document":
+    if settings(cfg).block_size is not None and data.text_unit != "document":
         raise ConfigError(
             "task.block_size draws blocks from running text: set data.text_unit: document "
             "(or task.block_size: null for one sentence per example)"
@@ -101,27 +124,30 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText
 
 
 def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
-    if cfg.task.block_size is None:
+    own = settings(cfg)
+    if own.block_size is None:
         return sentence_batches(cfg, prepared, dist, device, collate_fn=TextCollate())
     stream = document_stream(prepared.splits["train"])
-    return BlockIterator(stream, cfg.task.block_size, cfg.task.batch_size, cfg.train.seed, dist.rank, dist.world_size)
+    return BlockIterator(stream, own.block_size, own.batch_size, cfg.train.seed, dist.rank, dist.world_size)
 
 
 def longest_row(cfg: Config) -> tuple[int, str, str]:
-    if cfg.task.block_size is not None:
-        return cfg.task.block_size, "task.block_size", "task.block_size"
+    block_size = settings(cfg).block_size
+    if block_size is not None:
+        return block_size, "task.block_size", "task.block_size"
     return cfg.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
 
 
 def micro_batch_tokens(cfg: Config) -> int:
     """Blocks x block size, or the token budget of sentence batches."""
-    if cfg.task.block_size is not None:
-        return cfg.task.batch_size * cfg.task.block_size
+    own = settings(cfg)
+    if own.block_size is not None:
+        return own.batch_size * own.block_size
     return cfg.data.max_tokens
 
 
 def check_prepared(cfg: Config, prepared: PreparedText) -> None:
-    if cfg.task.block_size is None:
+    if settings(cfg).block_size is None:
         require_validation_examples(cfg, prepared)
         return
     valid = prepared.splits["valid"]
@@ -130,6 +156,15 @@ def check_prepared(cfg: Config, prepared: PreparedText) -> None:
             "the validation text has fewer than 2 tokens, so there is no next token to predict: "
             "give data.text_valid more text (or raise data.valid_fraction)"
         )
+
+
+def continuations(run: str, device: str | None) -> Predict:
+    """Each line's greedy continuation, on one line (`aiayn generate` samples and streams)."""
+    from aiayn.decode.lm import LanguageModel
+    from aiayn.decode.sampling import Sampling
+
+    lm = LanguageModel.load(run, device)
+    return lambda lines: [lm.generate(x, Sampling(temperature=0, max_tokens=50)).replace("\n", " ") for x in lines]
 
 
 SPEC = register(
@@ -141,6 +176,11 @@ SPEC = register(
         build=LMTask,
         longest_row=longest_row,
         default_metric=lambda cfg: "loss",
+        settings=LMSettings,
+        corpora=TEXT_CORPORA,
+        predictor=continuations,
+        hub_tag="text-generation",
+        summary="language modelling (decoder-only, next token)",
         micro_batch_tokens=micro_batch_tokens,
         check_prepared=check_prepared,
     )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig
+from aiayn.config import Config, ConfigError, DataConfig, ModelConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
 from aiayn.data.text import PreparedText, prepare_text
@@ -17,10 +18,38 @@ from aiayn.data.text_batching import MaskedBatch, MaskingCollate
 from aiayn.data.tokenizer import ENCODER_SPECIALS
 from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import Autocast, TaskSpec, TrainBatches, register, sentence_batches
+from aiayn.train.tasks.spec import (
+    TEXT_CORPORA,
+    Autocast,
+    TaskSpec,
+    TrainBatches,
+    register,
+    sentence_batches,
+    task_options,
+)
 
 
-def masking_collate(prepared: PreparedText, task: TaskConfig, seed: int) -> MaskingCollate:
+@dataclasses.dataclass
+class MLMSettings:
+    """The `task:` section of an mlm run (BERT's masking)."""
+
+    mask_prob: float = 0.15  # share of the non-special tokens chosen for prediction
+    mask_token: float = 0.8  # ... of which this share becomes [MASK]
+    random_token: float = 0.1  # ... and this share a random token (the rest stays as it was)
+
+    def __post_init__(self) -> None:
+        if (
+            not 0 < self.mask_prob < 1
+            or self.mask_token < 0
+            or self.random_token < 0
+            or self.mask_token + self.random_token > 1
+        ):
+            raise ConfigError(
+                "task.mask_prob must lie in (0, 1), mask_token and random_token in [0, 1] with a sum <= 1"
+            )
+
+
+def masking_collate(prepared: PreparedText, task: MLMSettings, seed: int) -> MaskingCollate:
     """The masking collate for a prepared text's tokenizer (its [MASK], [CLS] and [SEP] pieces)."""
     tok = prepared.tokenizer
     mask_id, cls_id, sep_id = (tok.piece_id(p) for p in ENCODER_SPECIALS)
@@ -55,7 +84,7 @@ class MLMTask:
     ) -> None:
         self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
         self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
-        self.valid_collate = masking_collate(prepared, cfg.task, cfg.train.seed)
+        self.valid_collate = masking_collate(prepared, task_options(cfg, MLMSettings), cfg.train.seed)
 
     def tokens(self, batch: MaskedBatch) -> int:
         return batch.tokens
@@ -102,7 +131,8 @@ def encoder_row(cfg: Config) -> tuple[int, str, str]:
 
 
 def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
-    return sentence_batches(cfg, prepared, dist, device, collate_fn=masking_collate(prepared, cfg.task, cfg.train.seed))
+    collate = masking_collate(prepared, task_options(cfg, MLMSettings), cfg.train.seed)
+    return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
 
 
 SPEC = register(
@@ -114,6 +144,10 @@ SPEC = register(
         build=MLMTask,
         longest_row=encoder_row,
         default_metric=lambda cfg: "loss",
-        metrics=("accuracy",),
+        settings=MLMSettings,
+        corpora=TEXT_CORPORA,
+        measures={"accuracy": True},
+        hub_tag="fill-mask",
+        summary="masked-token pre-training (encoder-only, BERT)",
     )
 )

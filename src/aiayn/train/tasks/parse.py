@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -20,18 +20,27 @@ from aiayn.data.io import read_lines
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.data.treebank import markup_tokens, treebank_dir, write_parallel
 from aiayn.decode import Translator
-from aiayn.decode.parser import PARSE_META, WORD_START, TreeConstraint, parse_lines, score_trees
+from aiayn.decode.parser import PARSE_META, WORD_START, Parser, TreeConstraint, parse_lines, score_trees
 from aiayn.fileio import atomic_write
 from aiayn.train.tasks import translate
-from aiayn.train.tasks.spec import TaskSpec, register, sentence_batches
+from aiayn.train.tasks.spec import Predict, TaskSpec, register, sentence_batches, task_options
 from aiayn.train.tasks.translate import TranslationTask
+
+
+@dataclasses.dataclass
+class ParseSettings:
+    """The `task:` section of a parse run."""
+
+    tree_leaves: Literal["pos", "xx", "words"] = "pos"  # what stands for a word in the linearised tree
+    ptb_root: str | None = None  # data.corpus wsj: LDC99T42's root (parsed/mrg/wsj/NN/*.mrg): 02-21 / 22 / 23
 
 
 def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepared:
     """The treebank written once as words / linearised trees / gold trees, then prepared as parallel
     text (joint BPE, encoded splits, cached) like any translation corpus."""
-    leaves = cfg.task.tree_leaves
-    directory, load = treebank_dir(data, leaves)
+    own = task_options(cfg, ParseSettings)
+    leaves = own.tree_leaves
+    directory, load = treebank_dir(data, leaves, own.ptb_root)
     files = write_parallel(load(), directory, leaves)
     markup = markup_tokens(read_lines(files["train_tgt"]), leaves)
     if run_dir is not None:  # what Parser.load needs to read the run's outputs as trees, and to constrain them
@@ -59,8 +68,9 @@ class ParseTask(TranslationTask):
 
     def __init__(self, cfg: Config, *rest: Any) -> None:  # TranslationTask's arguments
         super().__init__(cfg, *rest)
-        self.leaves, self.decode = cfg.task.tree_leaves, cfg.decode
-        self.directory = treebank_dir(cfg.data, self.leaves)[0]
+        own = task_options(cfg, ParseSettings)
+        self.leaves, self.decode = own.tree_leaves, cfg.decode
+        self.directory = treebank_dir(cfg.data, self.leaves, own.ptb_root)[0]
         self.markup = markup_tokens(read_lines(self.directory / "train.tree"), self.leaves)
 
     @torch.no_grad()
@@ -78,6 +88,12 @@ class ParseTask(TranslationTask):
         return score_trees(gold[:n], trees)[0]
 
 
+def trees(run: str, device: str | None) -> Predict:
+    """Each line's tree, on one line (`aiayn parse` has every option)."""
+    parser = Parser.load(run, device)
+    return lambda lines: [str(t) for t in parser.parse(lines)]
+
+
 SPEC = register(
     TaskSpec(
         name="parse",
@@ -87,6 +103,10 @@ SPEC = register(
         build=ParseTask,
         longest_row=translate.SPEC.longest_row,
         default_metric=lambda cfg: "f1",
-        metrics=("f1",),
+        settings=ParseSettings,
+        corpora=("craft", "wsj", "trees"),
+        measures={"f1": True},
+        predictor=trees,
+        summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
     )
 )

@@ -1,23 +1,27 @@
-"""What a task is: one record (`TaskSpec`, after torchtitan's TrainSpec) holding everything the generic
-training loop asks of one kind of run, and the registry that maps `task.name` to it.
+"""What a task is: one record (`TaskSpec`, after torchtitan's TrainSpec) holding everything aiayn asks of
+one kind of run (its settings, data, loss, validation measures, predictor and model card), and the
+registry that maps `task.name` to it.
 
-A task is one file in this package that builds its record and calls `register`; the loop never
-branches on the task's name.
+A task is one module that builds its record: the built-in ones are files of this package, others come
+from any installed distribution through the `aiayn.tasks` entry points (aiayn.registry). Nothing
+outside the task branches on its name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.config import Config, ConfigError, DataConfig, ModelConfig
+from aiayn import registry
+from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig, build_section
 from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
@@ -25,6 +29,8 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.distributed import DistInfo
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
+Predict = Callable[[list[str]], list[str]]  # input lines -> one output line each
+T = TypeVar("T")
 
 
 class PreparedData(Protocol):
@@ -62,6 +68,12 @@ class TrainBatches(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+# The corpora of the two data pipelines (aiayn.data.prepare: sentence pairs; aiayn.data.text: lines or
+# running text), for the tasks that read them.
+PARALLEL_CORPORA = ("multi30k", "files", "embedded", "wmt14")
+TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
+
+
 def max_tokens_per_batch(cfg: Config) -> int:
     return cfg.data.max_tokens
 
@@ -76,13 +88,22 @@ def require_validation_examples(cfg: Config, prepared: PreparedData) -> None:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Everything the loop asks of one task.
+    """Everything aiayn asks of one task.
 
     prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory.
     train_batches: the stateful iterator of training batches for this rank.
     build: the Task (loss of a batch, validation) for the built model.
     longest_row: (positions one training row can take, its layout, the setting that bounds it).
     default_metric: what train.patience_metric=auto watches for this run.
+    settings: the task's own settings, a dataclass: the `task:` section's keys besides `name`
+      (`--task.KEY VALUE` on the command line), read with `task_options`.
+    corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
+    measures: its validation numbers besides loss (lower is better), each with True where higher is
+      better; train.patience_metric may name them, and the best checkpoint is judged by them.
+    predictor: (run directory or weights, device) -> a function from input lines to output lines
+      (`aiayn predict`); None for a task without one.
+    hub_tag: the Hugging Face Hub's pipeline tag for its model card.
+    summary: one line for `aiayn train --help` and the model card ("... trained for <summary>").
     """
 
     name: str
@@ -92,7 +113,12 @@ class TaskSpec:
     build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
     longest_row: Callable[[Config], tuple[int, str, str]]
     default_metric: Callable[[Config], str]
-    metrics: tuple[str, ...] = ()  # validation numbers train.patience_metric may name besides loss
+    settings: type | None = None
+    corpora: tuple[str, ...] = ()
+    measures: dict[str, bool] = dataclasses.field(default_factory=dict)
+    predictor: Callable[[str, str | None], Predict] | None = None
+    hub_tag: str = "text2text-generation"
+    summary: str = ""
     micro_batch_tokens: Callable[[Config], int] = max_tokens_per_batch  # tokens of one micro-batch at most
     check_prepared: Callable[[Config, Any], None] = require_validation_examples  # before any training
     find_unused_parameters: bool = False  # DDP: some parameters get no gradient in some updates
@@ -108,19 +134,30 @@ def register(spec: TaskSpec) -> TaskSpec:
 
 
 def task_names() -> list[str]:
-    return list(_REGISTRY)
+    """Every task: those declared as entry points (aiayn.registry) and those registered in this process."""
+    return sorted(set(registry.task_paths()) | set(_REGISTRY))
 
 
 def get_spec(name: str) -> TaskSpec:
     if name not in _REGISTRY:
-        raise ConfigError(f"task.name must be one of {' | '.join(sorted(_REGISTRY))}, not {name!r}")
+        path = registry.task_paths().get(name)
+        if path is None:
+            raise ConfigError(f"task.name must be one of {' | '.join(task_names())}, not {name!r}")
+        spec = registry.load(path)
+        if not isinstance(spec, TaskSpec) or spec.name != name:
+            raise ConfigError(f"the entry point of task {name!r} ({path}) is not a TaskSpec named {name!r}")
+        _REGISTRY[name] = spec
     return _REGISTRY[name]
 
 
 def spec_for(cfg: Config) -> TaskSpec:
-    """The run's task, with the settings that only the task can judge checked before any data work:
-    learned positions long enough for its longest training row, and its early-stopping metric."""
+    """The run's task, with the settings that only the task can judge checked before any data work: its
+    own settings, its corpus, learned positions long enough for its longest training row, and its
+    early-stopping metric."""
     spec = get_spec(cfg.task.name)
+    task_options(cfg, spec.settings)
+    if spec.corpora and cfg.data.corpus not in spec.corpora:
+        raise ConfigError(f"task {spec.name} reads data.corpus {' | '.join(spec.corpora)}, not {cfg.data.corpus!r}")
     m = cfg.model_config(vocab_size=4, kind=spec.model_kind)
     longest, layout, bound = spec.longest_row(cfg)
     if m.positional == "learned" and longest > m.max_positions:
@@ -132,15 +169,48 @@ def spec_for(cfg: Config) -> TaskSpec:
     return spec
 
 
+# The task section every config saved before tasks owned their settings carried, whatever its task.
+_SHARED_BEFORE = {"block_size", "batch_size", "mask_prob", "mask_token", "random_token"}
+
+
+def task_options(cfg: Config, kind: type[T] | None) -> T:
+    """The run's own task settings (cfg.task.options) as the task's dataclass `kind`, checked and typed
+    like any section. A run directory saved when one section held every task's settings still loads:
+    the keys of other tasks are left out."""
+    options = dict(cfg.task.options)
+    fields = {f.name for f in dataclasses.fields(cast(Any, kind))} if kind is not None else set()
+    if _SHARED_BEFORE <= set(options):
+        options = {k: v for k, v in options.items() if k in fields or k not in _SHARED_BEFORE | {"tree_leaves"}}
+    if kind is None:
+        if options:
+            raise ConfigError(f"task {cfg.task.name} has no settings; unknown task fields {sorted(options)}")
+        return None  # type: ignore[return-value]
+    return build_section(kind, options, "task")
+
+
+def resolved(cfg: Config, spec: TaskSpec) -> Config:
+    """`cfg` with every setting of its task written out (defaults included), as the run saves it."""
+    options = dataclasses.asdict(task_options(cfg, spec.settings)) if spec.settings is not None else {}
+    return dataclasses.replace(cfg, task=TaskConfig(cfg.task.name, options))
+
+
 def patience_metric(cfg: Config, spec: TaskSpec) -> str:
     """What early stopping watches: train.patience_metric, or the task's default for `auto`."""
     metric = cfg.train.patience_metric
     if metric == "auto":
         return spec.default_metric(cfg)
-    if metric != "loss" and metric not in spec.metrics:
-        having = [s.name for s in _REGISTRY.values() if metric in s.metrics]
-        raise ConfigError(f"train.patience_metric={metric} needs task {' or '.join(having)}, not {spec.name}")
+    if metric != "loss" and metric not in spec.measures:
+        having = [n for n in task_names() if metric in get_spec(n).measures]
+        raise ConfigError(
+            f"train.patience_metric={metric} needs task {' or '.join(having) or '(none has it)'}, not {spec.name}"
+            f"; {spec.name} measures loss{''.join(' | ' + m for m in spec.measures)}"
+        )
     return metric
+
+
+def higher_is_better(spec: TaskSpec, metric: str) -> bool:
+    """The direction of one of the task's validation measures (loss: lower is better)."""
+    return metric != "loss" and spec.measures[metric]
 
 
 def sentence_batches(

@@ -15,7 +15,7 @@ from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import Autocast, TaskSpec, register, sentence_batches
+from aiayn.train.tasks.spec import PARALLEL_CORPORA, Autocast, Predict, TaskSpec, register, sentence_batches
 
 
 class TranslationTask:
@@ -81,6 +81,11 @@ class TranslationTask:
         return float(score(hyps, list(ref[:n]))["bleu"])
 
 
+def translations(run: str, device: str | None) -> Predict:
+    """Each line translated with the run's search (`aiayn translate` has every option)."""
+    return Translator.load(run, device).translate
+
+
 SPEC = register(
     TaskSpec(
         name="translate",
@@ -94,6 +99,10 @@ SPEC = register(
             "data.max_len",
         ),
         default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
-        metrics=("bleu",),
+        corpora=PARALLEL_CORPORA,
+        measures={"bleu": True},
+        predictor=translations,
+        hub_tag="translation",
+        summary="translation (the paper's encoder-decoder)",
     )
 )
