@@ -194,6 +194,9 @@ class TaskConfig:
     mask_token: float = 0.8  # ... of which this share becomes [MASK]
     random_token: float = 0.1  # ... and this share a random token (the rest stays as it was)
     tree_leaves: Literal["pos", "xx", "words"] = "pos"  # parse: what stands for a word in the linearised tree
+    # parse: whether the loss also covers the target tokens the decoding constraint forces (a copied
+    # word's pieces after its first, and EOS); false trains only the decoder's choices (docs/parsing.md)
+    loss_on_forced: bool = True
 
     def __post_init__(self) -> None:
         if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:

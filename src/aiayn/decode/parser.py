@@ -60,7 +60,11 @@ class TreeConstraint:
         copy: bool = False,
         specials: tuple[int, ...] = (PAD_ID, BOS_ID),
     ) -> None:
-        self.word_start, self.copy = word_start, copy  # (V,) bool; copy: leaves are the source's pieces
+        self.word_start, self.copy, self.eos_id = (
+            word_start,
+            copy,
+            eos_id,
+        )  # (V,) bool; copy: leaves are the source's pieces
         self.leaf, self.open, self.close = leaf.long(), open_.long(), close.long()  # (V,) 0/1
         eos = torch.zeros_like(leaf)
         eos[eos_id] = True
@@ -100,6 +104,24 @@ class TreeConstraint:
         dev = torch.device(device)
         tensors = (starts.to(dev), leaf.to(dev), kinds["("].to(dev), kinds[")"].to(dev))
         return cls(*tensors, config.eos_id, copy=copy, specials=(config.pad_id, config.bos_id))
+
+    def forced(self, target: Tensor) -> Tensor:
+        """(B, T) gold targets (the tree's tokens, EOS, then pad) -> (B, T) bool: where this constraint
+        leaves the decoder no choice, given the gold tokens before. That is EOS (once every leaf is
+        written and every bracket closed, nothing else may come) and, with `copy`, every piece of a word
+        after its first (inside a word only the next source piece may come). A word's first piece is a
+        choice: between words the decoder weighs it against the brackets. Only a tree's closing brackets
+        with a single close label, or room running out (which training never meets), would force more.
+
+        Read from the target alone, with no (B, T) step-by-step state: the target's words are the
+        source's pieces in order (one BPE for both; see the class), so "inside a word" is a piece that
+        does not start a word and comes after some copied piece (the search's k > 0)."""
+        eos = target == self.eos_id
+        if not self.copy:
+            return eos
+        piece = self.counted[target] & (self.open + self.close == 0)[target]  # a copied piece, not a bracket
+        copied_before = (piece.long().cumsum(1) - piece.long()) > 0  # (B, T)
+        return eos | (piece & ~self.word_start[target] & copied_before)
 
     def start(self, src: Tensor) -> tuple[Tensor, ...]:
         """(leaves to write, leaves written, brackets open), each (B,); with `copy`, leaves are source

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from aiayn.config import Config, DataConfig
+from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.io import read_lines
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.data.treebank import markup_tokens, treebank_dir, write_parallel
@@ -55,13 +56,31 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepar
 
 class ParseTask(TranslationTask):
     """Translation's loss over linearised trees; validation: loss, nll, perplexity and the EVALB F1 of
-    greedy parses of the first train.eval_max_sentences validation sentences (all with 0)."""
+    greedy parses of the first train.eval_max_sentences validation sentences (all with 0).
+
+    With task.loss_on_forced false the loss (training and validation alike) leaves out the target
+    positions the decoding constraint forces (TreeConstraint.forced: a copied word's later pieces, and
+    EOS), and so does the token count that normalises it: the loss is a mean per decision."""
 
     def __init__(self, cfg: Config, *rest: Any) -> None:  # TranslationTask's arguments
         super().__init__(cfg, *rest)
         self.leaves, self.decode = cfg.task.tree_leaves, cfg.decode
         self.directory = treebank_dir(cfg.data, self.leaves)[0]
         self.markup = markup_tokens(read_lines(self.directory / "train.tree"), self.leaves)
+        self.constraint = None  # on the host, where batches are built: what the loss skips
+        if not cfg.task.loss_on_forced:
+            self.constraint = TreeConstraint.build(
+                self.prepared.tokenizer, self.markup, self.leaves, self.model_config, "cpu"
+            )
+            if self.constraint is None:
+                raise ConfigError("task.loss_on_forced: false needs the markup as pieces of the run's BPE")
+
+    def scored(self, tgt_out: Tensor) -> Tensor:
+        keep = super().scored(tgt_out)
+        return keep if self.constraint is None else keep & ~self.constraint.forced(tgt_out)
+
+    def tokens(self, batch: Any) -> int:
+        return batch.tgt_tokens if self.constraint is None else int(self.scored(batch.tgt_out).sum())
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:

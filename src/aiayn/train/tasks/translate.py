@@ -38,9 +38,13 @@ class TranslationTask:
     def tokens(self, batch: Any) -> int:
         return batch.tgt_tokens
 
+    def scored(self, tgt_out: Tensor) -> Tensor:
+        """(B, T) bool on the host: the target positions the loss covers (every non-pad one)."""
+        return tgt_out != self.model_config.pad_id
+
     def _forward(self, model: torch.nn.Module, b: Any) -> tuple[Tensor, Tensor]:
-        """Logits (n, V) and gold ids (n,) at the batch's n non-pad target positions only."""
-        keep = (b.tgt_out.view(-1) != self.model_config.pad_id).nonzero().squeeze(1)  # (n,) on the host: no CUDA sync
+        """Logits (n, V) and gold ids (n,) at the batch's n scored target positions only."""
+        keep = self.scored(b.tgt_out).view(-1).nonzero().squeeze(1)  # (n,) on the host: no CUDA sync
         b, keep = b.to(self.device, non_blocking=True), keep.to(self.device, non_blocking=True)
         if self.compiled:
             # Token-budget batches vary in B, S, T and n from batch to batch. Marked dynamic, the first call
