@@ -253,3 +253,26 @@ def test_the_loss_without_forced_positions_ignores_their_logits(tmp_path):
         for t, same in ((free, True), (full, False)):
             clean, noisy = t.loss(Noisy(0.0), batch), t.loss(Noisy(5.0), batch)
             assert torch.allclose(clean[0], noisy[0]) == same and torch.allclose(clean[1], noisy[1]) == same
+
+
+def test_validation_f1_parses_only_the_capped_sentences(parse_run, monkeypatch):
+    from aiayn.data.io import read_lines
+    from aiayn.data.treebank import treebank_dir
+    from aiayn.model import build_model
+    from aiayn.train.tasks import parse
+    from aiayn.train.validate import validate
+
+    cfg = Config.load(str(parse_run / "config.yaml"), {"task.eval_max_words": 3, "train.eval_max_sentences": 4})
+    prepared = parse.prepare_parse(cfg, cfg.data, None)
+    task = parse.ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
+    parsed, real = [], parse.parse_lines
+
+    def spy(translator, lines, *args, **kw):  # what validation parses, parsed for real
+        parsed.append(list(lines))
+        return real(translator, lines, *args, **kw)
+
+    monkeypatch.setattr(parse, "parse_lines", spy)
+    assert 0 <= validate(task, build_model(task.model_config))["f1"] <= 100
+    words = read_lines(treebank_dir(cfg.data, "pos")[0] / "valid.words")
+    short = [w for w in words if len(w.split()) <= 3]
+    assert parsed == [short[:4]] and len(short) > 4 and len(short) < len(words)  # both caps bite

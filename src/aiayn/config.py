@@ -197,6 +197,9 @@ class TaskConfig:
     # parse: whether the loss also covers the target tokens the decoding constraint forces (a copied
     # word's pieces after its first, and EOS); false trains only the decoder's choices (docs/parsing.md)
     loss_on_forced: bool = True
+    # parse: validation F1 parses only the validation sentences of at most this many words (0: all), the
+    # first train.eval_max_sentences of them, so that validation fits a training budget (docs/parsing.md)
+    eval_max_words: int = 40
 
     def __post_init__(self) -> None:
         if (self.block_size is not None and self.block_size < 2) or self.batch_size < 1:

@@ -160,9 +160,17 @@ def _piece_at(src: Tensor, k: Tensor) -> Tensor:
     return src.gather(1, k.clamp(max=src.size(1) - 1)[:, None]).squeeze(1)
 
 
-def parse_lines(translator: Translator, lines: list[str], leaves: str, beam: int | None = None) -> list[Tree]:
-    """One tree per sentence of space-separated words, whatever the model writes."""
-    hyps = translator.translate(lines, beam=beam)
+def parse_lines(
+    translator: Translator,
+    lines: list[str],
+    leaves: str,
+    beam: int | None = None,
+    max_len_a: float | None = None,
+    max_len_b: float | None = None,
+) -> list[Tree]:
+    """One tree per sentence of space-separated words, whatever the model writes (an output length
+    limit left None: the translator's decode setting)."""
+    hyps = translator.translate(lines, beam=beam, max_len_a=max_len_a, max_len_b=max_len_b)
     return [delinearize(h, split_words(s), leaves) for h, s in zip(hyps, lines)]
 
 

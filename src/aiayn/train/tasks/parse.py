@@ -19,13 +19,18 @@ from torch import Tensor
 from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.io import read_lines
 from aiayn.data.prepare import Prepared, prepare
-from aiayn.data.treebank import markup_tokens, treebank_dir, write_parallel
+from aiayn.data.treebank import markup_tokens, split_words, treebank_dir, write_parallel
 from aiayn.decode import Translator
 from aiayn.decode.parser import PARSE_META, WORD_START, TreeConstraint, parse_lines, score_trees
 from aiayn.fileio import atomic_write
 from aiayn.train.tasks import translate
 from aiayn.train.tasks.spec import TaskSpec, register, sentence_batches
 from aiayn.train.tasks.translate import TranslationTask
+
+# Validation's output limit, in tokens a source piece and more: a tree is at most 3 tokens a leaf (the leaf,
+# and the open and close of at most one branching constituent above it) and a few unary brackets; every
+# tree of CRAFT's dev split fits (docs/parsing.md, Validation)
+VALID_LEN_A, VALID_LEN_B = 3.0, 10
 
 
 def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepared:
@@ -56,7 +61,8 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepar
 
 class ParseTask(TranslationTask):
     """Translation's loss over linearised trees; validation: loss, nll, perplexity and the EVALB F1 of
-    greedy parses of the first train.eval_max_sentences validation sentences (all with 0).
+    constrained greedy parses of the first train.eval_max_sentences validation sentences of at most
+    task.eval_max_words words (eval_sentences), so that validation costs a small share of training.
 
     With task.loss_on_forced false the loss (training and validation alike) leaves out the target
     positions the decoding constraint forces (TreeConstraint.forced: a copied word's later pieces, and
@@ -67,6 +73,7 @@ class ParseTask(TranslationTask):
         self.leaves, self.decode = cfg.task.tree_leaves, cfg.decode
         self.directory = treebank_dir(cfg.data, self.leaves)[0]
         self.markup = markup_tokens(read_lines(self.directory / "train.tree"), self.leaves)
+        self.max_words = cfg.task.eval_max_words
         self.constraint = None  # on the host, where batches are built: what the loss skips
         if not cfg.task.loss_on_forced:
             self.constraint = TreeConstraint.build(
@@ -87,14 +94,24 @@ class ParseTask(TranslationTask):
         return {**self.valid_loss(model), "f1": self._greedy_f1(model)}
 
     def _greedy_f1(self, model: torch.nn.Module) -> float:
-        words, gold = read_lines(self.directory / "valid.words"), read_lines(self.directory / "valid.gold")
-        n = self.eval_max_sentences or len(words)
+        words, gold = self.eval_sentences()
         tokenizer = self.prepared.tokenizer
         constraint = TreeConstraint.build(tokenizer, self.markup, self.leaves, model.config, self.device)
         translator = Translator(model, tokenizer, device=self.device, decode=self.decode, constraint=constraint)
         with self.autocast():
-            trees = parse_lines(translator, words[:n], self.leaves, beam=1)
-        return score_trees(gold[:n], trees)[0]
+            # At most VALID_LEN_A tokens a source piece (+ VALID_LEN_B), not decode's limit: the constraint lets a
+            # half-trained model open brackets until the limit forces it to close them all, and decode's
+            # (the paper's source + 300) made such parses several times longer than any tree
+            trees = parse_lines(translator, words, self.leaves, beam=1, max_len_a=VALID_LEN_A, max_len_b=VALID_LEN_B)
+        return score_trees(gold, trees)[0]
+
+    def eval_sentences(self) -> tuple[list[str], list[str]]:
+        """The validation sentences (words, gold trees) that validation F1 parses: the first
+        train.eval_max_sentences of those with at most task.eval_max_words words (0: no limit)."""
+        words, gold = read_lines(self.directory / "valid.words"), read_lines(self.directory / "valid.gold")
+        pairs = [(w, g) for w, g in zip(words, gold) if not self.max_words or len(split_words(w)) <= self.max_words]
+        pairs = pairs[: self.eval_max_sentences or len(pairs)]
+        return [w for w, _ in pairs], [g for _, g in pairs]
 
 
 SPEC = register(
