@@ -276,3 +276,27 @@ def test_validation_f1_parses_only_the_capped_sentences(parse_run, monkeypatch):
     words = read_lines(treebank_dir(cfg.data, "pos")[0] / "valid.words")
     short = [w for w in words if len(w.split()) <= 3]
     assert parsed == [short[:4]] and len(short) > 4 and len(short) < len(words)  # both caps bite
+
+
+def test_the_validation_loss_covers_the_first_eval_max_sentences_pairs(tmp_path):
+    from aiayn.model import build_model
+    from aiayn.train.tasks.parse import ParseTask, prepare_parse
+    from aiayn.train.validate import validate
+
+    write_wsj(tmp_path / "wsj", n=2)
+    over = {"task.name": "parse", "data.corpus": "wsj", "data.ptb_root": str(tmp_path / "wsj"), "data.vocab_size": 300}
+    cfg = Config.load(None, {**over, "model.preset": "tiny", "train.eval_max_sentences": 3})
+    prepared = prepare_parse(cfg, cfg.data, tmp_path / "run")
+    task = ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
+    seen, forward = [], task._forward
+
+    def spy(model, b):  # the validation pairs the loss reads, read for real
+        seen.append(b.src.size(0))
+        return forward(model, b)
+
+    task._forward = spy
+    model = build_model(task.model_config)
+    capped = validate(task, model)
+    assert sum(seen) == 3 < len(prepared.splits["valid"])
+    assert task.eval_pairs().pair(2)[1].tolist() == prepared.splits["valid"].pair(2)[1].tolist()
+    assert capped["loss"] != task.valid_loss(model.eval())["loss"]  # the whole split: other pairs, another mean

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from aiayn.config import Config, ModelConfig
 from aiayn.data.batching import BatchIterator
+from aiayn.data.encoded import EncodedSplit
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
@@ -68,10 +69,12 @@ class TranslationTask:
         return {**self.valid_loss(model), "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
 
     @torch.no_grad()
-    def valid_loss(self, model: torch.nn.Module) -> dict[str, float | None]:
-        """Loss, nll and perplexity per target token over the whole validation split."""
+    def valid_loss(self, model: torch.nn.Module, split: EncodedSplit | None = None) -> dict[str, float | None]:
+        """Loss, nll and perplexity per target token over `split` (default: the whole validation split)."""
         loss = nll = tokens = 0.0
-        for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
+        for b in BatchIterator(
+            self.prepared.splits["valid"] if split is None else split, self.max_tokens, shuffle=False
+        ):
             logits, target = self._forward(model, b)
             ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
