@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from aiayn.config import Config
 from aiayn.decode.parser import Parser
@@ -158,3 +159,145 @@ def test_a_sentence_the_model_mistags_is_still_scored():
     # S matches, NP (dog runs) does not: 4 of the 5 test brackets match 4 of the 6 gold ones
     p, r = 4 / 5, 4 / 6
     assert score_trees([gold, gold], [right, wrong])[0] == pytest.approx(100 * 2 * p * r / (p + r))
+
+
+# -- task.loss_on_forced: false, the loss over the decoder's choices only ---------------------------------
+
+TREES = [
+    "(TOP (S (NP (NN Phosphorylation)) (VP (VBZ inhibits) (NP (JJ mitochondrial) (NN transcription))) (. .)))",
+    "(TOP (NP (NP (NNS Mice)) (PP (IN with) (NP (NN hyperglycemia)))))",
+]
+
+
+def words_tokenizer(tmp_path):
+    """A real BPE small enough that the words split into several pieces, with the markup whole."""
+    from aiayn.data.tokenizer import Tokenizer
+    from aiayn.data.treebank import linearize, markup_tokens, parse_tree
+    from aiayn.decode.parser import WORD_START
+
+    trees = [parse_tree(t) for t in TREES]
+    targets = [linearize(t, "words") for t in trees]
+    markup = markup_tokens(targets, "words")
+    lines = [" ".join(t.words()) for t in trees] + targets
+    tok = Tokenizer.train(
+        lines * 20, tmp_path / "spm.model", vocab_size=300, user_symbols=[WORD_START + m for m in markup]
+    )
+    return tok, trees, targets, markup
+
+
+def padded(rows):
+    out = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    for r, ids in enumerate(rows):
+        out[r, : len(ids)] = torch.tensor(ids)
+    return out
+
+
+def test_the_forced_positions_are_those_where_the_constraint_allows_one_token(tmp_path):
+    from aiayn.config import ModelConfig
+    from aiayn.decode.parser import TreeConstraint
+
+    tok, trees, targets, markup = words_tokenizer(tmp_path)
+    config = ModelConfig.preset("tiny", vocab_size=tok.vocab_size)
+    c = TreeConstraint.build(tok, markup, "words", config, "cpu")
+    src = padded([tok.encode(" ".join(t.words())) + [config.eos_id] for t in trees])
+    tgt_out = padded([tok.encode(t) + [config.eos_id] for t in targets])
+    # the real search's rule, step by step along the gold target: forced = one token allowed
+    state, expected = c.start(src), torch.zeros_like(tgt_out, dtype=torch.bool)
+    for t in range(tgt_out.size(1)):
+        allowed = ~c.banned(state, torch.full((len(trees),), 10**6))  # (B, V)
+        real = tgt_out[:, t] != config.pad_id
+        assert allowed.gather(1, tgt_out[:, t : t + 1]).squeeze(1)[real].all()  # gold is a path it allows
+        expected[:, t] = allowed.sum(1) == 1
+        state = c.advance(state, tgt_out[:, t])
+    real = tgt_out != config.pad_id
+    got = c.forced(tgt_out)
+    assert torch.equal(got[real], expected[real])
+    # words of several pieces: more forced positions than the EOS of each row, and choices among them
+    assert got[real].sum() > len(trees) and (~got[real]).sum() > 10
+
+
+def test_the_loss_without_forced_positions_ignores_their_logits(tmp_path):
+    from aiayn.data.batching import BatchIterator
+    from aiayn.model import build_model
+    from aiayn.train.tasks.parse import ParseTask, prepare_parse
+
+    root = tmp_path / "wsj"
+    write_wsj(root, n=2)
+
+    def task(on_forced):
+        over = {"task.name": "parse", "task.tree_leaves": "words", "task.loss_on_forced": on_forced}
+        over |= {"data.corpus": "wsj", "data.ptb_root": str(root), "data.vocab_size": 300, "model.preset": "tiny"}
+        cfg = Config.load(None, over)
+        prepared = prepare_parse(cfg, cfg.data, tmp_path / f"run{on_forced}")
+        return ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu")), cfg
+
+    free, cfg = task(False)
+    full = task(True)[0]
+    torch.manual_seed(0)
+    model = build_model(free.model_config).eval()
+    batch = next(iter(BatchIterator(free.prepared.splits["train"], cfg.data.max_tokens, shuffle=False)))
+    forced = free.constraint.forced(batch.tgt_out) & (batch.tgt_out != 0)
+    assert forced.sum() > (batch.tgt_out == free.model_config.eos_id).sum()  # pieces of words among them
+    assert free.tokens(batch) == batch.tgt_tokens - int(forced.sum()) and full.tokens(batch) == batch.tgt_tokens
+
+    class Noisy(torch.nn.Module):  # the model's logits, changed at the forced positions only
+        def __init__(self, noise: float) -> None:
+            super().__init__()
+            self.noise = noise
+
+        def forward(self, src, tgt_in, keep=None):
+            logits = model(src, tgt_in).flatten(0, 1).clone()  # (B*T, V)
+            logits[forced.view(-1)] += self.noise * torch.randn_like(logits[forced.view(-1)])
+            return logits.index_select(0, keep)
+
+    with torch.no_grad():
+        for t, same in ((free, True), (full, False)):
+            clean, noisy = t.loss(Noisy(0.0), batch), t.loss(Noisy(5.0), batch)
+            assert torch.allclose(clean[0], noisy[0]) == same and torch.allclose(clean[1], noisy[1]) == same
+
+
+def test_validation_f1_parses_only_the_capped_sentences(parse_run, monkeypatch):
+    from aiayn.data.io import read_lines
+    from aiayn.data.treebank import treebank_dir
+    from aiayn.model import build_model
+    from aiayn.train.tasks import parse
+    from aiayn.train.validate import validate
+
+    cfg = Config.load(str(parse_run / "config.yaml"), {"task.eval_max_words": 3, "train.eval_max_sentences": 4})
+    prepared = parse.prepare_parse(cfg, cfg.data, None)
+    task = parse.ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
+    parsed, real = [], parse.parse_lines
+
+    def spy(translator, lines, *args, **kw):  # what validation parses, parsed for real
+        parsed.append(list(lines))
+        return real(translator, lines, *args, **kw)
+
+    monkeypatch.setattr(parse, "parse_lines", spy)
+    assert 0 <= validate(task, build_model(task.model_config))["f1"] <= 100
+    words = read_lines(treebank_dir(cfg.data, "pos", cfg.task.options["ptb_root"])[0] / "valid.words")
+    short = [w for w in words if len(w.split()) <= 3]
+    assert parsed == [short[:4]] and len(short) > 4 and len(short) < len(words)  # both caps bite
+
+
+def test_the_validation_loss_covers_the_first_eval_max_sentences_pairs(tmp_path):
+    from aiayn.model import build_model
+    from aiayn.train.tasks.parse import ParseTask, prepare_parse
+    from aiayn.train.validate import validate
+
+    write_wsj(tmp_path / "wsj", n=2)
+    over = {"task.name": "parse", "data.corpus": "wsj", "data.ptb_root": str(tmp_path / "wsj"), "data.vocab_size": 300}
+    cfg = Config.load(None, {**over, "model.preset": "tiny", "train.eval_max_sentences": 3})
+    prepared = prepare_parse(cfg, cfg.data, tmp_path / "run")
+    task = ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
+    seen, forward = [], task._forward
+
+    def spy(model, b):  # the validation pairs the loss reads, read for real
+        seen.append(b.src.size(0))
+        return forward(model, b)
+
+    task._forward = spy
+    model = build_model(task.model_config)
+    capped = validate(task, model)
+    assert sum(seen) == 3 < len(prepared.splits["valid"])
+    assert task.eval_pairs().pair(2)[1].tolist() == prepared.splits["valid"].pair(2)[1].tolist()
+    assert capped["loss"] != task.valid_loss(model.eval())["loss"]  # the whole split: other pairs, another mean

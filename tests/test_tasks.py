@@ -41,7 +41,10 @@ def test_a_task_owns_its_settings_and_old_run_configs_still_load(tmp_path):
     """`task:` keys besides name are the task's own settings, checked by its dataclass; a config saved when
     one section held every task's settings (and data.ptb_root) loads with its own task's values."""
     cfg = Config.load("craft_parse", ["--task.tree_leaves", "xx"])
-    assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "parse", "tree_leaves": "xx", "ptb_root": None}
+    from aiayn.train.tasks.parse import ParseSettings
+
+    defaults = dataclasses.asdict(ParseSettings())
+    assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "parse", **defaults, "tree_leaves": "xx"}
     with pytest.raises(ConfigError, match="unknown task fields"):
         spec_for(Config.load("craft_parse", {"task.block_size": 64}))
     # naming another task drops the file's settings of its own (fine-tuning a classifier from an mlm run)
@@ -62,6 +65,7 @@ def test_a_task_owns_its_settings_and_old_run_configs_still_load(tmp_path):
     cfg = Config.load(str(tmp_path / "config.yaml"))
     assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {
         "name": "parse",
+        **defaults,
         "tree_leaves": "words",
         "ptb_root": "/ldc/treebank_3",
     }

@@ -60,7 +60,11 @@ class TreeConstraint:
         copy: bool = False,
         specials: tuple[int, ...] = (PAD_ID, BOS_ID),
     ) -> None:
-        self.word_start, self.copy = word_start, copy  # (V,) bool; copy: leaves are the source's pieces
+        self.word_start, self.copy, self.eos_id = (
+            word_start,
+            copy,
+            eos_id,
+        )  # (V,) bool; copy: leaves are the source's pieces
         self.leaf, self.open, self.close = leaf.long(), open_.long(), close.long()  # (V,) 0/1
         eos = torch.zeros_like(leaf)
         eos[eos_id] = True
@@ -101,6 +105,24 @@ class TreeConstraint:
         tensors = (starts.to(dev), leaf.to(dev), kinds["("].to(dev), kinds[")"].to(dev))
         return cls(*tensors, config.eos_id, copy=copy, specials=(config.pad_id, config.bos_id))
 
+    def forced(self, target: Tensor) -> Tensor:
+        """(B, T) gold targets (the tree's tokens, EOS, then pad) -> (B, T) bool: where this constraint
+        leaves the decoder no choice, given the gold tokens before. That is EOS (once every leaf is
+        written and every bracket closed, nothing else may come) and, with `copy`, every piece of a word
+        after its first (inside a word only the next source piece may come). A word's first piece is a
+        choice: between words the decoder weighs it against the brackets. Only a tree's closing brackets
+        with a single close label, or room running out (which training never meets), would force more.
+
+        Read from the target alone, with no (B, T) step-by-step state: the target's words are the
+        source's pieces in order (one BPE for both; see the class), so "inside a word" is a piece that
+        does not start a word and comes after some copied piece (the search's k > 0)."""
+        eos = target == self.eos_id
+        if not self.copy:
+            return eos
+        piece = self.counted[target] & (self.open + self.close == 0)[target]  # a copied piece, not a bracket
+        copied_before = (piece.long().cumsum(1) - piece.long()) > 0  # (B, T)
+        return eos | (piece & ~self.word_start[target] & copied_before)
+
     def start(self, src: Tensor) -> tuple[Tensor, ...]:
         """(leaves to write, leaves written, brackets open), each (B,); with `copy`, leaves are source
         pieces, and the (B, S) source and each row's next piece to copy (B,) ride along."""
@@ -138,9 +160,17 @@ def _piece_at(src: Tensor, k: Tensor) -> Tensor:
     return src.gather(1, k.clamp(max=src.size(1) - 1)[:, None]).squeeze(1)
 
 
-def parse_lines(translator: Translator, lines: list[str], leaves: str, beam: int | None = None) -> list[Tree]:
-    """One tree per sentence of space-separated words, whatever the model writes."""
-    hyps = translator.translate(lines, beam=beam)
+def parse_lines(
+    translator: Translator,
+    lines: list[str],
+    leaves: str,
+    beam: int | None = None,
+    max_len_a: float | None = None,
+    max_len_b: float | None = None,
+) -> list[Tree]:
+    """One tree per sentence of space-separated words, whatever the model writes (an output length
+    limit left None: the translator's decode setting)."""
+    hyps = translator.translate(lines, beam=beam, max_len_a=max_len_a, max_len_b=max_len_b)
     return [delinearize(h, split_words(s), leaves) for h, s in zip(hyps, lines)]
 
 

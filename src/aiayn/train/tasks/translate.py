@@ -11,6 +11,7 @@ from torch import Tensor
 
 from aiayn.config import Config, ModelConfig
 from aiayn.data.batching import BatchIterator
+from aiayn.data.encoded import EncodedSplit
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
@@ -38,9 +39,13 @@ class TranslationTask:
     def tokens(self, batch: Any) -> int:
         return batch.tgt_tokens
 
+    def scored(self, tgt_out: Tensor) -> Tensor:
+        """(B, T) bool on the host: the target positions the loss covers (every non-pad one)."""
+        return tgt_out != self.model_config.pad_id
+
     def _forward(self, model: torch.nn.Module, b: Any) -> tuple[Tensor, Tensor]:
-        """Logits (n, V) and gold ids (n,) at the batch's n non-pad target positions only."""
-        keep = (b.tgt_out.view(-1) != self.model_config.pad_id).nonzero().squeeze(1)  # (n,) on the host: no CUDA sync
+        """Logits (n, V) and gold ids (n,) at the batch's n scored target positions only."""
+        keep = self.scored(b.tgt_out).view(-1).nonzero().squeeze(1)  # (n,) on the host: no CUDA sync
         b, keep = b.to(self.device, non_blocking=True), keep.to(self.device, non_blocking=True)
         if self.compiled:
             # Token-budget batches vary in B, S, T and n from batch to batch. Marked dynamic, the first call
@@ -64,10 +69,12 @@ class TranslationTask:
         return {**self.valid_loss(model), "bleu": self._greedy_bleu(model) if self.eval_bleu else None}
 
     @torch.no_grad()
-    def valid_loss(self, model: torch.nn.Module) -> dict[str, float | None]:
-        """Loss, nll and perplexity per target token over the whole validation split."""
+    def valid_loss(self, model: torch.nn.Module, split: EncodedSplit | None = None) -> dict[str, float | None]:
+        """Loss, nll and perplexity per target token over `split` (default: the whole validation split)."""
         loss = nll = tokens = 0.0
-        for b in BatchIterator(self.prepared.splits["valid"], self.max_tokens, shuffle=False):
+        for b in BatchIterator(
+            self.prepared.splits["valid"] if split is None else split, self.max_tokens, shuffle=False
+        ):
             logits, target = self._forward(model, b)
             ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
             loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
