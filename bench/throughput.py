@@ -9,9 +9,6 @@ Engines (same shape: layers, d_model, heads, d_ff, vocab 8000; post-LN; ReLU; ti
   aiayn      aiayn.model.Transformer; decoding with aiayn.decode.greedy_search / beam_search
   aiayn-int8 the same model through aiayn.model.int8.quantize_int8 (int8 weights per output row, dynamic
              int8 activations), decoding only; compared with ct2-int8 (its ratio aiayn-int8/ct2-int8)
-  aiayn-packed the same float32 model through aiayn.model.cpu_layout.pack_for_cpu (weights packed once
-             for MKL's sgemm: Translator.load(..., packed=True)), decoding only; compared
-             with ct2-float32 (its ratio aiayn-packed/ct2-float32) and with aiayn (nn.Linear)
   torch      torch.nn.Transformer + embeddings + sinusoidal positions + output projection (training only:
              it has no incremental decoder)
   hf         transformers.MarianMTModel from a random MarianConfig (activation relu); generate()
@@ -71,16 +68,15 @@ from aiayn.train.loss import label_smoothed_nll
 
 VOCAB, BATCH, MIN_LEN, MAX_LEN = 8000, 64, 20, 30
 TRAIN_ENGINES = ["aiayn", "torch", "hf"]
-DECODE_ENGINES = ["aiayn", "aiayn-packed", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
-# + our int8 and packed-weight decoders beside CT2's
-PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8", "aiayn-packed"]}
+DECODE_ENGINES = ["aiayn", "aiayn-int8", "hf", "ct2-float32", "ct2-int8"]
+# + our int8 decoder beside CT2's
+PEERS = {"torch": ["torch"], "hf": ["hf"], "ct2": ["ct2-float32", "ct2-int8", "aiayn-int8"]}
 GOALS = {  # ratio aiayn / peer that must hold on CPU
     ("train", "hf"): 1.3,
     ("train", "torch"): 1.0,
     ("beam", "hf"): 3.0,
 }  # decoding against CTranslate2: bench/translate.py, see above
 INT8 = ("aiayn-int8", "ct2-int8")  # compared with each other, not with float32 aiayn
-PACKED = ("aiayn-packed", "ct2-float32")  # compared with each other (aiayn-packed's row), beside aiayn/ct2-float32
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -253,7 +249,7 @@ def build_decode(
 ) -> Callable[[Tensor], list[int]]:
     """A function src (B, S) -> output lengths; every engine runs `length` decoder steps."""
     torch.manual_seed(seed)
-    if engine in ("aiayn", "aiayn-int8", "aiayn-packed"):
+    if engine in ("aiayn", "aiayn-int8"):
         from aiayn.decode import beam_search, greedy_search
 
         net: nn.Module = Transformer(c).eval()
@@ -261,10 +257,6 @@ def build_decode(
             from aiayn.model.int8 import quantize_int8
 
             net = quantize_int8(net)
-        if engine == "aiayn-packed":
-            from aiayn.model.cpu_layout import pack_for_cpu
-
-            net = pack_for_cpu(net)
         model = BanEOS(net, last=length - 1)  # type: ignore[arg-type]  # a quantized copy decodes alike
 
         def run(src: Tensor) -> list[int]:
@@ -460,11 +452,6 @@ def measure(args: argparse.Namespace, size: str) -> dict[str, Any]:
             if e != INT8[0]:
                 mine = INT8[0] if e == INT8[1] and INT8[0] in engines else "aiayn"  # int8 against int8
                 put_ratio(res, runs, cpu, e, mine, e)
-        if PACKED[0] in engines and PACKED[1] in engines:  # on aiayn-packed's row: aiayn-packed / ct2-float32
-            put_ratio(res, runs, cpu, PACKED[0], PACKED[0], PACKED[1])
-            res.setdefault("ratio_to", {})[PACKED[0]] = PACKED[1]
-            # over aiayn (nn.Linear)
-            res["packed_speedup"] = statistics.median(a / b for a, b in zip(runs["aiayn"], runs[PACKED[0]]))
         result[task] = res
         del fns
 
@@ -505,18 +492,17 @@ def report(size: str, r: dict[str, Any]) -> None:
             continue
         t = r[task]
         for e, v in t.items():
-            if e in ("ratios", "cpu_ratios", "ratio_of", "ratio_to", "packed_speedup"):
+            if e in ("ratios", "cpu_ratios", "ratio_of"):
                 continue
             sent = f"  {v['sentences_per_s']:8.1f} sent/s" if "sentences_per_s" in v else ""
             ratio = t.get("ratios", {}).get(e)
             cr = t.get("cpu_ratios", {}).get(e)
             mine = t.get("ratio_of", {}).get(e, "aiayn")
-            peer = t.get("ratio_to", {}).get(e, e)  # aiayn-packed's row: against ct2-float32
-            goal = GOALS.get((task, peer))
+            goal = GOALS.get((task, e))
             rs = (
                 ""
                 if ratio is None
-                else f"  {mine}/{peer} = {ratio:.2f}x (cpu-time {cr:.2f}x)"
+                else f"  {mine}/{e} = {ratio:.2f}x (cpu-time {cr:.2f}x)"
                 + ("" if goal is None else f" (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})")
             )
             mem = r.get("memory", {}).get(task, {}).get(e)
@@ -529,8 +515,6 @@ def report(size: str, r: dict[str, Any]) -> None:
                 f"({v['tokens_per_s'] * fl / 1e9 / r['gemm_gflops']:.0%} of GEMM)"
             )
             print(f"  {task:6s} {e:12s} {v['tokens_per_s']:9,.0f} tok/s{sent}{gf}{ms}{rs}")
-        if "packed_speedup" in t:
-            print(f"  {task:6s} aiayn-packed/aiayn = {t['packed_speedup']:.2f}x (MKL-packed weights over nn.Linear)")
         if (fl := r.get("flops_per_token", {}).get(task)) is not None:
             bound = r["gemm_gflops"] * 1e9 / fl
             print(

@@ -268,25 +268,6 @@ def test_int8_api_and_translate_flag(run_dir):
     assert r.stdout.decode("utf-8").split("\n")[:-1] == ct8.translate(LINES[:3], beam=4, max_len_b=4)
 
 
-def test_translator_packed_option_gives_the_same_translations(run_dir):
-    from aiayn import Translator
-    from aiayn.model.cpu_layout import is_packed, mkl_packing_available, pack_linear
-
-    packs = mkl_packing_available() and pack_linear(torch.nn.Linear(8, 8)) is not None  # see test_cpu_layout
-    if not packs:  # the option would then run the plain layers, and this test would compare them with themselves
-        pytest.skip("no MKL packed GEMM in this torch build (or its packs fail the check): --pack does nothing here")
-    fast, plain = Translator.load(run_dir, "cpu", packed=True), Translator.load(run_dir, "cpu", engine="torch")
-    assert fast.engine == "torch" and "packed" in fast.engine_reason  # auto: a torch engine option
-    assert is_packed(fast.model) and not is_packed(plain.model)  # opt-in
-    int8 = Translator.load(run_dir, int8=True, packed=True, engine="torch")
-    assert not is_packed(int8.model)  # int8: its own linears
-    for beam in (1, 4):
-        assert fast.translate(LINES, beam=beam, max_len_b=6) == plain.translate(LINES, beam=beam, max_len_b=6)
-    r = aiayn("translate", "-c", str(run_dir), "--pack", "--beam", "4", *SEARCH, stdin="\n".join(LINES[:3]).encode())
-    assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout.decode("utf-8").split("\n")[:-1] == plain.translate(LINES[:3], beam=4, max_len_b=4)
-
-
 def test_evaluate_int8_flag(run_dir, tmp_path):
     import json
 

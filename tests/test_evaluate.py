@@ -16,9 +16,9 @@ import torch
 from aiayn.checkpoint import checkpoint_paths, save_weights
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.evaluate import moses_tokenize, score, tokenized_bleu
 from aiayn.model import Transformer
-from aiayn.train.checkpoint_files import save_state
+from aiayn.scoring import moses_tokenize, score, tokenized_bleu
+from aiayn.train.resume import save_state
 from conftest import multi30k_mirror
 
 REFS = [

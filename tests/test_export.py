@@ -266,7 +266,6 @@ def test_auto_picks_ctranslate2_on_the_cpu_and_torch_where_it_cannot(setup: dict
     assert (t.engine, t.engine_reason) == ("torch", "asked for")
     engine, why = choose_engine("auto", run, ensemble=[run])
     assert engine == "torch" and why == "an ensemble of 2 models: CTranslate2 decodes one model"
-    assert choose_engine("auto", run, packed=True)[0] == "torch"
     with pytest.raises(AiaynError, match="cannot decode .*ensemble"):
         Translator.load(run, device="cpu", ensemble=[run], engine="ctranslate2")
 

@@ -295,7 +295,7 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
 
     import aiayn.train.tasks.translate as tasks_mod  # the translation task calls the loss
     from aiayn.train import train
-    from aiayn.train.checkpoint_files import load_state
+    from aiayn.train.resume import load_state
     from aiayn.train.schedule import noam_lr
     from aiayn.train.trainer import TrainingError
 
@@ -525,7 +525,7 @@ RESUME_WORKER = """
 import json, os, sys
 from pathlib import Path
 
-import aiayn.train.checkpointing as T
+import aiayn.train.resume as T
 from aiayn.checkpoint import CheckpointError
 from aiayn.config import Config
 from aiayn.train import train
@@ -558,7 +558,7 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
     read nothing, every rank stops with the same TrainingError instead of one hanging."""
     import shutil
 
-    from aiayn.train.checkpoint_files import load_state, save_state
+    from aiayn.train.resume import load_state, save_state
 
     cfg = config_file(
         tmp_path,
@@ -700,7 +700,7 @@ def test_tokens_per_s_counts_training_time_only_around_validations(home, tmp_pat
 
     import aiayn.train.progress as progress
     from aiayn.train import train
-    from aiayn.train.checkpointing import CheckpointManager
+    from aiayn.train.resume import CheckpointManager
     from aiayn.train.step import TrainStep
     from aiayn.train.validate import Validator
 
@@ -1056,7 +1056,7 @@ def test_a_state_file_of_another_version_is_refused_in_one_line(reference, tmp_p
     import shutil
 
     from aiayn.train import train
-    from aiayn.train.checkpoint_files import load_state, save_state
+    from aiayn.train.resume import load_state, save_state
     from aiayn.train.runtime import TrainingError
 
     _, ref = reference

@@ -16,8 +16,8 @@ from aiayn.averaging import average_checkpoints, average_run
 from aiayn.checkpoint import CheckpointError, checkpoint_paths, list_checkpoints, load_model, save_weights
 from aiayn.config import Config, ConfigError, ModelConfig
 from aiayn.model import Transformer
-from aiayn.train.checkpoint_files import capture_rng, load_state, restore_rng, save_state
 from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.resume import capture_rng, load_state, restore_rng, save_state
 from aiayn.train.schedule import noam_lr, noam_scheduler
 
 # -- loss -------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from aiayn.data.treebank import (
     Tree,
     clean,
     corpus_trees,
+    craft_splits,
     delinearize,
     linearize,
     markup_tokens,
@@ -196,7 +197,7 @@ def test_craft_downloads_into_the_cache_once_and_checks_one_digest(home, monkeyp
         monkeypatch.setenv("AIAYN_CRAFT_URL", server.url)
         d = craft.locate()
         assert d == home / "craft" and len(server.requests) == 6
-        assert {s: [str(t) for t in ts] for s, ts in craft.splits(d).items()}["valid"] == [
+        assert {s: [str(t) for t in ts] for s, ts in craft_splits(d).items()}["valid"] == [
             "(TOP (NP (NN Article202)))",
             "(TOP (S (NP (NNS Mice)) (VP (VBD ran)) (. .)))",
         ]
@@ -227,7 +228,7 @@ def test_the_real_craft_treebank_reads_cleans_and_round_trips():
 
     directory = craft.locate(shared_data("craft-treebank"))
     craft.verify(directory)  # the digest the download is checked against is this corpus'
-    trees = craft.splits(directory)
+    trees = craft_splits(directory)
     assert sum(len(t) for t in trees.values()) == 30_830 and {s: len(t) > 1000 for s, t in trees.items()} == {
         "train": True,
         "valid": True,

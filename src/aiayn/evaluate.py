@@ -1,6 +1,6 @@
 """`aiayn evaluate`: translate a split of a run's data (or a file) and score it against its
 references with `aiayn.scoring` (sacreBLEU + chrF, and the tokenized BLEU of the published
-Multi30k / WMT-2014 protocol). The scoring functions are re-exported here under their old names.
+Multi30k / WMT-2014 protocol).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from aiayn.data.multi30k import tokenized_reference_path
 from aiayn.data.prepare import prepare, with_run_tokenizer
 from aiayn.decode.translator import Translator
 from aiayn.errors import AiaynError
-from aiayn.scoring import moses_tokenize, score, tokenized_bleu, unescape_moses  # noqa: F401 (re-exported)
+from aiayn.scoring import moses_tokenize, score, tokenized_bleu
 
 # -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
 
@@ -40,35 +40,17 @@ def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     return src, ref, tok, lang
 
 
-def evaluate_run(
+def _sources_and_references(
     checkpoint: str | os.PathLike | None,
-    split: str | None = None,
-    src: str | None = None,
-    ref: str | None = None,
-    hyp: str | None = None,
-    tokenized: bool = False,
-    lang: str | None = None,
-    average_last: int = 0,
-    output: str | None = None,
-    device: str | None = None,
-    max_tokens: int | None = None,
-    ensemble: Sequence[str] = (),
-    int8: bool = False,
-    packed: bool = False,
-    decode: DecodeConfig | None = None,
-    engine: str = "auto",
-    on_load: Callable[[Translator], None] | None = None,
-    **search: Any,
-) -> dict[str, Any]:
-    """Translate a split of the run's data (or --src) and score it against its references;
-    `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
-    `int8`: decode with int8 weights on the CPU; `packed`: float32 decoder weights packed for MKL on
-    the CPU; both as in Translator.load, as is `engine`. `on_load`: called with the Translator once it
-    is loaded (the command line says which engine decodes).
-
-    Search settings: `decode` (None: the run's config.yaml `decode` section, else DecodeConfig()),
-    then `max_tokens` and the `search` keywords of `Translator.translate` (beam, length_penalty,
-    max_len_a, max_len_b) where given."""
+    split: str | None,
+    src: str | None,
+    ref: str | None,
+    hyp: str | None,
+    lang: str | None,
+    tokenized: bool,
+) -> tuple[list[str] | None, list[str], list[str] | None, str | None]:
+    """What an evaluation reads: (source lines, None when a --hyp file is only scored; references;
+    tokenized references, None where the protocol has none; target language, None when unknown)."""
     if split is not None and (src or ref):
         raise AiaynError("give either --split or --src/--ref, not both")
     tok_refs = None
@@ -91,6 +73,37 @@ def evaluate_run(
                 lang = None
         if src_lines is not None and len(src_lines) != len(refs):
             raise AiaynError(f"{src} has {len(src_lines)} lines but {ref} has {len(refs)}")
+    return src_lines, refs, tok_refs, lang
+
+
+def evaluate_run(
+    checkpoint: str | os.PathLike | None,
+    split: str | None = None,
+    src: str | None = None,
+    ref: str | None = None,
+    hyp: str | None = None,
+    tokenized: bool = False,
+    lang: str | None = None,
+    average_last: int = 0,
+    output: str | None = None,
+    device: str | None = None,
+    max_tokens: int | None = None,
+    ensemble: Sequence[str] = (),
+    int8: bool = False,
+    decode: DecodeConfig | None = None,
+    engine: str = "auto",
+    on_load: Callable[[Translator], None] | None = None,
+    **search: Any,
+) -> dict[str, Any]:
+    """Translate a split of the run's data (or --src) and score it against its references;
+    `ensemble`: more runs decoded together with `checkpoint`, whose run gives the split;
+    `int8`: decode with int8 weights on the CPU, as in Translator.load, as is `engine`. `on_load`: called
+    with the Translator once it is loaded (the command line says which engine decodes).
+
+    Search settings: `decode` (None: the run's config.yaml `decode` section, else DecodeConfig()),
+    then `max_tokens` and the `search` keywords of `Translator.translate` (beam, length_penalty,
+    max_len_a, max_len_b) where given."""
+    src_lines, refs, tok_refs, lang = _sources_and_references(checkpoint, split, src, ref, hyp, lang, tokenized)
 
     if hyp is not None:
         hyps = read_lines(hyp)
@@ -104,13 +117,13 @@ def evaluate_run(
             ensemble=ensemble,
             average_last=average_last,
             int8=int8,
-            packed=packed,
             decode=decode,
             max_tokens=max_tokens,
             engine=engine,
         )
         if on_load is not None:
             on_load(translator)
+        assert src_lines is not None  # without --hyp, --src or --split gave them (_sources_and_references)
         hyps = translator.translate(src_lines, **search)
     if output is not None:
         Path(output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

@@ -23,7 +23,7 @@ from aiayn.data.io import read_lines
 from aiayn.data.multi30k import tokenized_reference_path
 from aiayn.decode import Translator
 from aiayn.errors import AiaynError
-from aiayn.evaluate import score, tokenized_bleu
+from aiayn.scoring import score, tokenized_bleu
 from aiayn.train import train
 
 SAMPLES = {  # shown after training; the first is seed 001's kind of sentence

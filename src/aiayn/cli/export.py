@@ -1,4 +1,5 @@
-"""`aiayn export --ctranslate2` / `--argos` (parsing only; the conversion lives in aiayn.export)."""
+"""`aiayn export --ctranslate2` / `--argos` (parsing only; the conversion lives in aiayn.export, the package in
+aiayn.argos)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace the output if it exists")
 
     def run(a: argparse.Namespace) -> int:
-        from aiayn.export import export_argos, export_ctranslate2
+        from aiayn.argos import export_argos
+        from aiayn.export import export_ctranslate2
 
         flag = "--argos" if a.argos else "--ctranslate2"
         try:

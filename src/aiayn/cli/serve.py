@@ -86,16 +86,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "hf://user/model[@REVISION] (the Hugging Face Hub)",
     )
     add_engine_arg(p)
-    # The switch's old name, kept so existing command lines keep working.
-    p.add_argument(
-        "--backend",
-        dest="engine",
-        choices=["auto", "torch", "ctranslate2"],
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=5000, help="default 5000 (LibreTranslate's)")
+    _add_batching_args(p)
+    _add_limit_args(p)
+    _add_process_args(p)
+    p.set_defaults(run=_serve)
+
+
+def _add_batching_args(p: argparse.ArgumentParser) -> None:
+    """How sentences are searched and share batches."""
     p.add_argument(
         "--beam",
         type=int,
@@ -128,6 +128,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "step (torch engine; CTranslate2 decodes whole batches); whole: every batch is decoded to its end "
         "before the next starts",
     )
+
+
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    """What one request may ask, and how its texts reach the model."""
     p.add_argument(
         "--char-limit",
         type=int,
@@ -156,6 +160,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")
+
+
+def _add_process_args(p: argparse.ArgumentParser) -> None:
+    """The device, threads and workers, connections and shutdown of the server process."""
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present)")
     p.add_argument(
         "--threads",
@@ -181,4 +189,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="on SIGTERM, how long in-flight requests may take to finish (default 30)",
     )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
-    p.set_defaults(run=_serve)

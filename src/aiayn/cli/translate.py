@@ -74,12 +74,6 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
         help="int8 weights (one scale per output row) and int8 matrix products; CPU only (CTranslate2: "
         "compute_type int8)",
     )
-    p.add_argument(
-        "--pack",
-        action="store_true",
-        help="float32 on the CPU: the decoder's weights packed once for MKL's matrix product, as CTranslate2 "
-        "does (1-8%% faster, one more copy of those weights)",
-    )
 
 
 def add_engine_arg(p: argparse.ArgumentParser) -> None:
@@ -173,7 +167,6 @@ def _translate(a: argparse.Namespace) -> int:
         ensemble=more,
         int8=a.int8,
         decode=decode,
-        packed=a.pack,
         engine=a.engine,
         threads=a.threads,
         replicas=a.replicas,
@@ -304,7 +297,6 @@ def evaluate(a: argparse.Namespace) -> int:
         device=a.device,
         ensemble=more,
         int8=a.int8,
-        packed=a.pack,
         decode=decode,
         engine=a.engine,
         on_load=say_engine,

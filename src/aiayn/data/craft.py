@@ -20,7 +20,6 @@ from pathlib import Path
 
 from aiayn.data.download import aiayn_home, download
 from aiayn.data.errors import DataError
-from aiayn.data.treebank import Tree, clean, read_trees
 
 COMMIT = "2abe82b8bb8089448b84937d5f61d8c218011322"
 BASE_URL = f"https://raw.githubusercontent.com/UCDenver-ccp/CRAFT/{COMMIT}/"
@@ -119,16 +118,17 @@ def locate(data_dir: str | os.PathLike | None = None, download_ok: bool = True) 
     return fetch()
 
 
-def splits(directory: Path) -> dict[str, list[Tree]]:
-    """The cleaned trees of each split (train / valid / test), articles in the split file's order."""
+def articles(directory: Path) -> dict[str, list[tuple[str, str]]]:
+    """Each split's articles (train / valid / test) as (file name, bracket text), in the split file's
+    order; aiayn.data.treebank reads and cleans their trees."""
     files = _files(directory)
-    out: dict[str, list[Tree]] = {}
+    out: dict[str, list[tuple[str, str]]] = {}
     for split in SPLITS:
-        trees: list[Tree] = []
+        texts: list[tuple[str, str]] = []
         for pmid in ids(directory, split):
             name = f"penn/{pmid}.tree"
             if name not in files:
                 raise DataError(f"CRAFT article {pmid} of the {SPLITS[split]} split has no trees in {directory}")
-            trees.extend(t for t in (clean(x) for x in read_trees(files[name].decode("utf-8"), name)) if t)
-        out[split] = trees
+            texts.append((name, files[name].decode("utf-8")))
+        out[split] = texts
     return out

@@ -54,23 +54,11 @@ def download(
     connection (what to do offline)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if resume:
-        tmp = dest.with_name(dest.name + ".part")  # a fixed name, so that the next run finds it
-    else:
-        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-        os.close(fd)
-        tmp = Path(name)
+    tmp = _part_file(dest, resume)
     keep = resume  # a partial file stays for the next run unless its bytes are known to be wrong
     try:
         have = tmp.stat().st_size if resume and tmp.is_file() else 0
-        h = _new_hash(sha256, md5)
-        if have:
-            _hash_into(h, tmp)
-        resp = _open(url, have, timeout, hint)
-        if resp is None:  # 416: the part is not a prefix of this file (it changed on the server): start over
-            have, h = 0, _new_hash(sha256, md5)
-            resp = _open(url, 0, timeout, hint)
-            assert resp is not None  # 416 answers a Range request only; this one has none
+        resp, have, h = _start(url, tmp, have, sha256, md5, timeout, hint)
         with resp:
             if have and resp.status != 206:  # the server ignored Range and sends everything
                 have, h = 0, _new_hash(sha256, md5)
@@ -80,50 +68,11 @@ def download(
                     f"download of {url}: the server resumed at the wrong offset "
                     f"({resp.headers.get('Content-Range')!r} for bytes {have}-); partial file removed"
                 )
-            expected = resp.headers.get("Content-Length")
-            total = size if size is not None else (have + int(expected) if expected is not None else None)
-            received = 0
-            with (
-                open(tmp, "ab" if have else "wb") as out,
-                tqdm(
-                    total=total,
-                    initial=have,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    desc=dest.name,
-                    file=sys.stderr,
-                    disable=not progress,
-                    mininterval=1.0,
-                ) as bar,
-            ):
-                try:
-                    for chunk in iter(lambda: resp.read(1 << 16), b""):
-                        if h is not None:
-                            h.update(chunk)
-                        out.write(chunk)
-                        received += len(chunk)
-                        bar.update(len(chunk))
-                except (http.client.HTTPException, OSError) as e:  # IncompleteRead, reset, timeout, ...
-                    raise DataError(
-                        f"download of {url} interrupted after {have + received} bytes: {e!r}"
-                        f"{_resume_note(tmp, resume, have + received)}"
-                    ) from None
-            if expected is not None and received != int(expected):
-                raise DataError(
-                    f"download of {url} interrupted: got {received} of {expected} bytes"
-                    f"{_resume_note(tmp, resume, have + received)}"
-                )
-        got = have + received
-        if size is not None and got != size:
+            received = _receive(url, resp, tmp, have, h, size, resume, dest.name if progress else None)
+        why = _mismatch(url, have + received, size, h, sha256 or md5)
+        if why is not None:
             keep = False
-            raise DataError(f"size mismatch for {url}: {got} bytes, expected {size} (partial file removed)")
-        if h is not None and h.hexdigest() != (sha256 or md5):
-            keep = False
-            raise DataError(
-                f"checksum mismatch for {url}: {h.name} {h.hexdigest()}, expected {sha256 or md5} "
-                f"(partial file removed)"
-            )
+            raise DataError(why)
         if transform is not None:
             tmp.write_bytes(transform(tmp.read_bytes()))
         os.replace(tmp, dest)
@@ -132,6 +81,85 @@ def download(
             tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def _part_file(dest: Path, resume: bool) -> Path:
+    """Where the bytes arrive: `<dest>.part` when resuming (a fixed name, so that the next run finds it),
+    else a fresh temporary file beside `dest`."""
+    if resume:
+        return dest.with_name(dest.name + ".part")
+    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def _start(
+    url: str, tmp: Path, have: int, sha256: str | None, md5: str | None, timeout: float, hint: str
+) -> tuple[http.client.HTTPResponse, int, Any]:
+    """The response for the bytes after the `have` already in `tmp`, with the hash of those bytes; from
+    the start when the server refuses that range (416: the part is not a prefix of the file, which changed
+    on the server)."""
+    h = _new_hash(sha256, md5)
+    if have:
+        _hash_into(h, tmp)
+    resp = _open(url, have, timeout, hint)
+    if resp is None:
+        have, h = 0, _new_hash(sha256, md5)
+        resp = _open(url, 0, timeout, hint)
+        assert resp is not None  # 416 answers a Range request only; this one has none
+    return resp, have, h
+
+
+def _receive(
+    url: str, resp: Any, tmp: Path, have: int, h: Any, size: int | None, resume: bool, bar_name: str | None
+) -> int:
+    """Append the response's bytes to `tmp` (after the `have` there), hashing them into `h`; a progress bar
+    on stderr named `bar_name` when one is given. Returns how many arrived; a broken or short transfer is a
+    DataError that names the bytes kept when resuming."""
+    expected = resp.headers.get("Content-Length")
+    total = size if size is not None else (have + int(expected) if expected is not None else None)
+    received = 0
+    with (
+        open(tmp, "ab" if have else "wb") as out,
+        tqdm(
+            total=total,
+            initial=have,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=bar_name,
+            file=sys.stderr,
+            disable=bar_name is None,
+            mininterval=1.0,
+        ) as bar,
+    ):
+        try:
+            for chunk in iter(lambda: resp.read(1 << 16), b""):
+                if h is not None:
+                    h.update(chunk)
+                out.write(chunk)
+                received += len(chunk)
+                bar.update(len(chunk))
+        except (http.client.HTTPException, OSError) as e:  # IncompleteRead, reset, timeout, ...
+            raise DataError(
+                f"download of {url} interrupted after {have + received} bytes: {e!r}"
+                f"{_resume_note(tmp, resume, have + received)}"
+            ) from None
+    if expected is not None and received != int(expected):
+        raise DataError(
+            f"download of {url} interrupted: got {received} of {expected} bytes"
+            f"{_resume_note(tmp, resume, have + received)}"
+        )
+    return received
+
+
+def _mismatch(url: str, got: int, size: int | None, h: Any, digest: str | None) -> str | None:
+    """Why the `got` bytes received are not the file asked for (size, then hash), or None."""
+    if size is not None and got != size:
+        return f"size mismatch for {url}: {got} bytes, expected {size} (partial file removed)"
+    if h is not None and h.hexdigest() != digest:
+        return f"checksum mismatch for {url}: {h.name} {h.hexdigest()}, expected {digest} (partial file removed)"
+    return None
 
 
 def _open(url: str, start: int, timeout: float, hint: str) -> http.client.HTTPResponse | None:

@@ -270,11 +270,24 @@ def pretty(tree: Tree, indent: int = 2) -> str:
 # -- corpora --------------------------------------------------------------------------------------
 
 
+def clean_trees(text: str, source: str = "<text>") -> list[Tree]:
+    """The cleaned trees of PTB bracket text; trees that clean to nothing are left out."""
+    return [t for t in (clean(x) for x in read_trees(text, source)) if t is not None]
+
+
 def read_tree_file(path: str | Path) -> list[Tree]:
-    """The cleaned trees of a PTB bracket file (plain or gzipped); trees that clean to nothing are
-    left out."""
-    text = "\n".join(read_lines(path))
-    return [t for t in (clean(x) for x in read_trees(text, str(path))) if t is not None]
+    """The cleaned trees of a PTB bracket file (plain or gzipped)."""
+    return clean_trees("\n".join(read_lines(path)), str(path))
+
+
+def craft_splits(directory: Path) -> dict[str, list[Tree]]:
+    """The cleaned trees of CRAFT's splits (train / valid / test), articles in the split file's order."""
+    from aiayn.data import craft
+
+    return {
+        split: [t for name, text in texts for t in clean_trees(text, name)]
+        for split, texts in craft.articles(directory).items()
+    }
 
 
 def wsj_sections(ptb_root: str | Path) -> dict[str, list[Path]]:
@@ -344,7 +357,7 @@ def corpus_trees(data: DataConfig, ptb_root: str | None = None) -> tuple[str, Ca
 
         def load_craft() -> dict[str, list[Tree]]:
             craft.verify(directory)
-            return craft.splits(directory)
+            return craft_splits(directory)
 
         return f"craft-{craft.DIGEST[:16]}", load_craft
     if data.corpus == "wsj":

@@ -264,7 +264,6 @@ def ctranslate2_obstacle(
     *,
     device: str | torch.device | None = None,
     ensemble: Sequence[str | os.PathLike] = (),
-    packed: bool = False,
     on_cuda_too: bool = False,
     exact: bool = False,
     kind: str = "encoder-decoder",
@@ -278,8 +277,6 @@ def ctranslate2_obstacle(
         return "decode.patience inf (the exact stop) is a torch engine setting"
     if ensemble:
         return f"an ensemble of {len(ensemble) + 1} models: CTranslate2 decodes one model"
-    if packed:
-        return "packed weights are a PyTorch engine option"
     if not on_cuda_too and resolve_device(device).type != "cpu":
         return f"{resolve_device(device)} device: the CTranslate2 engine decodes on the CPU"
     c = _model_config(path)
@@ -298,7 +295,6 @@ def choose_engine(
     *,
     device: str | torch.device | None = None,
     ensemble: Sequence[str | os.PathLike] = (),
-    packed: bool = False,
     exact: bool = False,
     kind: str = "encoder-decoder",
 ) -> tuple[str, str]:
@@ -319,7 +315,6 @@ def choose_engine(
         path,
         device=device,
         ensemble=ensemble,
-        packed=packed,
         on_cuda_too=engine == "ctranslate2",
         exact=exact,
         kind=kind,

@@ -22,6 +22,7 @@ The model is any `Decodable` (aiayn.decode.decodable): `config.{pad_id,bos_id,eo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -206,6 +207,121 @@ def stay_in_place(parent: Tensor) -> Tensor:
     return torch.empty_like(row).scatter_(1, row, ar.expand(n, k))  # (n, k) row -> new beam
 
 
+def _check_beam_settings(beam: int, n_best: int, length_penalty: float, patience: float) -> None:
+    if beam < 1 or not 1 <= n_best <= beam:
+        raise ConfigError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
+    if length_penalty < 0:
+        raise ConfigError(f"length_penalty must be >= 0 (0 disables), got {length_penalty}")
+    if not patience >= 1:  # NaN too
+        raise ConfigError(f"patience must be >= 1 (inf: the exact stop), got {patience}")
+
+
+@dataclass
+class _Finished:
+    """The n_best finished hypotheses of each sentence, best first: their scores (sum log p / lp, -inf
+    where none yet), how many ever finished, and their tokens (EOS included, pad after)."""
+
+    scores: Tensor  # (B, n_best)
+    count: Tensor  # (B,)
+    tokens: Tensor  # (B, n_best, L)
+    pad: int
+    eos: int
+
+    @classmethod
+    def empty(cls, B: int, n_best: int, L: int, cfg: ModelConfig, dev: torch.device) -> _Finished:
+        return cls(
+            torch.full((B, n_best), float("-inf"), device=dev),
+            torch.zeros(B, dtype=torch.long, device=dev),
+            torch.full((B, n_best, L), cfg.pad_id, dtype=torch.long, device=dev),
+            cfg.pad_id,
+            cfg.eos_id,
+        )
+
+    def add(
+        self, alive: Tensor, top_s: Tensor, top_beam: Tensor, is_eos: Tensor, tokens: Tensor, t: int, lp_t: Tensor
+    ) -> None:
+        """Finalise the EOS candidates among the (n, kk) best of each live sentence (`top_s` their sum of
+        log p, `top_beam` their parent beams, whose tokens are rows of `tokens`), merged with those
+        finished before."""
+        new_fin = is_eos & (top_s > float("-inf"))  # (n, kk)
+        if not bool(new_fin.any()):
+            return
+        (n, kk), L = top_s.shape, self.tokens.size(2)
+        g = tokens.size(0) // n
+        norm = (top_s / lp_t).masked_fill(~new_fin, float("-inf"))  # (n, kk)
+        merged_s = torch.cat([self.scores[alive], norm], dim=1)  # (n, n_best + kk)
+        best_s, best_j = merged_s.topk(self.scores.size(1), dim=1)  # (n, n_best)
+        rows = torch.arange(n, device=top_s.device)[:, None] * g + top_beam  # (n, kk)
+        cand_tok = torch.full((n, kk, L), self.pad, dtype=torch.long, device=top_s.device)
+        cand_tok[:, :, : t - 1] = tokens[rows.view(-1)].view(n, kk, t - 1)
+        cand_tok[:, :, t - 1] = self.eos
+        merged_t = torch.cat([self.tokens[alive], cand_tok], dim=1)  # (n, n_best + kk, L)
+        self.tokens[alive] = merged_t.gather(1, best_j[:, :, None].expand(-1, -1, L))
+        self.scores[alive] = best_s
+        self.count[alive] += new_fin.sum(1)
+
+    def hypotheses(self) -> Hypotheses:
+        out: Hypotheses = []
+        for s_row, t_row in zip(self.scores.tolist(), self.tokens.tolist()):
+            out.append([(ids[: ids.index(self.eos)], s) for s, ids in zip(s_row, t_row) if s > float("-inf")])
+        return out
+
+
+def _candidates(
+    logits: Tensor,
+    scores: Tensor,
+    k: int,
+    cfg: ModelConfig,
+    max_len: Tensor,
+    t: int,
+    constraint: Constraint | None,
+    state: tuple[Tensor, ...],
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Score every (beam, token) continuation of the (n, g) live beams, `max_len` (n,) their sentences'
+    maximum lengths -> the best 2k of each sentence, best first: sum of log p, parent beam and token,
+    each (n, 2k); and (n,) whether the sentence is at its maximum length, where EOS is forced."""
+    n, g = scores.shape
+    dev = logits.device
+    logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
+    eos_logp = logp[:, cfg.eos_id]  # (n*g,) a forced EOS keeps its own log-prob, allowed or not
+    if constraint is not None:
+        left = (max_len - (t - 1)).repeat_interleave(g)  # (n*g,) tokens before the forced EOS
+        logp = logp.masked_fill(constraint.banned(state, left), float("-inf"))
+    logp[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
+    # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
+    # (n, g*V) candidate matrix is ever written.
+    c = min(2 * k, logp.size(1))
+    row_v, row_tok = top_k(logp, c)  # (n*g, c)
+    row_s = scores.view(-1, 1) + row_v  # (n*g, c) sum of log p
+    # Sentences at their maximum length must end now: their only candidate per beam is EOS,
+    # with its own log-prob (done on the (n*g, c) candidates: cheap, and no host sync).
+    forced = max_len + 1 == t  # (n,)
+    forced_rows = forced.repeat_interleave(g)[:, None]  # (n*g, 1)
+    f = forced_rows & (torch.arange(c, device=dev) == 0)  # (n*g, c)
+    eos_s = (scores.view(-1) + eos_logp)[:, None]  # (n*g, 1)
+    row_s = torch.where(f, eos_s, row_s.masked_fill(forced_rows, float("-inf")))
+    row_tok = row_tok.masked_fill(f, cfg.eos_id)
+
+    top_s, top_j = row_s.view(n, g * c).topk(min(2 * k, g * c), dim=1)  # (n, 2k) best first
+    return top_s, top_j // c, row_tok.view(n, g * c).gather(1, top_j), forced
+
+
+def _live_beams(
+    top_s: Tensor, top_beam: Tensor, top_tok: Tensor, is_eos: Tensor, kk: int, g: int, tokens: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The best kk non-EOS candidates of each sentence (2k candidates hold at least k of them) ->
+    their (n, kk) sum of log p, (n*kk,) parent rows and (n*kk, t) tokens."""
+    n = top_s.size(0)
+    live_s, live_j = top_s.masked_fill(is_eos, float("-inf")).topk(kk, dim=1)  # (n, kk)
+    parent = top_beam.gather(1, live_j)  # (n, kk)
+    if kk == g:  # the beams in rows that spare the cache most copies (their order is free)
+        perm = stay_in_place(parent)
+        live_s, live_j, parent = live_s.gather(1, perm), live_j.gather(1, perm), parent.gather(1, perm)
+    rows = (torch.arange(n, device=top_s.device)[:, None] * g + parent).view(-1)  # (n*kk,)
+    tokens = torch.cat([tokens[rows], top_tok.gather(1, live_j).view(-1, 1)], dim=1)  # (n*kk, t)
+    return live_s, rows, tokens
+
+
 @torch.inference_mode()
 def beam_search(
     model: Decodable,
@@ -227,14 +343,8 @@ def beam_search(
     sum log p = s (<= 0) ends at best at s / lp(max length + 1). That stop is exact: results equal
     running every beam to the maximum length. With a `constraint`, only the tokens it allows compete.
     """
-    if beam < 1 or not 1 <= n_best <= beam:
-        raise ConfigError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, n_best={n_best}")
-    if length_penalty < 0:
-        raise ConfigError(f"length_penalty must be >= 0 (0 disables), got {length_penalty}")
-    if not patience >= 1:  # NaN too
-        raise ConfigError(f"patience must be >= 1 (inf: the exact stop), got {patience}")
+    _check_beam_settings(beam, n_best, length_penalty, patience)
     cfg = model.config
-    pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
     B, dev, k = src.size(0), src.device, beam
     if B == 0:
         return []
@@ -243,74 +353,29 @@ def beam_search(
     L = int(max_len.max()) + 1  # longest hypothesis, EOS included
     lp = ((5.0 + torch.arange(L + 1, device=dev, dtype=torch.float32)) / 6.0) ** length_penalty  # lp[|Y|]
     bound_lp = lp[max_len + 1]  # (B,) the largest divisor a live beam can still reach
-
-    fin_scores = torch.full((B, n_best), float("-inf"), device=dev)  # sorted best first
-    fin_count = torch.zeros(B, dtype=torch.long, device=dev)  # hypotheses finished per sentence
-    fin_tokens = torch.full((B, n_best, L), pad, dtype=torch.long, device=dev)  # EOS included
+    fin = _Finished.empty(B, n_best, L, cfg, dev)
 
     alive = torch.arange(B, device=dev)  # original index of each live sentence
     tokens = torch.empty((B, 0), dtype=torch.long, device=dev)  # (n*g, t) generated so far
     scores = torch.zeros((B, 1), device=dev)  # (n, g) sum of log-probs per live beam
-    ids = torch.full((B, 1), bos, dtype=torch.long, device=dev)
+    ids = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=dev)
     state = constraint.start(src) if constraint is not None else ()  # (n*g,) rows each
     for t in range(1, L + 1):  # t = hypothesis length (EOS included) after this step
         n, g = scores.shape  # g = 1 at the first step: all beams of a sentence would be identical
         logits, cache = model.step(ids, cache)  # (n*g, 1, V)
-        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n*g, V) float32 whatever the model dtype
-        eos_logp = logp[:, eos]  # (n*g,) a forced EOS keeps its own log-prob, allowed or not
-        if constraint is not None:
-            left = (max_len[alive] - (t - 1)).repeat_interleave(g)  # (n*g,) tokens before the forced EOS
-            logp = logp.masked_fill(constraint.banned(state, left), float("-inf"))
-        logp[:, [pad, bos]] = float("-inf")  # never generated
-        # The global top 2k of (n, g*V) lie within each row's own top 2k: take those first, so no
-        # (n, g*V) candidate matrix is ever written.
-        c = min(2 * k, logp.size(1))
-        row_v, row_tok = top_k(logp, c)  # (n*g, c)
-        row_s = scores.view(-1, 1) + row_v  # (n*g, c) sum of log p
-        # Sentences at their maximum length must end now: their only candidate per beam is EOS,
-        # with its own log-prob (done on the (n*g, c) candidates: cheap, and no host sync).
-        forced = max_len[alive] + 1 == t  # (n,)
-        forced_rows = forced.repeat_interleave(g)[:, None]  # (n*g, 1)
-        f = forced_rows & (torch.arange(c, device=dev) == 0)  # (n*g, c)
-        eos_s = (scores.view(-1) + eos_logp)[:, None]  # (n*g, 1)
-        row_s = torch.where(f, eos_s, row_s.masked_fill(forced_rows, float("-inf")))
-        row_tok = row_tok.masked_fill(f, eos)
-
-        top_s, top_j = row_s.view(n, g * c).topk(min(2 * k, g * c), dim=1)  # (n, 2k) best first
-        top_beam, top_tok = top_j // c, row_tok.view(n, g * c).gather(1, top_j)
-        is_eos = top_tok == eos
-
-        # Finalise EOS candidates that rank within the top k (they would have taken a beam slot).
+        top_s, top_beam, top_tok, forced = _candidates(logits, scores, k, cfg, max_len[alive], t, constraint, state)
+        is_eos = top_tok == cfg.eos_id
+        # EOS candidates that rank within the top k finish (they would have taken a beam slot).
         kk = min(k, top_s.size(1))
-        new_fin = is_eos[:, :kk] & (top_s[:, :kk] > float("-inf"))  # (n, kk)
-        if bool(new_fin.any()):
-            norm = (top_s[:, :kk] / lp[t]).masked_fill(~new_fin, float("-inf"))  # (n, kk)
-            merged_s = torch.cat([fin_scores[alive], norm], dim=1)  # (n, n_best + kk)
-            best_s, best_j = merged_s.topk(n_best, dim=1)  # (n, n_best)
-            rows = torch.arange(n, device=dev)[:, None] * g + top_beam[:, :kk]  # (n, kk)
-            cand_tok = torch.full((n, kk, L), pad, dtype=torch.long, device=dev)
-            cand_tok[:, :, : t - 1] = tokens[rows.view(-1)].view(n, kk, t - 1)
-            cand_tok[:, :, t - 1] = eos
-            merged_t = torch.cat([fin_tokens[alive], cand_tok], dim=1)  # (n, n_best + kk, L)
-            fin_tokens[alive] = merged_t.gather(1, best_j[:, :, None].expand(-1, -1, L))
-            fin_scores[alive] = best_s
-            fin_count[alive] += new_fin.sum(1)
-
-        # The best k non-EOS candidates stay live (2k candidates hold at least k of them).
-        live_s, live_j = top_s.masked_fill(is_eos, float("-inf")).topk(kk, dim=1)  # (n, kk)
-        parent = top_beam.gather(1, live_j)  # (n, kk)
-        if kk == g:  # the beams in rows that spare the cache most copies (their order is free)
-            perm = stay_in_place(parent)
-            live_s, live_j, parent = live_s.gather(1, perm), live_j.gather(1, perm), parent.gather(1, perm)
-        rows = (torch.arange(n, device=dev)[:, None] * g + parent).view(-1)  # (n*kk,)
-        tokens = torch.cat([tokens[rows], top_tok.gather(1, live_j).view(-1, 1)], dim=1)  # (n*kk, t)
+        fin.add(alive, top_s[:, :kk], top_beam[:, :kk], is_eos[:, :kk], tokens, t, lp[t])
+        live_s, rows, tokens = _live_beams(top_s, top_beam, top_tok, is_eos, kk, g, tokens)
         cache = cache.reorder(rows)
         if constraint is not None:
             state = constraint.advance(_rows(state, rows), tokens[:, -1])
         scores, g = live_s, kk
 
         # Early stop: no live beam can beat the n_best-th finished hypothesis.
-        done = forced | (fin_scores[alive, -1] >= live_s.amax(1) / bound_lp[alive]) | (fin_count[alive] >= patience * k)
+        done = forced | (fin.scores[alive, -1] >= live_s.amax(1) / bound_lp[alive]) | (fin.count[alive] >= patience * k)
         n_done = int(done.sum())
         if n_done == n:
             break
@@ -322,8 +387,4 @@ def beam_search(
         elif n_done:  # finished sentences ride along with -inf scores: nothing of theirs can finish again
             scores = scores.masked_fill(done[:, None], float("-inf"))
         ids = tokens[:, -1:]  # (n*g, 1)
-
-    out: Hypotheses = []
-    for s_row, t_row in zip(fin_scores.tolist(), fin_tokens.tolist()):
-        out.append([(ids_[: ids_.index(eos)], s) for s, ids_ in zip(s_row, t_row) if s > float("-inf")])
-    return out
+    return fin.hypotheses()

@@ -7,13 +7,12 @@
     t.translate(["Ein Hund rennt."])             # -> ["A dog runs."], the run's decode settings
     t.translate(["Ein Hund rennt."], beam=1)     # one setting overridden for this call (greedy)
     t = Translator.load("run/", int8=True)       # CPU, int8 weights (CTranslate2's; torch: aiayn.model.int8)
-    t = Translator.load("run/", packed=True)     # torch, CPU float32, weights packed for MKL (aiayn.model.cpu_layout)
     t = Translator.load("run/", engine="torch")  # our PyTorch search, not CTranslate2 (engine="auto")
     t.engine, t.engine_reason                    # -> "ctranslate2", "CPU, ctranslate2 4.8.5 installed"
 
 Two engines search (aiayn.decode.engines): `auto` (the default) decodes with CTranslate2 on the CPU
 when it is installed and runs the model, from the run's cached export (aiayn.export.cached_export),
-and with our PyTorch search otherwise (a GPU, restricted attention, an ensemble, packed weights);
+and with our PyTorch search otherwise (a GPU, restricted attention, an ensemble);
 `engine_reason` says why, in words. The engines agree token for token on greedy search; beam search
 is CTranslate2's, re-ranked with our length penalty (see CTranslate2Engine).
 
@@ -50,7 +49,6 @@ from aiayn.decode.search import Constraint
 from aiayn.devices import resolve_device
 from aiayn.errors import AiaynError
 from aiayn.hub import resolve_run
-from aiayn.model.cpu_layout import pack_for_cpu
 from aiayn.model.int8 import quantize_int8
 
 
@@ -124,7 +122,6 @@ class Translator:
         average_last: int = 0,
         int8: bool = False,
         decode: DecodeConfig | None = None,
-        packed: bool = False,
         engine: str = "auto",
         threads: int = 0,
         replicas: int = 0,
@@ -137,11 +134,8 @@ class Translator:
         when there is none). `ensemble`: more runs/weights decoded together with `path`
         (decode.ensemble); `average_last` K: each run's last K step checkpoints averaged (§6.1) instead
         of its best weights. `int8`: decode with int8 weights, one scale per output row
-        (aiayn.model.int8, or CTranslate2's int8); CPU only, so device=None means the CPU then. `packed`:
-        the decoder's float32 weights packed once for MKL's matrix product, as CTranslate2 does
-        (aiayn.model.cpu_layout): 1-8 % faster decoding on the CPU (docs/benchmarks.md) for one more copy
-        of those weights; logits may differ from nn.Linear's in the last bits. Ignored with int8, off the
-        CPU and without MKL; a torch engine option. `engine`: auto, torch or ctranslate2
+        (aiayn.model.int8, or CTranslate2's int8); CPU only, so device=None means the CPU then. `engine`: auto,
+        torch or ctranslate2
         (aiayn.decode.engines.choose_engine). `threads`, `replicas`: CTranslate2's intra-op threads per
         replica and batches decoded at once (aiayn.decode.engines.ctranslate2_layout; 0: chosen there)."""
         path = resolve_run(path)
@@ -151,7 +145,7 @@ class Translator:
         if decode is None:
             decode = run_decode_config(path)
         exact = not math.isfinite(decode.patience)
-        name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, packed=packed, exact=exact)
+        name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, exact=exact)
         if name == "ctranslate2":
             pushed = Path(path) / "ctranslate2"  # from the Hub: the export `aiayn push --ctranslate2` made
             if is_ctranslate2_export(path):
@@ -173,8 +167,6 @@ class Translator:
         model, spm = load_members([path, *ensemble], dev, average_last)
         if int8:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
-        elif packed:  # off the CPU or without MKL nothing is packed (cpu_layout.pack_linear)
-            model = pack_for_cpu(model)  # likewise after averaging; the model is ours, changed in place
         return cls(model, Tokenizer(spm), dev, decode=decode, engine_reason=reason, **kw)
 
     def search_config(

@@ -6,7 +6,7 @@ gradient accumulation, AMP, DDP, evaluation, early stopping, checkpoints and exa
     summary = train(Config.load("multi30k_de_en"), "runs/de_en")
 
 The parts: `tasks` (batch -> loss, validation measures), `step` (one update, skip policy),
-`validate` (best weights, patience), `checkpointing` (every stateful part), `train_state`,
+`validate` (best weights, patience), `resume` (every stateful part), `train_state`,
 `metrics` (metrics.jsonl), `rundir`, `runtime` (device, AMP, global batch), `optim`.
 """
 
@@ -31,11 +31,10 @@ from aiayn.devices import resolve_device
 from aiayn.model import build_model
 from aiayn.train import rundir, tasks
 from aiayn.train.batches import Batches
-from aiayn.train.checkpoint_files import capture_rng, warn
-from aiayn.train.checkpointing import CheckpointManager, RNGState, init_source, load_initial_weights
 from aiayn.train.metrics import MetricsWriter
 from aiayn.train.optim import ConfiguredAdam, build_optimizer
 from aiayn.train.progress import Progress
+from aiayn.train.resume import CheckpointManager, RNGState, capture_rng, init_source, load_initial_weights, warn
 from aiayn.train.runtime import (
     TrainingError,
     allow_tf32,
