@@ -10,14 +10,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
-from aiayn.errors import AiaynError
+from aiayn.errors import ConfigError
 from aiayn.fileio import atomic_write
 
 T = TypeVar("T")
-
-
-class ConfigError(AiaynError, ValueError):
-    """A config file, field or override that cannot be used (the CLI prints it as one line)."""
 
 
 # Special ids, shared by the tokenizer, the data layer and the model (docs/architecture.md, Conventions).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.config import ConfigError
+from aiayn.errors import ConfigError
 
 # The files beside this module: package data of the wheel and sdist (pyproject.toml), read in place.
 HERE = Path(__file__).resolve().parent
