@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -108,19 +109,23 @@ def start_server(
         stdout=log,
         stderr=log,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    return proc, wait_until_up(proc, log, f"http://127.0.0.1:{port}", "/health", 120)
+
+
+def wait_until_up(proc: subprocess.Popen, log: Any, url: str, path: str, seconds: float) -> str:
+    """`url` once GET `path` answers 200; the end of the server's log if it exits or never answers."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             log.seek(0)
-            raise SystemExit(f"server exited: {log.read().decode()[-2000:]}")
+            raise SystemExit(f"{proc.args[0]} exited: {log.read().decode()[-2000:]}")
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
+            if httpx.get(url + path, timeout=1).status_code == 200:
+                return url
         except httpx.TransportError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("server did not come up in 120 s")
+    raise SystemExit(f"{url} did not come up in {seconds:g} s")
 
 
 def start_libretranslate(executable: str, packages: str, threads: int) -> tuple[subprocess.Popen, str]:
@@ -141,19 +146,7 @@ def start_libretranslate(executable: str, packages: str, threads: int) -> tuple[
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"libretranslate-{port}.log", "w+b")
     cmd = [executable, "--host", "127.0.0.1", "--port", str(port), "--load-only", "de,en", "--disable-web-ui"]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            raise SystemExit(f"libretranslate exited: {log.read().decode()[-2000:]}")
-        try:
-            if httpx.get(url + "/languages", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("libretranslate did not come up in 300 s")
+    return proc, wait_until_up(proc, log, f"http://127.0.0.1:{port}", "/languages", 300)
 
 
 def paragraphs(sentences: list[str], seed: int = 0) -> list[tuple[str, int]]:
