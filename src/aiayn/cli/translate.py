@@ -316,6 +316,11 @@ def evaluate(a: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _add_translate(sub)
+    _add_evaluate(sub)
+
+
+def _add_translate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate lines (stdin -> stdout, or files) with beam search")
     p.add_argument(
         "-c",
@@ -334,6 +339,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="print the N best hypotheses per line as 'i ||| text ||| score' (default 1)",
     )
+    _add_document_args(p)
+    _add_search_args(p)
+    _add_thread_args(p)
+    p.set_defaults(run=_translate)
+
+
+def _add_document_args(p: argparse.ArgumentParser) -> None:
+    """Input that is not one sentence a line: a document, an HTML page."""
     p.add_argument(
         "--document",
         action="store_true",
@@ -352,7 +365,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--source-lang",
         help="language of the input for sentence splitting with --document (default: the run's data.src_lang)",
     )
-    _add_search_args(p)
+
+
+def _add_thread_args(p: argparse.ArgumentParser) -> None:
+    """How many CPU threads decode, and in how many CTranslate2 replicas."""
     p.add_argument(
         "--threads",
         type=int,
@@ -366,8 +382,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="CTranslate2: batches decoded at once (default 0: one per CPU core when --threads is 0)",
     )
-    p.set_defaults(run=_translate)
 
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate",
         help="score a run with its task's measure (translation: sacreBLEU + chrF, + tokenized BLEU, of a test set; "

@@ -157,18 +157,21 @@ class CheckpointManager:
     def __init__(
         self,
         run_dir: Path,
-        model: torch.nn.Module,
-        parts: dict[str, Any],
-        rng: RNGState,
-        train_state: TrainState,
+        states: dict[str, Any],
         dist: DistInfo,
         device: torch.device,
         keep_last: int,
         tokens_per_update: int | None = None,
     ) -> None:
-        """`parts`: name -> object with state_dict/load_state_dict (optimizer, scheduler, data; scaler
-        may be None), saved under that name."""
-        self.run_dir, self.model, self.parts, self.rng, self.state = run_dir, model, parts, rng, train_state
+        """`states`: every Stateful part of the run by name (torchtitan's shape), each with state_dict and
+        load_state_dict. "model" is written to the weights file, "train_state" as the state file's top-level
+        fields, "rng" gathered from every rank; each other part (optimizer, scheduler, scaler, data) under
+        its name, in the dict's order ({} for a part that is None, such as the scaler without fp16)."""
+        self.run_dir = run_dir
+        self.model: torch.nn.Module = states["model"]
+        self.state: TrainState = states["train_state"]
+        self.rng: RNGState = states["rng"]
+        self.parts = {k: v for k, v in states.items() if k not in ("model", "train_state", "rng")}
         self.dist, self.device, self.keep_last = dist, device, keep_last
         self.tokens_per_update = tokens_per_update
         self.last_saved: Path | None = None

@@ -6,8 +6,9 @@ gradient accumulation, AMP, DDP, evaluation, early stopping, checkpoints and exa
     summary = train(Config.load("multi30k_de_en"), "runs/de_en")
 
 The parts: `tasks` (batch -> loss, validation measures), `step` (one update, skip policy),
-`validate` (best weights, patience), `resume` (every stateful part), `train_state`,
-`metrics` (metrics.jsonl), `rundir`, `runtime` (device, AMP, global batch), `optim`.
+`validate` (best weights, patience), `resume` (saves and restores `Trainer.states`, every Stateful
+part by name), `train_state`, `metrics` (metrics.jsonl), `rundir`, `runtime` (device, AMP, global
+batch), `optim`.
 """
 
 from __future__ import annotations
@@ -77,12 +78,55 @@ class Trainer:
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self) -> None:
-        run_dir, c = self.run_dir, self.cfg.train
-        weights = None
-        if self.init_from is not None and not self.resume:  # fine-tuning: the vocabulary stays the weights'
-            weights, spm = init_source(self.init_from)
-            self.cfg = dataclasses.replace(self.cfg, data=dataclasses.replace(self.cfg.data, spm_model=str(spm)))
-        cfg = self.cfg
+        """The data, the model and the run's Stateful parts, then the resume. Every rank takes these steps
+        in this order: their collectives pair up."""
+        weights = self._fine_tuning_weights()
+        self._prepare_data()
+        n_params = self._build_model(weights)
+        self._build_parts()
+        self.ckpt = CheckpointManager(
+            self.run_dir,
+            self.states,
+            self.dist,
+            self.device,
+            keep_last=self.cfg.train.keep_last,
+            tokens_per_update=self.cfg.optim.tokens_per_update,
+        )
+        self._build_step()  # its stop vote: collective, before the resume's
+        if self.resume:
+            self.ckpt.load_latest(self.metrics)
+        else:
+            self.metrics.truncate(0)
+        if self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_step.train_model = DDP(
+                self.train_step.train_model, device_ids=ids, find_unused_parameters=self.spec.find_unused_parameters
+            )
+        self.validator = Validator(
+            task=self.task,
+            model=self.model,
+            state=self.state,
+            metrics=self.metrics,
+            run_dir=self.run_dir,
+            dist=self.dist,
+            device=self.device,
+            patience=self.cfg.train.patience,
+            say=self.progress.say,
+        )
+        if self.main:
+            self._banner(n_params, weights)
+
+    def _fine_tuning_weights(self) -> Path | None:
+        """--init-from on a new run: the weights it starts from; the vocabulary stays the weights'."""
+        if self.init_from is None or self.resume:
+            return None
+        weights, spm = init_source(self.init_from)
+        self.cfg = dataclasses.replace(self.cfg, data=dataclasses.replace(self.cfg.data, spm_model=str(spm)))
+        return weights
+
+    def _prepare_data(self) -> None:
+        """The run directory checked, the data prepared (or found in the cache), the same on every rank."""
+        cfg, run_dir = self.cfg, self.run_dir
         if self.main:
             rundir.check_new_or_resumed(run_dir, self.resume)
         distributed.barrier()
@@ -98,9 +142,13 @@ class Trainer:
                 f"pieces; the data settings changed since this run started"
             )
 
+    def _build_model(self, weights: Path | None) -> int:
+        """The model, initialised alike on every rank (or from `weights`); returns its parameter count."""
+        cfg, c = self.cfg, self.cfg.train
         torch.manual_seed(c.seed)
         np.random.seed(c.seed)
         random.seed(c.seed)
+        vocab = self.prepared.tokenizer.vocab_size
         self.model_config = cfg.model_config(vocab, tasks.n_classes(self.prepared), kind=self.spec.model_kind)
         self.model = build_model(self.model_config).to(self.device)  # identical init on every rank
         if weights is not None:
@@ -108,16 +156,21 @@ class Trainer:
         torch.manual_seed(c.seed + self.dist.rank)  # dropout differs across ranks, as it should
         n_params = sum(p.numel() for p in self.model.parameters())
         if self.main:
-            rundir.check_run_dir(run_dir, need_bytes=2 * 16 * n_params)  # weights + Adam moments, twice over
-            rundir.save_resolved_config(cfg, self.model_config, run_dir)
+            rundir.check_run_dir(self.run_dir, need_bytes=2 * 16 * n_params)  # weights + Adam moments, twice over
+            rundir.save_resolved_config(cfg, self.model_config, self.run_dir)
+        return n_params
 
-        o = cfg.optim
+    def _build_parts(self) -> None:
+        """The optimizer, schedule, loss scaler, data and task. Every Stateful part of the run goes into
+        one dict, `self.states`, that checkpoints save and a resume restores (torchtitan's shape); its
+        names are those of the state file."""
+        cfg, c, o = self.cfg, self.cfg.train, self.cfg.optim
         self.update_freq = o.update_freq
         if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
             self.update_freq = derive_update_freq(
                 o.tokens_per_update, self.spec.micro_batch_tokens(cfg), self.dist.world_size
             )
-        self.optimizer, scheduler, self.scaler = build_optimizer(
+        self.optimizer, self.scheduler, self.scaler = build_optimizer(
             self.model, o, self.model_config.d_model, self.device, self.amp, c.max_steps
         )
         self.iterator = self.spec.train_batches(cfg, self.prepared, self.dist, self.device)
@@ -125,59 +178,32 @@ class Trainer:
         self.task = self.spec.build(
             cfg, self.model_config, self.prepared, self.device, autocast_factory(self.amp, self.device)
         )
-        parts = {
+        self.states: dict[str, Any] = {
+            "model": self.model,  # the weights file; the others share the state file
+            "train_state": self.state,
+            "rng": RNGState(self.device, self.dist, c.seed),
             "optimizer": ConfiguredAdam(self.optimizer),
-            "scheduler": scheduler,
-            "scaler": self.scaler,
+            "scheduler": self.scheduler,
+            "scaler": self.scaler,  # None without fp16
             "data": self.iterator,
         }
-        self.ckpt = CheckpointManager(
-            run_dir,
-            self.model,
-            parts,
-            RNGState(self.device, self.dist, c.seed),
-            self.state,
-            self.dist,
-            self.device,
-            c.keep_last,
-            o.tokens_per_update,
-        )
+
+    def _build_step(self) -> None:
+        """One optimizer update; it trains the compiled model, when train.compile, and updates `self.model`."""
         train_model: torch.nn.Module = self.model
-        if c.compile:
+        if self.cfg.train.compile:
             train_model = cast(torch.nn.Module, torch.compile(self.model))  # checkpoints save self.model: no _orig_mod.
         self.train_step = TrainStep(
-            self.task,
-            self.model,
-            train_model,
-            self.optimizer,
-            scheduler,
-            self.scaler,
-            self.dist,
-            self.device,
-            o.clip_norm,
-        )  # its stop vote: collective, before the resume's
-        if self.resume:
-            self.ckpt.load_latest(self.metrics)
-        else:
-            self.metrics.truncate(0)
-        if self.dist.enabled:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_step.train_model = DDP(
-                train_model, device_ids=ids, find_unused_parameters=self.spec.find_unused_parameters
-            )
-        self.validator = Validator(
-            self.task,
-            self.model,
-            self.state,
-            self.metrics,
-            run_dir,
-            self.dist,
-            self.device,
-            c.patience,
-            self.progress.say,
+            task=self.task,
+            model=self.model,
+            train_model=train_model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            dist=self.dist,
+            device=self.device,
+            clip_norm=self.cfg.optim.clip_norm,
         )
-        if self.main:
-            self._banner(n_params, weights)
 
     def _banner(self, n_params: int, weights: Path | None) -> None:
         cfg, o, world = self.cfg, self.cfg.optim, self.dist.world_size
