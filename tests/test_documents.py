@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from aiayn.data.segment import segment
@@ -278,6 +278,8 @@ _INLINE = [("b", ""), ("i", ""), ("a", ' href="/x?y=1"'), ("span", ' class="k"')
 
 
 @given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 5)), max_size=6), st.booleans())
+# nested <a> over one word: the parser closes the outer one, an empty point; it put a space inside "FUSSBALL."
+@example(spans=[(0, 6, 0), (7, 7, 2), (7, 7, 2)], br=False)
 def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br: bool) -> None:
     """Nested and adjacent inline tags over random word ranges, a reversing 'translation' (words move):
     the output is balanced, has the same tags and attributes, and its text is the translation."""

@@ -209,7 +209,9 @@ def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequen
         key = (id(slot[0]), slot[1])
         piece = pending + translated[pos:y]
         pending = ""
-        if point:  # "Siehe <code>x</code> hier." keeps its spaces: a point never glues two words together
+        # "Siehe <code>x</code> hier." keeps its spaces: a point that lands beside a space in the translation
+        # gets the source's space on its other side too (never inside a word: the text stays the same words)
+        if point and (_kind(translated, y - 1) == "space" or _kind(translated, y) == "space"):
             before, after = _sides(run.text, x, skip)
             if kind == "start" and before == "space" and y > 0 and _kind(translated, y - 1) != "space":
                 piece += " "
