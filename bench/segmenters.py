@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from aiayn.data.segment import segment  # noqa: E402
-from segment_gold import GOLD, HELD_OUT, parse  # noqa: E402
+from segment_gold import GOLD, HELD_OUT, HELD_OUT_2, parse  # noqa: E402
 
 
 def starts(chunks: list[str], text: str) -> set[int]:
@@ -93,7 +93,7 @@ def measure(
     return {
         "segmenter": name,
         "mode": mode,
-        "set": "held out" if gold_set is HELD_OUT else "gold",
+        "set": {id(GOLD): "gold", id(HELD_OUT): "held out", id(HELD_OUT_2): "held out 2"}[id(gold_set)],
         "texts": sum(len(v) for v in gold_set.values()),
         "tp": tp,
         "fp": fp,
@@ -109,7 +109,7 @@ def measure(
 def main() -> None:
     rows = []
     ours = {"aiayn": lambda lang: lambda t: segment(t, lang).sentences}
-    for gold_set in (GOLD, HELD_OUT):
+    for gold_set in (GOLD, HELD_OUT, HELD_OUT_2):
         for name, cut_for in cutters().items():
             for mode in ("raw", "lines"):
                 rows.append(measure(name, mode, cut_for, gold_set))

@@ -105,6 +105,40 @@ HELD_OUT: dict[str, list[str]] = {
 }
 
 
+# Written before the two fixes made against HELD_OUT's misses ("Dipl.-Kfm.", "Really?! I") were run on
+# it; what docs/serving.md reports as the second held-out set.
+HELD_OUT_2: dict[str, list[str]] = {
+    "de": [
+        "Die Kinder malen ein Bild. |Ihre Lehrerin schaut zu.",
+        "Das Museum ist Mo. bis Fr. geöffnet. |Am Wochenende ist es zu.",
+        "Warum nicht?! |Wir haben doch Zeit.",
+        "Sie wohnt in der Goethestr. 12 in Berlin. |Er wohnt nebenan.",
+        "Der Termin ist am 24.12. um 18 Uhr. |Bitte kommt alle.",
+        "Ein Mädchen springt ins Wasser… |Die anderen lachen.",
+        "Der Bericht (vgl. S. 14) ist kurz. |Er reicht aber aus.",
+        "Zwei Hunde spielen im Schnee\n|Ein Mann sieht ihnen zu.",
+        "„Wo bist du?“ |Niemand antwortete.",
+        "Die Straße ist ca. 3 km lang. |Sie führt zum See.",
+        "Herr Prof. Dr. Lange hält den Vortrag. |Danach gibt es Kaffee.",
+        "Das Team gewann mit 3:1. |Die Fans jubelten.",
+    ],
+    "en": [
+        "A boy is jumping into a pool. |His friends are watching.",
+        "What?! |You can't be serious.",
+        "The lab is run by Dr. Chen and Prof. Ruiz. |They work late.",
+        "It happened on Jan. 5 at 3 p.m. |Nobody saw it.",
+        "Pages 10-12 of vol. 3 are missing. |We must reorder it.",
+        "The U.K. team won gold. |The crowd cheered.",
+        "Two dogs are playing in the snow\n|A man watches them.",
+        'He said "No way!" |Then he walked off.',
+        "Ask Mr. T. Brown about it. |He knows everything.",
+        "The score was 2.5 to 1.5. |It was close.",
+        "Oh no... |The train has left.",
+        "Is it done?? |Not yet.",
+    ],
+}
+
+
 def parse(marked: str) -> tuple[str, list[int]]:
     """The text and the offsets where its sentences start (other than 0)."""
     parts = marked.split("|")

@@ -161,3 +161,4 @@ def test_segmenters_compare_on_the_gold_set(home):
     assert ("gold", "sentencex", "raw") in rows and ("held out", "sentencex", "lines") in rows
     assert rows["gold", "aiayn", "lines"]["fn"] == 0 and rows["gold", "aiayn", "lines"]["right"] == 1.0
     assert rows["held out", "aiayn", "lines"]["right"] >= 0.9
+    assert rows["held out 2", "aiayn", "lines"]["right"] >= rows["held out 2", "sentencex", "lines"]["right"]

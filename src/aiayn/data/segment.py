@@ -20,9 +20,11 @@ The model was trained on single sentences, so a paragraph handed to it whole com
 
 sentencex does not read the ellipsis character U+2026 as an end of sentence (it does "..."), so it is
 shown a full stop in its place; and it cuts German compounds of abbreviations ("Dipl.-Ing. Hans"), so
-it is shown a space for the hyphen after a full stop, its abbreviation list decides "Ing. Hans", and a
-cut right after a full stop with no space ("Dipl.|-Ing.") is dropped. One character for one, so
-offsets do not move.
+it is shown a space for the hyphen after a full stop, its abbreviation list decides "Ing. Hans", a
+cut right after a full stop with no space ("Dipl.|-Ing.") is dropped, and so is a cut after a compound
+of abbreviations its list lacks ("Dipl.-Kfm. Schmidt"). It does not cut after a run of "?" and "!"
+before "I" in English ("Really?! I had no idea."), so it is shown spaces for all but the run's last
+mark. One character for one, so offsets do not move.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
 
     # see the module docstring: one character for one, so offsets do not move
     shown = line.replace("\u2026", ".").replace(".-", ". ")
+    shown = "".join(" " if c in "?!" and shown[i + 1 : i + 2] in ("?", "!") else c for i, c in enumerate(shown))
     cuts, at = [], 0
     # sentencex's chunks concatenate to its input, so they cut the original line at the same offsets;
     # the tail after the last chunk is kept too, in case a version drops text.
@@ -63,7 +66,10 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
         at += len(chunk)
         # a full stop with no space after it in the text ("Dipl.-Ing.", "Hallo.Welt") ends no sentence
         glued = not line[at - 1].isspace() and at < len(line) and not line[at].isspace()
-        if at < len(line) and not (glued and chunk.rstrip().endswith(".")):
+        # the last word: a compound of abbreviations ("Dipl.-Kfm.") is one, listed or not
+        words = line[max(0, at - 64) : at].split()
+        compound = bool(words) and ".-" in words[-1] and words[-1].endswith(".")
+        if at < len(line) and not (glued and chunk.rstrip().endswith(".")) and not compound:
             cuts.append(at)
     spans, at = [], 0
     for end in [*cuts, len(line)]:
