@@ -28,6 +28,7 @@ from aiayn.data.io import read_lines
 from aiayn.data.text_batching import MaskingCollate, TextCollate
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.classifier import Classifier
+from aiayn.decode.fill_mask import FillMask
 from aiayn.model import EncoderOnly
 from aiayn.train import train
 from aiayn.train.tasks import spec_for
@@ -558,6 +559,11 @@ def test_predict_fills_in_masks_with_hugging_faces_records(sounds_run, tmp_path,
     assert best[3][0]["token_str"] == "meows" and best[3][0]["sequence"] == "the small cat meows [MASK]"
     # no space before the marker: a candidate that starts a word still gets its space in the sequence
     assert best[4][0]["sequence"] == f"the lazy duck {best[4][0]['token_str']} again"
+    # the model reads what training's masking made of the whole sentence: "▁barks" became [MASK], and no
+    # lone "▁" is left before it
+    fm = FillMask.load(sounds_run, "cpu")
+    whole = fm.tokenizer.encode("the big dog barks loudly")
+    assert fm.encode(texts[0]) == [fm.mask_id if i == fm.tokenizer.piece_id("▁barks") else i for i in whole]
     (tmp_path / "bare.txt").write_text("the big dog barks loudly\n")
     assert cli(["predict", "-c", str(sounds_run), "--input", str(tmp_path / "bare.txt")]) == 2
     assert "no [MASK] in 'the big dog barks loudly'" in capsys.readouterr().err

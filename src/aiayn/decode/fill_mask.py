@@ -96,6 +96,7 @@ class FillMask:
         logits = self.model(ids.to(self.device), where=where.to(self.device)).float()  # (n, V)
         logits[:, self.special] = float("-inf")
         probs, best = torch.softmax(logits, -1).topk(min(top_k, logits.size(-1) - len(self.special)))  # (n, k)
+        probs, best = probs.cpu(), best.cpu()  # one copy, not one per candidate
         found: list[list[list[Candidate]]] = [[] for _ in texts]
         for j, flat in enumerate(where.tolist()):
             r = flat // ids.size(1)
