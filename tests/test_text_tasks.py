@@ -6,6 +6,7 @@ and real training runs of a few steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from aiayn.data.io import read_lines
 from aiayn.data.text_batching import MaskingCollate, TextCollate
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.classifier import Classifier
+from aiayn.decode.fill_mask import FillMask
 from aiayn.model import EncoderOnly
 from aiayn.train import train
 from aiayn.train.tasks import spec_for
@@ -508,3 +510,110 @@ def test_training_on_real_multi30k_captions(task, home, multi30k_corpus, tmp_pat
     assert [r["step"] for r in valid] == [4, 8] and (run / "checkpoints/step_00000008.safetensors").is_file()
     assert train_recs[-1]["nll"] < train_recs[0]["nll"]
     assert {"accuracy", "macro_f1"} <= set(valid[-1]) if task == "classify" else "ppl" in valid[-1]
+
+
+# -- filling in [MASK]: `aiayn predict` and `aiayn serve` on an mlm run --------------------------------
+
+SOUNDS = {"dog": "barks", "cat": "meows", "cow": "moos", "bird": "sings", "duck": "quacks", "lion": "roars"}
+ADJECTIVES = ["big", "small", "old", "young", "brown", "white", "happy", "lazy"]
+
+
+@pytest.fixture(scope="module")
+def sounds_run(home, tmp_path_factory) -> Path:
+    """An mlm run on "the ADJ ANIMAL SOUND ADVERB" lines, where each animal makes one sound: the sound
+    follows from the animal and back, the adjective from nothing. 60 updates (a few seconds) fill in a
+    sound or an animal with probability > 0.9 (pre-LN, no dropout, 30% of tokens masked)."""
+    rng = np.random.default_rng(0)
+    d = tmp_path_factory.mktemp("sounds")
+    for split, n in (("train", 400), ("valid", 40)):
+        animals = rng.choice(list(SOUNDS), n)
+        lines = [
+            f"the {rng.choice(ADJECTIVES)} {a} {SOUNDS[a]} {rng.choice(['loudly', 'softly', 'again'])}" for a in animals
+        ]
+        (d / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    over = {"train.max_steps": 60, "train.eval_every": 60, "train.save_every": 60, "data.max_tokens": 1024}
+    over |= {"task.mask_prob": 0.3, "model.norm": "pre", "model.dropout": 0.0, "optim.label_smoothing": 0.0}
+    run = d / "run"
+    train(config("mlm", d, **over), run)
+    return run
+
+
+def test_predict_fills_in_masks_with_hugging_faces_records(sounds_run, tmp_path, capsys):
+    texts = ["the big dog [MASK] loudly", "the old [MASK] moos again", "the [MASK] lion roars softly"]
+    texts += ["the small cat [MASK] [MASK]", "the lazy duck[MASK] again"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    capsys.readouterr()
+    assert cli(["predict", "-c", str(sounds_run), "--device", "cpu", "--input", str(tmp_path / "in.txt")]) == 0
+    out = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [len(masks) for masks in out] == [1, 1, 1, 2, 1]  # per text, one list per [MASK]
+    for masks in out:
+        for found in masks:
+            scores = [c["score"] for c in found]
+            assert len(found) == 5 and scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
+            assert {"score", "token", "token_str", "sequence"} == set(found[0])
+    best = [[found[0] for found in masks] for masks in out]
+    assert (best[0][0]["token_str"], best[0][0]["sequence"]) == ("barks", "the big dog barks loudly")
+    assert best[0][0]["score"] > 0.9 and best[1][0]["token_str"] == "cow" and best[1][0]["score"] > 0.9
+    # the adjective follows from nothing: the model spreads its belief over the adjectives
+    assert best[2][0]["score"] < 0.5 and {c["token_str"] for c in out[2][0]} <= set(ADJECTIVES)
+    assert best[3][0]["token_str"] == "meows" and best[3][0]["sequence"] == "the small cat meows [MASK]"
+    # no space before the marker: a candidate that starts a word still gets its space in the sequence
+    assert best[4][0]["sequence"] == f"the lazy duck {best[4][0]['token_str']} again"
+    # the model reads what training's masking made of the whole sentence: "▁barks" became [MASK], and no
+    # lone "▁" is left before it
+    fm = FillMask.load(sounds_run, "cpu")
+    whole = fm.tokenizer.encode("the big dog barks loudly")
+    assert fm.encode(texts[0]) == [fm.mask_id if i == fm.tokenizer.piece_id("▁barks") else i for i in whole]
+    (tmp_path / "bare.txt").write_text("the big dog barks loudly\n")
+    assert cli(["predict", "-c", str(sounds_run), "--input", str(tmp_path / "bare.txt")]) == 2
+    assert "no [MASK] in 'the big dog barks loudly'" in capsys.readouterr().err
+
+
+def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, capsys):
+    """`aiayn serve -c RUN` of a task other than translation: a real server process, its predictor at
+    /v1/predict; and a task without a predictor is refused in one line before anything loads."""
+    pytest.importorskip("uvicorn")
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from aiayn.train.tasks import get_spec, register
+
+    texts = ["the young bird [MASK] again", "the white [MASK] quacks softly"]
+    expected = get_spec("mlm").predictor(str(sounds_run), "cpu")(texts)  # what `aiayn predict` prints
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    cmd = [sys.executable, "-m", "aiayn", "serve", "-c", str(sounds_run), "--port", str(port), "--device", "cpu"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/health", timeout=1).json() == {"status": "ok", "task": "mlm"}:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.1)
+        r = httpx.post(url + "/v1/predict", json={"q": texts}, timeout=30)
+        assert r.status_code == 200 and r.json() == {"task": "mlm", "predictions": expected}
+        r = httpx.post(url + "/v1/predict", json={"q": "the big dog barks"}, timeout=30)
+        assert r.status_code == 422 and "no [MASK]" in r.json()["error"]
+        assert httpx.post(url + "/v1/translate", json={"q": "Ein Hund."}, timeout=30).status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    mlm = get_spec("mlm")
+    register(dataclasses.replace(mlm, predictor=None))
+    try:
+        assert cli(["serve", "-c", str(sounds_run)]) == 2
+    finally:
+        register(mlm)
+    assert "task mlm has no predictor to serve" in capsys.readouterr().err

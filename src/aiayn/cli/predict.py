@@ -4,6 +4,7 @@ only; the task's own verbs, such as `aiayn translate` or `aiayn classify`, have 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -22,7 +23,10 @@ def _run(a: argparse.Namespace) -> int:
     out = open(a.output, "w") if a.output else sys.stdout
     try:
         for k in range(0, len(lines), a.batch):
-            out.writelines(y + "\n" for y in predict(lines[k : k + a.batch]))
+            out.writelines(
+                (y if isinstance(y, str) else json.dumps(y, ensure_ascii=False)) + "\n"
+                for y in predict(lines[k : k + a.batch])
+            )
             out.flush()
     finally:
         if a.output:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from aiayn.cli.translate import add_engine_arg
 from aiayn.config import DecodeConfig
@@ -12,7 +13,7 @@ def _serve(a: argparse.Namespace) -> int:
     from aiayn.errors import AiaynError
 
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (here: a missing extra is one line before any model loads)
 
         from aiayn.serve.app import ServeSettings, create_app
         from aiayn.serve.backends import load_backend
@@ -23,8 +24,10 @@ def _serve(a: argparse.Namespace) -> int:
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
     from aiayn.hub import resolve_run
+    from aiayn.train.tasks import run_spec
 
     run = resolve_run(a.checkpoint)  # hf://user/model -> its directory in the HF cache
+    spec = run_spec(str(run))
     found = find_in_run(run, "config.yaml")
     cfg = Config.load(str(found)) if found else None
     d = cfg.decode if cfg else DecodeConfig()
@@ -51,6 +54,8 @@ def _serve(a: argparse.Namespace) -> int:
         api_key=a.api_key,
         split_sentences=a.split_sentences,
     )
+    if spec.hub_tag != "translation":
+        return _serve_task(a, str(run), spec, settings)
     from aiayn.cli.translate import say_engine
 
     backend = load_backend(a.engine, run, device=a.device, threads=a.threads, workers=a.workers)
@@ -62,6 +67,12 @@ def _serve(a: argparse.Namespace) -> int:
         f"on http://{a.host}:{a.port}",
         flush=True,
     )
+    return _listen(app, a)
+
+
+def _listen(app: Any, a: argparse.Namespace) -> int:
+    import uvicorn
+
     # SIGTERM / Ctrl-C: uvicorn stops accepting, answers the requests in flight, then runs the
     # app's shutdown (which stops the batching worker).
     uvicorn.run(
@@ -75,8 +86,28 @@ def _serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_task(a: argparse.Namespace, run: str, spec: Any, settings: Any) -> int:
+    """A run of another task: its TaskSpec's predictor at POST /v1/predict (aiayn.serve.tasks), or a
+    one-line refusal for a task without one. The translation flags (beam, engine, batching) do not apply."""
+    from aiayn.errors import AiaynError
+    from aiayn.serve.tasks import create_task_app
+
+    if spec.predictor is None:
+        raise AiaynError(
+            f"aiayn serve: task {spec.name} has no predictor to serve (its TaskSpec builds none); "
+            "it serves translation runs and the runs of tasks with a predictor"
+        )
+    app = create_task_app(spec.name, spec.predictor(run, a.device), settings)
+    print(f"aiayn serve: {a.checkpoint} (task {spec.name}: POST /v1/predict) on http://{a.host}:{a.port}", flush=True)
+    return _listen(app, a)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="HTTP translation server (LibreTranslate API + /v1) with a web page")
+    p = sub.add_parser(
+        "serve",
+        help="HTTP translation server (LibreTranslate API + /v1) with a web page; for a run of another task, "
+        "its predictor at POST /v1/predict (what aiayn predict prints, as JSON)",
+    )
     p.add_argument(
         "-c",
         "--checkpoint",

@@ -243,7 +243,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
         adaptive=s.adaptive_wait,
     )
     metrics.queue.set_function(lambda: batcher.queued)
-    service = Service(backend, s, batcher, metrics, _Files())
+    service = Service(s, backend, batcher, metrics, _Files())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -259,7 +259,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     app = FastAPI(title="aiayn serve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.service = service
     app.state.batcher, app.state.metrics, app.state.settings = batcher, metrics, s
-    _add_error_handlers(app)
+    add_error_handlers(app)
     for router in (libre_router, files_router, v1_router, ops_router, page_router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -279,7 +279,7 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     return app
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+def add_error_handlers(app: FastAPI) -> None:
     """Every failure answers LibreTranslate's {"error": "one line"}."""
 
     @app.exception_handler(ApiError)
@@ -301,16 +301,12 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 @dataclass
-class Service:
-    """What the routers share: the backend, the settings, the batching worker, the metrics and the
-    translated files; and the steps every endpoint takes (read the body, check the key and the limits,
-    queue the sentences)."""
+class Requests:
+    """The steps every endpoint takes before its model (read the body within the limit, check the key
+    and the limits), which need only the settings: the translation routers' and the task endpoint's
+    (aiayn.serve.tasks)."""
 
-    backend: Backend
     settings: ServeSettings
-    batcher: Batcher
-    metrics: Metrics
-    files: _Files
 
     async def read_body(self, request: Request) -> bytes:
         """The body, refused with 413 as soon as it passes the limit (declared or streamed)."""
@@ -397,6 +393,18 @@ class Service:
         chars = sum(len(t) for t in texts)
         if s.char_limit >= 0 and chars > s.char_limit:
             raise ApiError(413, f"Invalid request: request ({chars}) exceeds character limit ({s.char_limit})")
+
+
+@dataclass
+class Service(Requests):
+    """What the translation routers share: the settings (and the request steps of `Requests`), the
+    backend, the batching worker, the metrics and the translated files; and the steps of a translation
+    (its options, queueing its sentences)."""
+
+    backend: Backend
+    batcher: Batcher
+    metrics: Metrics
+    files: _Files
 
     def default_options(self) -> SearchOptions:
         s = self.settings

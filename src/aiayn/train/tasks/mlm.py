@@ -21,6 +21,7 @@ from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.tasks.spec import (
     TEXT_CORPORA,
     Autocast,
+    Predict,
     TaskSpec,
     TrainBatches,
     register,
@@ -135,6 +136,15 @@ def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: t
     return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
 
 
+def filled_masks(run: str, device: str | None) -> Predict:
+    """Each line's [MASK]s filled in: a JSON list with, for each [MASK], its 5 likeliest pieces (Hugging
+    Face's fill-mask records: score, token, token_str, sequence), best first."""
+    from aiayn.decode.fill_mask import FillMask
+
+    fill = FillMask.load(run, device)
+    return lambda lines: [[[dataclasses.asdict(c) for c in mask] for mask in text] for text in fill.fill(lines)]
+
+
 SPEC = register(
     TaskSpec(
         name="mlm",
@@ -147,6 +157,7 @@ SPEC = register(
         settings=MLMSettings,
         corpora=TEXT_CORPORA,
         measures={"accuracy": True},
+        predictor=filled_masks,
         hub_tag="fill-mask",
         summary="masked-token pre-training (encoder-only, BERT)",
     )

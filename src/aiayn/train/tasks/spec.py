@@ -29,7 +29,8 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.distributed import DistInfo
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
-Predict = Callable[[list[str]], list[str]]  # input lines -> one output line each
+# input lines -> one output each: a line of text, or a JSON value (printed as one JSON line, served as is)
+Predict = Callable[[list[str]], list[Any]]
 T = TypeVar("T")
 
 
@@ -100,8 +101,9 @@ class TaskSpec:
     corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
     measures: its validation numbers besides loss (lower is better), each with True where higher is
       better; train.patience_metric may name them, and the best checkpoint is judged by them.
-    predictor: (run directory or weights, device) -> a function from input lines to output lines
-      (`aiayn predict`); None for a task without one.
+    predictor: (run directory or weights, device) -> a function from input lines to one output each, a
+      line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict for a task whose
+      hub_tag is not translation); None for a task without one.
     hub_tag: the Hugging Face Hub's pipeline tag for its model card.
     summary: one line for `aiayn train --help` and the model card ("... trained for <summary>").
     """
