@@ -19,7 +19,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiayn.config import DataConfig
+from aiayn.config import Config, DataConfig
 from aiayn.data import Tokenizer, prepare
 from aiayn.data.tokenizer import NEWLINE, WordCacheEncoder
 
@@ -391,3 +391,26 @@ def test_data_prepare_command_prepares_once_then_finds_the_cache(tmp_path, monke
     assert again.out.startswith("cached ") and again.err == ""
     assert main(["data", "prepare", "--config", str(path), "--data.nonsense", "1"]) == 2
     assert "nonsense" in capsys.readouterr().err
+
+
+def test_data_prepare_command_prepares_as_the_task_does(tmp_path, monkeypatch, capsys):
+    """A classify config's data are labelled lines with the encoder's special pieces: the command
+    prepares exactly the cache the task's training reads (not the config's corpus as sentence pairs)."""
+    from aiayn.cli import main
+    from aiayn.train import tasks
+
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    rng = random.Random(2)
+    for split, n in (("train", 300), ("valid", 40)):
+        rows = [f"{lab}\t{' '.join(rng.choices(WORDS_EN, k=5))}" for lab in rng.choices(["a", "b", "c"], k=n)]
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    data = {"corpus": "text", "text_train": str(tmp_path / "train.tsv"), "text_valid": str(tmp_path / "valid.tsv")}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"task": {"name": "classify"}, "model": {"preset": "tiny"}, "data": data}))
+    assert main(["data", "prepare", "--config", str(path), "--data.vocab_size", "300", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("prepared ") and "(task classify): train 300, valid 40, test 0 examples" in out
+    cfg = Config.load(str(path), ["--data.vocab_size", "300"])
+    run = tasks.prepare_data(tasks.get_spec("classify"), cfg, cfg.data, None)
+    assert run.report["cached"] and str(run.cache_dir) in out and run.label_names == ["a", "b", "c"]
+    assert run.tokenizer.piece_id("[MASK]") is not None

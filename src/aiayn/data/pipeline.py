@@ -29,6 +29,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -189,6 +191,33 @@ class Options:
     workers: int | None = None
     progress: bool = False
     chunk_lines: int = 20_000
+
+
+# (workers, progress) for preparations that do not name them: `preparing` sets them around a task's own
+# prepare function, which takes only the run's config (`aiayn data prepare --workers N --no-progress`)
+_DEFAULTS: ContextVar[tuple[int | None, bool | None]] = ContextVar("aiayn_prepare_defaults", default=(None, None))
+
+
+@contextmanager
+def preparing(workers: int | None = None, progress: bool | None = None) -> Iterator[None]:
+    """Within: the preparations that leave `workers` or `progress` unset take these."""
+    token = _DEFAULTS.set((workers, progress))
+    try:
+        yield
+    finally:
+        _DEFAULTS.reset(token)
+
+
+def options(workers: int | None, progress: bool | None, chunk_lines: int) -> Options:
+    """Options from a caller's arguments; unset ones from `preparing`, else all cores and bars when
+    stderr is a terminal."""
+    default_workers, default_progress = _DEFAULTS.get()
+    progress = default_progress if progress is None else progress
+    return Options(
+        default_workers if workers is None else workers,
+        sys.stderr.isatty() if progress is None else progress,
+        chunk_lines,
+    )
 
 
 def prepare_examples(kind: ExampleKind[P], run_dir: str | os.PathLike | None, options: Options) -> P:

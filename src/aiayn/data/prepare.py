@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from aiayn.data.cache import SPLITS, Reservoir, given_tokenizer, lock_path, spm_
 from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
-from aiayn.data.pipeline import Chunk, ExampleKind, Job, Options, Scan, files_stamp, prepare_examples, stamp_key
+from aiayn.data.pipeline import Chunk, ExampleKind, Job, Scan, files_stamp, options, prepare_examples, stamp_key
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder, collapse_whitespace
 
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
@@ -78,8 +77,7 @@ def prepare(
     (sentencepiece's user_defined_symbols; a task's markup, such as a tree's brackets). Safe to
     call from many processes at once: one builds a cache, the others wait for it and load it.
     """
-    progress = sys.stderr.isatty() if progress is None else progress
-    return prepare_examples(SentencePairs(cfg, tuple(symbols)), run_dir, Options(workers, progress, chunk_pairs))
+    return prepare_examples(SentencePairs(cfg, tuple(symbols)), run_dir, options(workers, progress, chunk_pairs))
 
 
 def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfig:

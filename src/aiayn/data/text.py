@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from aiayn.data.cache import SPLITS, Reservoir, given_tokenizer, spm_model_bytes
 from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
-from aiayn.data.pipeline import Chunk, ExampleKind, Job, Options, Scan, files_stamp, prepare_examples
+from aiayn.data.pipeline import Chunk, ExampleKind, Job, Scan, files_stamp, options, prepare_examples
 from aiayn.data.tokenizer import NEWLINE, Tokenizer, collapse_whitespace
 
 _FORMAT = 1
@@ -69,9 +68,8 @@ def prepare_text(
 
     `labelled`: lines are LABEL<TAB>TEXT[<TAB>TEXT_B] (classification). `specials`: pieces the tokenizer
     must have (ENCODER_SPECIALS for the encoder-only tasks). Safe to call from many processes at once."""
-    progress = sys.stderr.isatty() if progress is None else progress
     kind = TextLines(cfg, labelled, tuple(specials))
-    return prepare_examples(kind, run_dir, Options(workers, progress, chunk_lines))
+    return prepare_examples(kind, run_dir, options(workers, progress, chunk_lines))
 
 
 # -- sources ----------------------------------------------------------------------------------------
