@@ -19,9 +19,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiayn.config import DataConfig
+from aiayn.config import Config, DataConfig
 from aiayn.data import Tokenizer, prepare
-from aiayn.data.tokenizer import WordCacheEncoder
+from aiayn.data.tokenizer import NEWLINE, WordCacheEncoder
 
 WORDS_DE = "der die das ein eine hund katze mann frau kind läuft springt spielt über unter neben grün rot".split()
 WORDS_EN = "the a dog cat man woman child runs jumps plays over under beside green red big small".split()
@@ -76,6 +76,61 @@ def test_worker_processes_write_exactly_what_one_process_writes(tmp_path, monkey
     for i in (0, 1, 700, 701, len(enc) - 1):
         s, t = enc.pair(i)
         assert s.tolist() == one.tokenizer.encode(src[i]) + [3] and t.tolist() == one.tokenizer.encode(tgt[i])
+
+
+def test_the_line_kind_writes_in_worker_processes_exactly_what_one_process_writes(tmp_path, monkeypatch):
+    """The same pipeline for one-sided text: labelled lines (pairs of texts, blank lines, truncation) and
+    running text over two files, in chunks of 100 lines, one process against two."""
+    from aiayn.data.text import prepare_text
+
+    rng = random.Random(1)
+    rows = [
+        f"{rng.choice(['yes', 'no'])}\t{' '.join(rng.choices(WORDS_EN, k=rng.randint(1, 30)))}\t{i}" for i in range(900)
+    ]
+    rows[5] = ""
+    (tmp_path / "train.tsv").write_text("\n".join(rows[:800]) + "\n")
+    (tmp_path / "valid.tsv").write_text("\n".join(rows[800:]) + "\n")
+    (tmp_path / "a.txt").write_text("\n".join(r.replace("\t", " ") for r in rows[:500]) + "\n")
+    (tmp_path / "b.txt").write_text("\n".join(r.replace("\t", " ") for r in rows[500:800]))
+    labelled = DataConfig(corpus="text", text_train=str(tmp_path / "train.tsv"), text_valid=str(tmp_path / "valid.tsv"))
+    document = DataConfig(
+        corpus="text", text_unit="document", text_train=[str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    )
+    document.text_valid = str(tmp_path / "valid.tsv")
+    arrays = ARRAYS + ("labels",)
+    for cfg, kw in ((labelled, {"labelled": True}), (document, {})):
+        cfg.vocab_size, cfg.max_len = 300, 12
+        monkeypatch.setenv("AIAYN_HOME", str(tmp_path / f"h1{cfg.text_unit}"))
+        one = prepare_text(cfg, workers=1, chunk_lines=100, **kw)
+        monkeypatch.setenv("AIAYN_HOME", str(tmp_path / f"h2{cfg.text_unit}"))
+        two = prepare_text(cfg, workers=2, chunk_lines=100, **kw)
+        assert one.report["workers"] == 1 and two.report["workers"] == 2
+        assert one.report["splits"] == two.report["splits"]
+        assert all(
+            (one.cache_dir / f"{s}.{k}.npy").read_bytes() == (two.cache_dir / f"{s}.{k}.npy").read_bytes()
+            for s in ("train", "valid", "test")
+            for k in arrays
+        )
+    tok, split = one.tokenizer, one.splits["train"]  # running text: one example, every line then a newline
+    assert len(split) == 1 and split.pair(0)[0].tolist()[-1] == 3
+    ids = split.pair(0)[0].tolist()
+    text = (tmp_path / "a.txt").read_text() + (tmp_path / "b.txt").read_text()
+    assert ids.count(tok.piece_id(NEWLINE)) == 799  # between the 800 lines of the two files
+    assert tok.decode(ids).split() == text.split()
+    lab = prepare_text(labelled, labelled=True, workers=1, chunk_lines=100)  # cached: what the workers wrote
+    assert lab.report["splits"]["train"]["empty"] == 1 and lab.report["splits"]["train"]["truncated"] > 0
+    for k in (0, 5, 6, 799):  # blank line 5 is no example: line 6 is the sixth
+        label, a, b = rows[k].split("\t") if rows[k] else ("", "", "")
+        if not rows[k]:
+            continue
+        i = int(lab.splits["train"].index.tolist().index(k))
+        src, tgt = lab.splits["train"].pair(i)
+        assert (
+            lab.label_names[int(lab.labels["train"][i])] == label
+            and tgt.tolist() == lab.tokenizer.encode(b)[: len(tgt)]
+        )
+        assert src.tolist()[-1] == 3 and src.tolist()[:-1] == lab.tokenizer.encode(a)[: len(src) - 1]
+        assert len(src) + len(tgt) <= 12
 
 
 def test_bpe_sample_is_seeded_bounded_and_whole_below_its_size(tmp_path, monkeypatch):
@@ -336,3 +391,26 @@ def test_data_prepare_command_prepares_once_then_finds_the_cache(tmp_path, monke
     assert again.out.startswith("cached ") and again.err == ""
     assert main(["data", "prepare", "--config", str(path), "--data.nonsense", "1"]) == 2
     assert "nonsense" in capsys.readouterr().err
+
+
+def test_data_prepare_command_prepares_as_the_task_does(tmp_path, monkeypatch, capsys):
+    """A classify config's data are labelled lines with the encoder's special pieces: the command
+    prepares exactly the cache the task's training reads (not the config's corpus as sentence pairs)."""
+    from aiayn.cli import main
+    from aiayn.train import tasks
+
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    rng = random.Random(2)
+    for split, n in (("train", 300), ("valid", 40)):
+        rows = [f"{lab}\t{' '.join(rng.choices(WORDS_EN, k=5))}" for lab in rng.choices(["a", "b", "c"], k=n)]
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    data = {"corpus": "text", "text_train": str(tmp_path / "train.tsv"), "text_valid": str(tmp_path / "valid.tsv")}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"task": {"name": "classify"}, "model": {"preset": "tiny"}, "data": data}))
+    assert main(["data", "prepare", "--config", str(path), "--data.vocab_size", "300", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("prepared ") and "(task classify): train 300, valid 40, test 0 examples" in out
+    cfg = Config.load(str(path), ["--data.vocab_size", "300"])
+    run = tasks.prepare_data(tasks.get_spec("classify"), cfg, cfg.data, None)
+    assert run.report["cached"] and str(run.cache_dir) in out and run.label_names == ["a", "b", "c"]
+    assert run.tokenizer.piece_id("[MASK]") is not None

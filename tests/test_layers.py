@@ -242,7 +242,7 @@ def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
 
 # The modules that turn corpora into prepared caches. Decoding reads a run's tokenizer and weights, never
 # a corpus: the constants it shares with preparation (piece names) live in aiayn.data.tokenizer.
-DATA_PREPARATION = ("aiayn.data.prepare", "aiayn.data.text", "aiayn.data.cache")
+DATA_PREPARATION = ("aiayn.data.prepare", "aiayn.data.text", "aiayn.data.cache", "aiayn.data.pipeline")
 
 
 def test_decoding_does_not_import_data_preparation():

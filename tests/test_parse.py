@@ -301,3 +301,27 @@ def test_the_validation_loss_covers_the_first_eval_max_sentences_pairs(tmp_path)
     assert sum(seen) == 3 < len(prepared.splits["valid"])
     assert task.eval_pairs().pair(2)[1].tolist() == prepared.splits["valid"].pair(2)[1].tolist()
     assert capped["loss"] != task.valid_loss(model.eval())["loss"]  # the whole split: other pairs, another mean
+
+
+def test_data_prepare_prepares_the_tree_pairs_that_training_then_finds(tmp_path, monkeypatch, capsys):
+    """`aiayn data prepare` goes through the task: a parse config's treebank is written as tree pairs and
+    prepared with the markup kept whole, into the cache entry the run's own preparation then finds."""
+    import yaml
+
+    from aiayn.cli import main
+    from aiayn.train import tasks
+
+    monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
+    write_wsj(tmp_path / "wsj", n=2)
+    data = {"corpus": "wsj", "vocab_size": 300}
+    task = {"name": "parse", "tree_leaves": "words", "ptb_root": str(tmp_path / "wsj")}
+    path = tmp_path / "parse.yaml"
+    path.write_text(yaml.safe_dump({"task": task, "data": data, "model": {"preset": "tiny"}}))
+    assert main(["data", "prepare", "--config", str(path), "--workers", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("prepared ") and "(task parse): train 80, valid 4, test 4 pairs" in out
+    cfg = tasks.resolved(Config.load(str(path)), tasks.spec_for(Config.load(str(path))))
+    run = tasks.prepare_data(tasks.get_spec("parse"), cfg, cfg.data, tmp_path / "run")
+    assert run.report["cached"] and str(run.cache_dir) in out
+    assert run.tokenizer.piece_id("▁(NP") is not None  # a bracket of the markup: one piece
+    assert (tmp_path / "run" / "parse.json").is_file()

@@ -1,7 +1,7 @@
 """`aiayn data get multi30k`: download Multi30k into the cache, or verify an offline mirror.
 `aiayn data get wmt14 --pair en-de`: download WMT14 and write its train/valid/test files into the cache.
-`aiayn data prepare --config C`: validate, train BPE and encode a config's corpus into the cache
-(what `aiayn train` does implicitly), with worker processes and a progress bar."""
+`aiayn data prepare --config C`: validate, train BPE and encode a config's corpus into the cache as its
+task does (what `aiayn train` does implicitly), with worker processes and a progress bar."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = dsub.add_parser(
         "prepare",
-        help="validate, train BPE and encode a config's corpus into the cache",
+        help="validate, train BPE and encode a config's corpus into the cache, as its task does",
         description="Prepare the data of a training config once, before training (like "
         "fairseq-preprocess): any data field can be overridden as --data.field VALUE. "
         "`aiayn train` then starts from the cache within seconds.",
@@ -70,18 +70,24 @@ def _get(a: argparse.Namespace) -> int:
 
 
 def _prepare(a: argparse.Namespace) -> int:
+    """The config's data prepared as its task prepares it when training (the task's spec: a treebank
+    written as tree pairs for parse, lines for lm, mlm and classify), so a run finds it in the cache."""
     import json
 
     from aiayn.config import Config
-    from aiayn.data.prepare import prepare
+    from aiayn.data.pipeline import preparing
+    from aiayn.train import tasks
 
     cfg = Config.load(a.config, a.overrides)
-    prep = prepare(cfg.data, workers=a.workers, progress=not a.no_progress)
+    spec = tasks.spec_for(cfg)  # the task's own checks, as `aiayn train` makes them
+    cfg = tasks.resolved(cfg, spec)
+    with preparing(workers=a.workers, progress=not a.no_progress):
+        prep = tasks.prepare_data(spec, cfg, cfg.data, None)
     r = prep.report
-    splits = ", ".join(f"{s} {v['pairs']:,}" for s, v in r["splits"].items())
+    unit, dropped = ("pairs", f", dropped {json.dumps(r['dropped'])}") if "dropped" in r else ("examples", "")
+    splits = ", ".join(f"{s} {len(v):,}" for s, v in prep.splits.items())
     print(
-        f"{'cached' if r['cached'] else 'prepared'} {prep.cache_dir}: {splits} pairs, "
-        f"vocabulary {r['vocab_size']:,}, "
-        f"dropped {json.dumps(r['dropped'])}, {r['seconds_total']:.1f} s"
+        f"{'cached' if r['cached'] else 'prepared'} {prep.cache_dir} (task {spec.name}): {splits} {unit}, "
+        f"vocabulary {r['vocab_size']:,}{dropped}, {r['seconds_total']:.1f} s"
     )
     return 0

@@ -1,6 +1,5 @@
-"""The prepared-data cache both pipelines build through: parallel text (`prepare.py`) and one-sided text
-for the lm, mlm and classify tasks (`text.py`). Each pipeline keeps its own settings, sources, chunking
-and encoding; what they share lives here:
+"""The prepared-data cache the preparation pipeline (`aiayn.data.pipeline`) builds through, for every kind
+of example:
 
 - where a cache is and how it is found and built: a cheap stamp key (settings plus each file's path,
   size and modification time, `file_stamp`) names the finished cache $AIAYN_HOME/prepared/<content key>

@@ -2,7 +2,7 @@
 
 Special ids match `aiayn.config`: pad 0, unk 1, bos 2, eos 3. Byte fallback keeps any input
 encodable (unseen characters become byte pieces, not <unk>). Two repairs of text before a model sees
-it: `collapse_whitespace`, the data pipelines' normalisation, and `replace_lone_surrogates`, what
+it: `collapse_whitespace`, the data pipeline's normalisation, and `replace_lone_surrogates`, what
 translation does to any input line.
 """
 

@@ -69,7 +69,7 @@ class TrainBatches(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-# The corpora of the two data pipelines (aiayn.data.prepare: sentence pairs; aiayn.data.text: lines or
+# The corpora of the data pipeline's two example kinds (aiayn.data.prepare: sentence pairs; aiayn.data.text: lines or
 # running text), for the tasks that read them.
 PARALLEL_CORPORA = ("multi30k", "files", "embedded", "wmt14")
 TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
