@@ -3,16 +3,16 @@ pair (BERT: Devlin et al., 2019, §3.2 and Figure 4), usually fine-tuned from an
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.config import Config, DataConfig, ModelConfig
+from aiayn.config import Config, DataConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.text import PreparedText
 from aiayn.data.text_batching import TextBatch
@@ -21,26 +21,26 @@ from aiayn.distributed import DistInfo
 from aiayn.fileio import atomic_write
 from aiayn.scoring import class_scores, confusion_matrix
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
-from aiayn.train.tasks.spec import TEXT_CORPORA, Autocast, Predict, TaskSpec, TrainBatches, register, sentence_batches
+from aiayn.train.tasks.spec import (
+    TEXT_CORPORA,
+    Predict,
+    TaskBase,
+    TaskSpec,
+    TrainBatches,
+    register,
+    sentence_batches,
+)
 
 
-class ClassifyTask:
+class ClassifyTask(TaskBase[PreparedText]):
     """Cross-entropy of the pooled head's logits against the labels, summed over examples and normalised
     by their count (label smoothing as optim.label_smoothing, torch's: ε spread over all classes).
     Validation: loss, nll, accuracy and macro F1 over the validation split, plus each class's F1 as
     `f1_<label>`."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        model_config: ModelConfig,
-        prepared: PreparedText,
-        device: torch.device,
-        autocast: Autocast = contextlib.nullcontext,
-    ) -> None:
-        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
-        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
-        self.names = list(prepared.label_names)
+    def __init__(self, cfg: Config, *rest: Any) -> None:  # TaskBase's arguments
+        super().__init__(cfg, *rest)
+        self.names = list(self.prepared.label_names)
 
     def tokens(self, batch: TextBatch) -> int:
         return batch.tokens

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.config import BOS_ID, Config, ConfigError, DataConfig, ModelConfig
+from aiayn.config import BOS_ID, Config, ConfigError, DataConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
 from aiayn.data.text import PreparedText, prepare_text
@@ -22,8 +21,8 @@ from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.tasks.spec import (
     TEXT_CORPORA,
-    Autocast,
     Predict,
+    TaskBase,
     TaskSpec,
     TrainBatches,
     register,
@@ -56,22 +55,14 @@ def document_stream(split: Any) -> np.ndarray:
     return split.src[: int(split.src_offsets[1]) - 1]
 
 
-class LMTask:
+class LMTask(TaskBase[PreparedText]):
     """Next-token cross-entropy (label smoothing as optim.label_smoothing; 0 is plain likelihood) over
     blocks of `block_size` tokens (input ids[:, :-1], targets ids[:, 1:]), or over sentences (input
     BOS + text, targets text + EOS, pad positions ignored). Validation: loss, nll and perplexity per
     token over the whole validation text (consecutive blocks, or every sentence)."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        model_config: ModelConfig,
-        prepared: PreparedText,
-        device: torch.device,
-        autocast: Autocast = contextlib.nullcontext,
-    ) -> None:
-        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
-        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
+    def __init__(self, cfg: Config, *rest: Any) -> None:  # TaskBase's arguments
+        super().__init__(cfg, *rest)
         own = settings(cfg)
         self.block_size, self.batch_size = own.block_size, own.batch_size
 

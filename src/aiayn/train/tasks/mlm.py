@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from aiayn.config import Config, ConfigError, DataConfig, ModelConfig
+from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
 from aiayn.data.text import PreparedText, prepare_text
@@ -20,8 +20,8 @@ from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.tasks.spec import (
     TEXT_CORPORA,
-    Autocast,
     Predict,
+    TaskBase,
     TaskSpec,
     TrainBatches,
     register,
@@ -70,22 +70,14 @@ def masking_collate(prepared: PreparedText, task: MLMSettings, seed: int) -> Mas
     )
 
 
-class MLMTask:
+class MLMTask(TaskBase[PreparedText]):
     """Cross-entropy (label smoothing as optim.label_smoothing) at the chosen positions only, normalised
     by their count. Validation: loss, nll, perplexity and accuracy of the masked tokens over the whole
     validation text, with masks drawn from `seed` (the same at every validation)."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        model_config: ModelConfig,
-        prepared: PreparedText,
-        device: torch.device,
-        autocast: Autocast = contextlib.nullcontext,
-    ) -> None:
-        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
-        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
-        self.valid_collate = masking_collate(prepared, task_options(cfg, MLMSettings), cfg.train.seed)
+    def __init__(self, cfg: Config, *rest: Any) -> None:  # TaskBase's arguments
+        super().__init__(cfg, *rest)
+        self.valid_collate = masking_collate(self.prepared, task_options(cfg, MLMSettings), cfg.train.seed)
 
     def tokens(self, batch: MaskedBatch) -> int:
         return batch.tokens

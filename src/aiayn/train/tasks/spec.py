@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ Autocast = Callable[[], contextlib.AbstractContextManager]
 # input lines -> one output each: a line of text, or a JSON value (printed as one JSON line, served as is)
 Predict = Callable[[list[str]], list[Any]]
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 class PreparedData(Protocol):
@@ -53,6 +54,23 @@ class Task(Protocol):
 
     def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
         """Validation measures of the (unwrapped, eval-mode) model; "loss" at least, lower is better."""
+
+
+class TaskBase(Generic[P]):
+    """What every built-in task holds: the model's config, the prepared data (P: data.prepare.Prepared or
+    data.text.PreparedText), the device, the autocast context, and the optimisation settings its loss
+    reads; a TaskSpec's `build` may be a subclass itself."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        model_config: ModelConfig,
+        prepared: P,
+        device: torch.device,
+        autocast: Autocast = contextlib.nullcontext,
+    ) -> None:
+        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
+        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
 
 
 class TrainBatches(Protocol):

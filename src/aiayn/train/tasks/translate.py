@@ -2,37 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from aiayn.config import Config, ModelConfig
+from aiayn.config import Config
 from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import PARALLEL_CORPORA, Autocast, Predict, TaskSpec, register, sentence_batches
+from aiayn.train.tasks.spec import PARALLEL_CORPORA, Predict, TaskBase, TaskSpec, register, sentence_batches
 
 
-class TranslationTask:
+class TranslationTask(TaskBase[Prepared]):
     """Paper §5: label-smoothed cross-entropy over the target's non-pad tokens; validation loss, nll,
     perplexity and (train.eval_bleu) greedy BLEU on the first `eval_max_sentences` sentences."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        model_config: ModelConfig,
-        prepared: Prepared,
-        device: torch.device,
-        autocast: Autocast = contextlib.nullcontext,
-    ) -> None:
-        self.model_config, self.prepared, self.device, self.autocast = model_config, prepared, device, autocast
-        self.label_smoothing, self.max_tokens = cfg.optim.label_smoothing, cfg.data.max_tokens
+    def __init__(self, cfg: Config, *rest: Any) -> None:  # TaskBase's arguments
+        super().__init__(cfg, *rest)
         t = cfg.train
         self.compiled, self.eval_bleu, self.eval_max_sentences = t.compile, t.eval_bleu, t.eval_max_sentences
 
