@@ -138,11 +138,20 @@ def test_uninterrupted_run_learns_and_writes_a_complete_run_dir(reference):
     assert (saved.train.device, saved.train.amp) == ("cpu", "none")
 
 
-def test_resuming_a_finished_run_changes_nothing(reference):
+def resume_here(run: Path) -> dict:
+    """What `aiayn train --resume RUN` does, in this process: the test pays no interpreter and torch start
+    where the command line itself is not under test (test_resume_after_ctrl_c... starts that command)."""
+    from aiayn.train import train
+
+    return train(Config.load(run / "config.yaml"), run, resume=True)
+
+
+def test_resuming_a_finished_run_changes_nothing(reference, capfd):
     cfg, run = reference
     before = (run / "metrics.jsonl").read_text()
-    code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0 and "already finished at step 150" in err, err
+    summary = resume_here(run)
+    err = capfd.readouterr().err
+    assert not summary["interrupted"] and summary["step"] == 150 and "already finished at step 150" in err, err
     assert (run / "metrics.jsonl").read_text() == before
 
 
@@ -164,8 +173,7 @@ def test_resume_after_ctrl_c_and_kill_9_reproduces_the_losses_exactly(reference,
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert p.returncode == -signal.SIGKILL
-    code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0, err
+    assert resume_here(run)["step"] == 150
     assert losses(run) == losses(ref)  # bitwise: same data order, dropout masks, Adam state, schedule
     assert [r["loss"] for r in records(run, "valid")] == [r["loss"] for r in records(ref, "valid")]
 
@@ -180,8 +188,9 @@ def test_sigterm_mid_update_saves_the_last_completed_update_promptly_and_resumes
         optim={"update_freq": 40},  # ~2 epochs per update
         train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100},
     )
-    code, _, err = finish(cli("train", "--config", str(cfg), "--run-dir", str(tmp_path / "ref")))
-    assert code == 0, err
+    from aiayn.train import train
+
+    train(Config.load(cfg), tmp_path / "ref")  # the reference, in this process: only the signal needs one
     ref = losses(tmp_path / "ref")
     assert [s for s, *_ in ref] == [1, 2, 3]
 
@@ -223,8 +232,7 @@ def test_sigterm_mid_update_saves_the_last_completed_update_promptly_and_resumes
     # micro-batch under way when the signal came may finish, and no other starts.
     assert 2 * 40 <= before <= after <= before + 1 < 3 * 40, (before, after)
     assert [c[0] for c in list_checkpoints(run)] == [2] and "interrupted at step 2" in err
-    code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0, err
+    assert resume_here(run)["step"] == 3
     assert losses(run) == ref  # bitwise: the dropped micro-batches left no trace in data order, RNG, Adam
 
 
