@@ -632,7 +632,7 @@ train(Config.load(run / "config.yaml" if resume else config, json.loads(sys.argv
 """
 
 
-def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tmp_path):
+def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tmp_path, capfd):
     """2 gloo ranks for 3 updates (mid epoch 0), 1 process for 3 more (into epoch 1), 2 ranks to the end
     of epoch 1: the batches trained on cover each epoch's examples exactly once. tokens_per_update keeps
     the global batch: update_freq 2 on 2 ranks, 4 on one."""
@@ -647,8 +647,8 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
     worker.write_text(SEEN_WORKER)
     run, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
-    def launch(nproc: int, config: str, **overrides) -> subprocess.CompletedProcess:
-        ddp = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    def launch(config: str, **overrides) -> subprocess.CompletedProcess:  # on 2 gloo ranks
+        ddp = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
         p = subprocess.run(
             [sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
             capture_output=True,
@@ -659,12 +659,28 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
         assert p.returncode == 0, p.stderr[-3000:]
         return p
 
-    a = launch(2, str(cfg))
+    a = launch(str(cfg))
     assert "update = 2 x 2 x 512 tokens (<= 2,048, update_freq 2 from" in a.stdout
-    b = launch(1, "resume", **{"train.max_steps": 6})
-    assert "update = 4 x 1 x 512 tokens (<= 2,048, update_freq 4 from" in b.stdout
-    assert "resuming on 1 rank(s) a run saved on 2: the rest of epoch 0 is re-planned" in b.stderr
-    c = launch(2, "resume", **{"train.max_steps": 1000, "train.max_epochs": 2})
+    # one process: the worker's patch and train(), in this process (no interpreter and torch to start)
+    import aiayn.train.trainer as T
+    from aiayn.train import train
+
+    real_next = T.Batches.next
+
+    def next_(self):
+        b = real_next(self)
+        with open(tmp_path / "seen_rank0.jsonl", "a") as f:
+            f.write(json.dumps([self.it.epoch, b.ids.tolist()]) + "\n")
+        return b
+
+    capfd.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T.Batches, "next", next_)
+        train(Config.load(run / "config.yaml", {"train.max_steps": 6}), run, resume=True)
+    b = capfd.readouterr()
+    assert "update = 4 x 1 x 512 tokens (<= 2,048, update_freq 4 from" in b.out
+    assert "resuming on 1 rank(s) a run saved on 2: the rest of epoch 0 is re-planned" in b.err
+    c = launch("resume", **{"train.max_steps": 1000, "train.max_epochs": 2})
     assert "a run saved on 1: the rest of epoch 1" in c.stderr
 
     seen = [json.loads(line) for r in (0, 1) for line in (tmp_path / f"seen_rank{r}.jsonl").read_text().splitlines()]
