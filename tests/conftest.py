@@ -179,30 +179,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["OMP_NUM_THREADS"] = str(share)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`, pyproject's addopts), the tests of a module that share a
-    module- or session-scoped fixture of that module go to one worker, so the fixture (a trained run, a
-    built server) is built once instead of once per worker that happens to draw one of its tests; xdist
-    starts the biggest groups first. Runs before xdist's own hook, which reads the mark."""
-    for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures is None or item.get_closest_marker("xdist_group") is not None:
-            continue
-        module = item.nodeid.split("::")[0]
-        shared = [
-            name
-            for name, defs in fixtures.name2fixturedefs.items()
-            if defs
-            and defs[-1].scope in ("module", "package")
-            and defs[-1].baseid.startswith(module)
-            # a module's own `home` (one data cache for its tests) costs a worker a second to build: its
-            # tests stay spread over the workers
-            and name != "home"
-        ]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(module))
-
-
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker per core, at most 8 (each test trains its own small models)."""
