@@ -246,6 +246,16 @@ def _mirror_for_marked_tests(request: pytest.FixtureRequest, monkeypatch: pytest
         monkeypatch.setenv(_MIRROR_VAR, str(path))
 
 
+@pytest.fixture(scope="session")
+def reverser(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, object, object]:
+    """tests/test_export.py's model trained to reverse word sequences: (directory holding its spm.model,
+    model, tokenizer, symbols). Trained once per process for test_export and test_argos (9 s of CPU each)."""
+    from test_export import train_reverser
+
+    root = tmp_path_factory.mktemp("reverser")
+    return (root, *train_reverser(root))
+
+
 @pytest.fixture()
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty AIAYN_HOME (data cache, downloads) for one test, so no test sees another's caches."""

@@ -81,12 +81,13 @@ def _argos(root: Path, pkg: Path, lines: list[str], src: str, tgt: str, **env: s
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def run(tmp_path_factory: pytest.TempPathFactory, reverser: tuple) -> dict:
     """A run (spm.model + one checkpoint) of a tiny model trained to reverse sequences of words."""
     root = tmp_path_factory.mktemp("argos")
-    from test_export import STEPS, _batch, train_reverser  # the reverse task of tests/test_export.py
+    from test_export import STEPS, _batch  # the reverse task of tests/test_export.py
 
-    model, tok, symbols = train_reverser(root)
+    trained, model, tok, symbols = reverser
+    shutil.copyfile(trained / "spm.model", root / "spm.model")
     steps = STEPS
     run = root / "run"
     save_weights(model, run / "checkpoints" / f"step_{steps:08d}.safetensors", step=steps)

@@ -78,9 +78,10 @@ def train_reverser(root: Path) -> tuple[Transformer, Tokenizer, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def setup(tmp_path_factory: pytest.TempPathFactory, reverser: tuple) -> dict:
     root = tmp_path_factory.mktemp("export")
-    model, tok, symbols = train_reverser(root)
+    trained, model, tok, symbols = reverser  # train_reverser's, shared with tests/test_argos.py
+    shutil.copyfile(trained / "spm.model", root / "spm.model")
     steps = STEPS
     held = _batch(symbols, 256, torch.Generator().manual_seed(2))  # unseen batch: did it learn the task?
     with torch.no_grad():

@@ -268,13 +268,13 @@ def test_generate_and_score_commands(home, document):
     run = home / "run"
     train(doc_config(document), run)
     out1 = run_cli("generate", "-c", str(run), "SPEAKER", "--max-tokens", "40", "--seed", "3", "--top-k", "5")
-    out2 = run_cli("generate", "-c", str(run), "SPEAKER", "--max-tokens", "40", "--seed", "3", "--top-k", "5")
     assert out1.returncode == 0, out1.stderr
-    assert out1.stdout == out2.stdout and out1.stdout.startswith("SPEAKER")  # reproducible under a seed
+    assert out1.stdout.startswith("SPEAKER")
     assert len(out1.stdout) == len("SPEAKER") + 40 + 1  # 40 characters (no EOS in running text), newline
     lm = LanguageModel.load(run)
     streamed: list[str] = []
     text = lm.generate("SPEAKER", Sampling(max_tokens=40, seed=3, top_k=5), on_text=streamed.append)
+    # reproducible under a seed: this process draws what the command drew
     assert "SPEAKER" + text + "\n" == out1.stdout and "".join(streamed) == text
     scored = run_cli("score", "-c", str(run), stdin="the dog runs\nzzzz qqqq\n")
     assert scored.returncode == 0, scored.stderr

@@ -138,11 +138,20 @@ def test_uninterrupted_run_learns_and_writes_a_complete_run_dir(reference):
     assert (saved.train.device, saved.train.amp) == ("cpu", "none")
 
 
-def test_resuming_a_finished_run_changes_nothing(reference):
+def resume_here(run: Path) -> dict:
+    """What `aiayn train --resume RUN` does, in this process: the test pays no interpreter and torch start
+    where the command line itself is not under test (test_resume_after_ctrl_c... starts that command)."""
+    from aiayn.train import train
+
+    return train(Config.load(run / "config.yaml"), run, resume=True)
+
+
+def test_resuming_a_finished_run_changes_nothing(reference, capfd):
     cfg, run = reference
     before = (run / "metrics.jsonl").read_text()
-    code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0 and "already finished at step 150" in err, err
+    summary = resume_here(run)
+    err = capfd.readouterr().err
+    assert not summary["interrupted"] and summary["step"] == 150 and "already finished at step 150" in err, err
     assert (run / "metrics.jsonl").read_text() == before
 
 
@@ -164,8 +173,7 @@ def test_resume_after_ctrl_c_and_kill_9_reproduces_the_losses_exactly(reference,
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert p.returncode == -signal.SIGKILL
-    code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0, err
+    assert resume_here(run)["step"] == 150
     assert losses(run) == losses(ref)  # bitwise: same data order, dropout masks, Adam state, schedule
     assert [r["loss"] for r in records(run, "valid")] == [r["loss"] for r in records(ref, "valid")]
 
@@ -180,8 +188,9 @@ def test_sigterm_mid_update_saves_the_last_completed_update_promptly_and_resumes
         optim={"update_freq": 40},  # ~2 epochs per update
         train={"max_steps": 3, "eval_every": 0, "eval_bleu": False, "save_every": 100},
     )
-    code, _, err = finish(cli("train", "--config", str(cfg), "--run-dir", str(tmp_path / "ref")))
-    assert code == 0, err
+    from aiayn.train import train
+
+    train(Config.load(cfg), tmp_path / "ref")  # the reference, in this process: only the signal needs one
     ref = losses(tmp_path / "ref")
     assert [s for s, *_ in ref] == [1, 2, 3]
 
@@ -223,8 +232,7 @@ def test_sigterm_mid_update_saves_the_last_completed_update_promptly_and_resumes
     # micro-batch under way when the signal came may finish, and no other starts.
     assert 2 * 40 <= before <= after <= before + 1 < 3 * 40, (before, after)
     assert [c[0] for c in list_checkpoints(run)] == [2] and "interrupted at step 2" in err
-    code, out, err = finish(cli("train", "--resume", str(run)))
-    assert code == 0, err
+    assert resume_here(run)["step"] == 3
     assert losses(run) == ref  # bitwise: the dropped micro-batches left no trace in data order, RNG, Adam
 
 
@@ -624,7 +632,7 @@ train(Config.load(run / "config.yaml" if resume else config, json.loads(sys.argv
 """
 
 
-def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tmp_path):
+def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tmp_path, capfd):
     """2 gloo ranks for 3 updates (mid epoch 0), 1 process for 3 more (into epoch 1), 2 ranks to the end
     of epoch 1: the batches trained on cover each epoch's examples exactly once. tokens_per_update keeps
     the global batch: update_freq 2 on 2 ranks, 4 on one."""
@@ -639,8 +647,8 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
     worker.write_text(SEEN_WORKER)
     run, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
-    def launch(nproc: int, config: str, **overrides) -> subprocess.CompletedProcess:
-        ddp = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    def launch(config: str, **overrides) -> subprocess.CompletedProcess:  # on 2 gloo ranks
+        ddp = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
         p = subprocess.run(
             [sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
             capture_output=True,
@@ -651,12 +659,28 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
         assert p.returncode == 0, p.stderr[-3000:]
         return p
 
-    a = launch(2, str(cfg))
+    a = launch(str(cfg))
     assert "update = 2 x 2 x 512 tokens (<= 2,048, update_freq 2 from" in a.stdout
-    b = launch(1, "resume", **{"train.max_steps": 6})
-    assert "update = 4 x 1 x 512 tokens (<= 2,048, update_freq 4 from" in b.stdout
-    assert "resuming on 1 rank(s) a run saved on 2: the rest of epoch 0 is re-planned" in b.stderr
-    c = launch(2, "resume", **{"train.max_steps": 1000, "train.max_epochs": 2})
+    # one process: the worker's patch and train(), in this process (no interpreter and torch to start)
+    import aiayn.train.trainer as T
+    from aiayn.train import train
+
+    real_next = T.Batches.next
+
+    def next_(self):
+        b = real_next(self)
+        with open(tmp_path / "seen_rank0.jsonl", "a") as f:
+            f.write(json.dumps([self.it.epoch, b.ids.tolist()]) + "\n")
+        return b
+
+    capfd.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T.Batches, "next", next_)
+        train(Config.load(run / "config.yaml", {"train.max_steps": 6}), run, resume=True)
+    b = capfd.readouterr()
+    assert "update = 4 x 1 x 512 tokens (<= 2,048, update_freq 4 from" in b.out
+    assert "resuming on 1 rank(s) a run saved on 2: the rest of epoch 0 is re-planned" in b.err
+    c = launch("resume", **{"train.max_steps": 1000, "train.max_epochs": 2})
     assert "a run saved on 1: the rest of epoch 1" in c.stderr
 
     seen = [json.loads(line) for r in (0, 1) for line in (tmp_path / f"seen_rank{r}.jsonl").read_text().splitlines()]
