@@ -191,7 +191,7 @@ class MaskingCollate:
         candidate = ~np.isin(ids, self.special)  # (B, T)
         chosen = candidate & (rng.random(ids.shape) < self.mask_prob)  # (B, T)
         if not chosen.any():
-            pool = np.flatnonzero(candidate)
+            pool: np.ndarray = np.flatnonzero(candidate)  # (k,) flat positions
             if len(pool) == 0:  # nothing but special pieces: score the first text position
                 pool = np.asarray([1])
             chosen.flat[rng.choice(pool)] = True
