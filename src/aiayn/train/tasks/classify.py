@@ -21,15 +21,7 @@ from aiayn.distributed import DistInfo
 from aiayn.fileio import atomic_write
 from aiayn.scoring import class_scores, confusion_matrix
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
-from aiayn.train.tasks.spec import (
-    TEXT_CORPORA,
-    Predict,
-    TaskBase,
-    TaskSpec,
-    TrainBatches,
-    register,
-    sentence_batches,
-)
+from aiayn.train.tasks.spec import TEXT_CORPORA, Predict, TaskBase, TaskSpec, TrainBatches, register, sentence_batches
 
 
 class ClassifyTask(TaskBase[PreparedText]):
