@@ -19,6 +19,9 @@ appended and extra leaves dropped, so every output is a tree over exactly the in
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 import hashlib
 import os
 import re
@@ -127,6 +130,7 @@ def parse_tree(s: str, source: str = "<text>") -> Tree:
     return trees[0]
 
 
+@functools.lru_cache(maxsize=4096)  # a treebank has a few hundred labels and a million constituents
 def base_label(label: str) -> str:
     """`NP-SBJ-2` -> `NP`, `PP-LOC=1` -> `PP`, `-NONE-` and `-LRB-` as they are."""
     if label.startswith("-"):
@@ -270,9 +274,23 @@ def pretty(tree: Tree, indent: int = 2) -> str:
 # -- corpora --------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Trees hold no reference cycles, so reference counting frees them; the cyclic collector would
+    only walk the millions of young objects a treebank makes (about 40 % of CRAFT's read time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def clean_trees(text: str, source: str = "<text>") -> list[Tree]:
     """The cleaned trees of PTB bracket text; trees that clean to nothing are left out."""
-    return [t for t in (clean(x) for x in read_trees(text, source)) if t is not None]
+    with _no_cycle_collection():
+        return [t for t in (clean(x) for x in read_trees(text, source)) if t is not None]
 
 
 def read_tree_file(path: str | Path) -> list[Tree]:
