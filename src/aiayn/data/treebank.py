@@ -277,7 +277,7 @@ def pretty(tree: Tree, indent: int = 2) -> str:
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
     """Trees hold no reference cycles, so reference counting frees them; the cyclic collector would
-    only walk the millions of young objects a treebank makes (about 40 % of CRAFT's read time)."""
+    only walk the millions of young objects a treebank makes, again and again."""
     was = gc.isenabled()
     gc.disable()
     try:
