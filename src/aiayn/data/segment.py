@@ -58,7 +58,8 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
 
     # see the module docstring: one character for one, so offsets do not move
     shown = line.replace("\u2026", ".").replace(".-", ". ")
-    shown = "".join(" " if c in "?!" and shown[i + 1 : i + 2] in ("?", "!") else c for i, c in enumerate(shown))
+    if any(pair in shown for pair in ("?!", "!?", "??", "!!")):  # a character loop only for lines that need it
+        shown = "".join(" " if c in "?!" and shown[i + 1 : i + 2] in ("?", "!") else c for i, c in enumerate(shown))
     cuts, at = [], 0
     # sentencex's chunks concatenate to its input, so they cut the original line at the same offsets;
     # the tail after the last chunk is kept too, in case a version drops text.
