@@ -40,6 +40,13 @@ GOLD: dict[str, list[str]] = {
         "Ein Hund rennt über die Wiese. |Zwei Männer sitzen auf einer Bank. |Es regnet.",
         "Die Sitzung beginnt um 10 Uhr. |Bitte bringen Sie Ihren Ausweis mit.\n|Danke!",
         "Sein Vater, Dipl.-Ing. Hans Meier, baut Brücken. |Er ist oft unterwegs.",
+        # a sentence that starts with a digit, and abbreviations and ordinals before a number
+        "Drei Leute sitzen vor einem Gebäude, das bemalt ist. |3 Jungen stehen auf einem Pier.",
+        "Zwei Kinder spielen im Park. |2 Hunde rennen über die Wiese.",
+        "Ein Mann fährt eine Kurve. |12 Leute sehen ihm zu.",
+        "Siehe Abb. 3 für Details. |Das steht in Kap. 3 und Bd. 2.",
+        "Er wohnt in Nr. 5 am Markt. |Das Haus ist ca. 3 Meter breit.",
+        "Wir kommen am 3. Mai. |Der Text steht auf S. 12 oben.",
     ],
     "en": [
         "Mr. Smith went to Washington. |He arrived on Monday.",

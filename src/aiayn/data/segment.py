@@ -24,13 +24,29 @@ it is shown a space for the hyphen after a full stop, its abbreviation list deci
 cut right after a full stop with no space ("Dipl.|-Ing.") is dropped, and so is a cut after a compound
 of abbreviations its list lacks ("Dipl.-Kfm. Schmidt"). It does not cut after a run of "?" and "!"
 before "I" in English ("Really?! I had no idea."), so it is shown spaces for all but the run's last
-mark. One character for one, so offsets do not move.
+mark. One character for one, so offsets do not move. In German it never cuts before a word that starts
+with a digit ("bemalt ist. 3 Jungen"), which keeps "Abb. 3" whole though its list lacks "Abb.", "Kap.",
+"Bd."; so a cut is added there after a word of letters (not "3." or "am 3. Mai") that its list does
+not hold (it would cut after it before a capital letter), that has a vowel ("Nr.", "Hrsg." have none)
+and is not a capitalised word of under four letters ("Abb.", "Kap.", "Tab."), a street ("Goethestr.
+12") or one of a few abbreviations written before a number ("inkl.", "max.", "Ziff."). German only:
+the capitalisation rule is German's, and English and French cut before a digit already.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+
+_STOP_DIGIT = re.compile(r"\.\s+\d")
+# German: a word of letters (not "3.", not part of "z.B." or "Dipl.-Kfm."), a full stop, space, a digit
+_DE_DIGIT_START = re.compile(r"(?<![\w.\-])([^\W\d_]+)\.\s+(?=\d)")
+# German abbreviations written before a number that sentencex's list lacks and the rules let through
+_DE_BEFORE_NUMBER = frozenset(
+    "Abschn Aufl Ausg Bestnr Febr Jahrg Ziff Zimm abzgl exkl geb gem gest inkl insg max min mind od".split()
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,8 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
         compound = bool(words) and ".-" in words[-1] and words[-1].endswith(".")
         if at < len(line) and not (glued and chunk.rstrip().endswith(".")) and not compound:
             cuts.append(at)
+    if lang == "de" and _STOP_DIGIT.search(line):  # see the module docstring; a regex scan only where needed
+        cuts = sorted({*cuts, *(m.end() for m in _DE_DIGIT_START.finditer(line) if _ends_de_sentence(m[1]))})
     spans, at = [], 0
     for end in [*cuts, len(line)]:
         piece = line[at:end]
@@ -80,6 +98,20 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
             spans.append((at + lead, at + lead + len(piece.strip())))
         at = end
     return spans
+
+
+@lru_cache(maxsize=4096)
+def _ends_de_sentence(word: str) -> bool:
+    """Whether a German word followed by a full stop and a number ends a sentence there (sentencex never
+    cuts before a digit in German)."""
+    import sentencex
+
+    if word in _DE_BEFORE_NUMBER or word.endswith("str") or not any(c in "aeiouyäöü" for c in word.lower()):
+        return False  # listed, a street ("Goethestr. 12"), or no vowel ("Nr", "Hrsg", "zw"): an abbreviation
+    if word[0].isupper() and len(word) < 4:
+        return False  # a short capitalised word is abbreviation-like ("Abb. 3", "Kap. 3", "Tab. 2")
+    # and what sentencex's own list says of the word before a capital letter
+    return len(list(sentencex.segment("de", f"Das ist {word}. Der Rest"))) > 1
 
 
 def segment(text: str, lang: str, lines: bool = True) -> Segmented:
