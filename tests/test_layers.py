@@ -166,8 +166,9 @@ def test_every_lazy_export_resolves():
 
     for path in sorted((SRC / "aiayn").rglob("__init__.py")):
         package = importlib.import_module(module_name(path))
-        for name in getattr(package, "_EXPORTS", {}):
-            assert getattr(package, name) is not None, f"{package.__name__}.{name}"
+        for names in getattr(package, "_EXPORTS", {}).values():
+            for name in names:
+                assert getattr(package, name) is not None, f"{package.__name__}.{name}"
 
 
 def _is_private(name: str) -> bool:
@@ -264,13 +265,15 @@ MAX_FUNCTION_LINES = 80
 
 
 def _lazy_exports_of(package: str) -> dict[str, str]:
-    """A package's `_EXPORTS` literal (name -> submodule), read with `ast` as everything here."""
+    """A package's `_EXPORTS` literal (submodule -> names), read with `ast` as everything here, as
+    name -> the module that defines it."""
     path = SRC / Path(*package.split(".")) / "__init__.py"
     if not path.is_file():
         return {}
     for node in ast.parse(path.read_text(), str(path)).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
-            return {k: f"{package}.{v}" for k, v in ast.literal_eval(node.value).items()}
+            exports = ast.literal_eval(node.value)
+            return {name: f"{package}.{module}" for module, names in exports.items() for name in names}
     return {}
 
 

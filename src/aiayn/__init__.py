@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING
 from aiayn._lazy import lazy_exports
 
 __version__ = "0.1.0"
-__getattr__ = lazy_exports(__name__, {"Translator": "decode.translator"})
+_EXPORTS = {"decode.translator": ("Translator",)}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.decode.translator import Translator

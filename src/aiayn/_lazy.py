@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
-    """A module `__getattr__` that loads `name` from `package.<exports[name]>` when first asked for."""
+def lazy_exports(package: str, exports: Mapping[str, tuple[str, ...]]) -> Callable[[str], Any]:
+    """A module `__getattr__` that loads a name from `package.<submodule>` when first asked for;
+    `exports` maps each submodule to the names it gives the package."""
+    where = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str) -> Any:
-        if name in exports:
-            return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__

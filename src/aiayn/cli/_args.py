@@ -1,9 +1,10 @@
-"""Argument parsing shared by the commands that take config overrides (`train`, `data prepare`)."""
+"""Argument parsing shared by the commands: config overrides (`train`, `data prepare`), options passed on."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 
 def collect_overrides(parser: argparse.ArgumentParser) -> None:
@@ -21,3 +22,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = list(args.overrides) + extra
     return args
+
+
+def same_named(a: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options whose keyword has the option's own name, to pass through as `**same_named(a, ...)`."""
+    return {name: getattr(a, name) for name in names}

@@ -70,8 +70,8 @@ def _get(a: argparse.Namespace) -> int:
 
 
 def _prepare(a: argparse.Namespace) -> int:
-    """The config's data prepared as its task prepares it when training (the task's spec: a treebank
-    written as tree pairs for parse, lines for lm, mlm and classify), so a run finds it in the cache."""
+    """The config's data prepared as its task prepares it when training (the prepare function of the
+    task's spec: sentence pairs, lines, labelled lines, tree pairs), so a run finds it in the cache."""
     import json
 
     from aiayn.config import Config

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn.cli._args import same_named
+
 
 def _push(a: argparse.Namespace) -> int:
     from aiayn.errors import AiaynError
@@ -11,17 +13,8 @@ def _push(a: argparse.Namespace) -> int:
 
     if a.average_last < 1:
         raise AiaynError("--average-last must be >= 1")
-    info = push_run(
-        a.run_dir,
-        a.repo_id,
-        private=a.private,
-        revision=a.revision,
-        weights=a.weights,
-        average_last=a.average_last,
-        ctranslate2=a.ctranslate2,
-        token=a.token,
-        license=a.license,
-    )
+    options = same_named(a, "private", "revision", "weights", "average_last", "ctranslate2", "token", "license")
+    info = push_run(a.run_dir, a.repo_id, **options)
     at = f"@{a.revision}" if a.revision else ""
     print(f"pushed {a.run_dir} to {a.repo_id}{at}: commit {info.oid}")
     print(f'load it with Translator.load("hf://{a.repo_id}@{info.oid}") or aiayn translate -c hf://{a.repo_id}{at}')

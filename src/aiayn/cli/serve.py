@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aiayn.cli._args import same_named
 from aiayn.cli.translate import add_engine_arg
 from aiayn.config import DecodeConfig
 
@@ -44,15 +45,9 @@ def _serve(a: argparse.Namespace) -> int:
         max_len_a=d.max_len_a,
         max_len_b=d.max_len_b,
         max_batch_tokens=max_batch_tokens,
-        max_wait_ms=a.max_wait_ms,
-        adaptive_wait=a.adaptive_wait,
-        batching=a.batching,
-        char_limit=a.char_limit,
-        batch_limit=a.batch_limit,
-        sentence_limit=a.sentence_limit,
         body_limit=a.max_body_bytes,
-        api_key=a.api_key,
-        split_sentences=a.split_sentences,
+        **same_named(a, "max_wait_ms", "adaptive_wait", "batching", "char_limit", "batch_limit", "sentence_limit"),
+        **same_named(a, "api_key", "split_sentences"),
     )
     if spec.hub_tag != "translation":
         return _serve_task(a, str(run), spec, settings)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from aiayn.cli._args import same_named
 from aiayn.config import DecodeConfig
 
 
@@ -41,31 +42,21 @@ def _count_lines(path: str) -> int:
 def _add_search_args(p: argparse.ArgumentParser) -> None:
     # Every setting left out (None) comes from the run's config.yaml `decode` section, else DecodeConfig
     # (§6.1); `decode_config` resolves them into one DecodeConfig.
-    d = DecodeConfig()
-    p.add_argument("--beam", type=int, help=f"beam size; 1 = greedy (default: the run's decode.beam, else {d.beam})")
-    p.add_argument(
-        "--lenpen",
-        type=float,
-        help=f"GNMT length penalty alpha, 0 disables (default: the run's "
-        f"decode.length_penalty, else {d.length_penalty})",
-    )
-    p.add_argument(
-        "--max-len-a",
-        type=float,
-        help=f"max output length = a * source length + b (default: the run's decode.max_len_a/b, else a={d.max_len_a})",
-    )
-    p.add_argument("--max-len-b", type=int, help=f"(default b={d.max_len_b})")
-    p.add_argument(
-        "--patience",
-        type=float,
-        help=f"beam search ends a sentence once beam x patience hypotheses have finished; inf: only when no "
-        f"live beam can still win (exact; torch engine) (default: the run's decode.patience, else {d.patience:g})",
-    )
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        help=f"batch budget: source tokens x beam (default: the run's decode.max_tokens, else {d.max_tokens})",
-    )
+    d, run = DecodeConfig(), "default: the run's decode"
+    for flag, kind, what in (
+        ("--beam", int, f"beam size; 1 = greedy ({run}.beam, else {d.beam})"),
+        ("--lenpen", float, f"GNMT length penalty alpha, 0 disables ({run}.length_penalty, else {d.length_penalty})"),
+        ("--max-len-a", float, f"max output length = a * source length + b ({run}.max_len_a/b, else a={d.max_len_a})"),
+        ("--max-len-b", int, f"(default b={d.max_len_b})"),
+        (
+            "--patience",
+            float,
+            "beam search ends a sentence once beam x patience hypotheses have finished; inf: only when no live "
+            f"beam can still win (exact; torch engine) ({run}.patience, else {d.patience:g})",
+        ),
+        ("--max-tokens", int, f"batch budget: source tokens x beam ({run}.max_tokens, else {d.max_tokens})"),
+    ):
+        p.add_argument(flag, type=kind, help=what)
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present; cpu with --int8)")
     add_engine_arg(p)
     p.add_argument(
@@ -286,20 +277,11 @@ def evaluate(a: argparse.Namespace) -> int:
     first, more = _members(a)
     res = evaluate_run(
         first,
-        split=a.split,
-        src=a.src,
-        ref=a.ref,
-        hyp=a.hyp,
         tokenized=a.tokenized_bleu,
-        lang=a.lang,
-        average_last=a.average_last,
-        output=a.output,
-        device=a.device,
         ensemble=more,
-        int8=a.int8,
         decode=decode,
-        engine=a.engine,
         on_load=say_engine,
+        **same_named(a, "split", "src", "ref", "hyp", "lang", "average_last", "output", "device", "int8", "engine"),
     )
     print(res["bleu_str"])
     print(f"  signature: {res['bleu_signature']}")

@@ -20,7 +20,7 @@ from aiayn.data.io import read_lines, read_parallel
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.data.tokenizer import Tokenizer
 
-_LAZY = {"Batch": "batching", "BatchIterator": "batching", "collate": "batching"}
+_EXPORTS = {"batching": ("Batch", "BatchIterator", "collate")}  # submodule -> the names it gives, lazily
 __all__ = [
     "Batch",
     "BatchIterator",
@@ -33,7 +33,7 @@ __all__ = [
     "read_lines",
     "read_parallel",
 ]
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.data.batching import Batch, BatchIterator, collate

@@ -5,7 +5,7 @@ this module is what a pair is to it (`SentencePairs`): its sources (Multi30k mir
 user files, or the embedded corpus), its settings, chunks of aligned lines, the joint BPE trained on a
 sample of source + target text (shared vocabulary, §5.1; or `data.spm_model` copied in), the training
 filters (empty, over-long and extreme-ratio pairs, counted) and the encoder, which appends EOS to every
-source sentence. A tree pair (the parse task) is a pair whose target's markup the BPE keeps whole.
+source sentence. A task whose targets carry markup (bracket symbols) names it, and the BPE keeps it whole.
 """
 
 from __future__ import annotations

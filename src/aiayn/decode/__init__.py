@@ -10,18 +10,13 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {
-    "beam_search": "search",
-    "greedy_search": "search",
-    "max_lengths": "search",
-    "Ensemble": "ensemble",
-    "load_members": "ensemble",
-    "Translator": "translator",
-    "Sampling": "sampling",
-    "generate": "sampling",
-    "log_likelihood": "sampling",
+_EXPORTS = {  # submodule -> the names it gives the package
+    "search": ("beam_search", "greedy_search", "max_lengths"),
+    "ensemble": ("Ensemble", "load_members"),
+    "translator": ("Translator",),
+    "sampling": ("Sampling", "generate", "log_likelihood"),
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:

@@ -36,8 +36,8 @@ Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, s
 
 
 class Constraint(Protocol):
-    """Which tokens a hypothesis may write next, from a state it carries (a tree's open brackets
-    and words so far: aiayn.decode.parser.TreeConstraint). States are tensors with one row per decoder
+    """Which tokens a hypothesis may write next, from a state it carries (e.g. a tree's open brackets
+    and words so far, a task's own constraint). States are tensors with one row per decoder
     row; the search reorders and drops their rows with the hypotheses. EOS forced at the maximum length
     stays allowed."""
 

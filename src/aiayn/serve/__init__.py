@@ -10,16 +10,12 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {
-    "create_app": "app",
-    "ServeSettings": "app",
-    "Batcher": "batcher",
-    "SearchOptions": "batcher",
-    "load_backend": "backends",
-    "TorchBackend": "backends",
-    "CTranslate2Backend": "backends",
+_EXPORTS = {  # submodule -> the names it gives the package
+    "app": ("create_app", "ServeSettings"),
+    "batcher": ("Batcher", "SearchOptions"),
+    "backends": ("load_backend", "TorchBackend", "CTranslate2Backend"),
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:

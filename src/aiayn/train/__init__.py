@@ -9,15 +9,13 @@ from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
 
-_EXPORTS = {
-    "train": "trainer",
-    "Trainer": "trainer",
-    "TrainingError": "runtime",
-    "label_smoothed_nll": "loss",
-    "noam_lr": "schedule",
-    "noam_scheduler": "schedule",
+_EXPORTS = {  # submodule -> the names it gives the package
+    "trainer": ("train", "Trainer"),
+    "runtime": ("TrainingError",),
+    "loss": ("label_smoothed_nll",),
+    "schedule": ("noam_lr", "noam_scheduler"),
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
