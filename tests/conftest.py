@@ -39,7 +39,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -246,14 +246,43 @@ def _mirror_for_marked_tests(request: pytest.FixtureRequest, monkeypatch: pytest
         monkeypatch.setenv(_MIRROR_VAR, str(path))
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A directory that `build` fills once per pytest run and every xdist worker reads: the first worker
+    to ask builds it under a lock in the run's shared temporary directory, the others wait for it."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # popen-gwN's parent: the run's
+    root = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".built").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root)
+            (root / ".built").touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def reverser(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, object, object]:
     """tests/test_export.py's model trained to reverse word sequences: (directory holding its spm.model,
-    model, tokenizer, symbols). Trained once per process for test_export and test_argos (9 s of CPU each)."""
-    from test_export import train_reverser
+    model, tokenizer, symbols), for test_export and test_argos. Trained once per run (9 s of CPU), saved,
+    and loaded by each worker that asks."""
+    import torch
 
-    root = tmp_path_factory.mktemp("reverser")
-    return (root, *train_reverser(root))
+    from aiayn.checkpoint import load_model, save_weights
+    from aiayn.data.tokenizer import Tokenizer
+    from test_export import N_SYMBOLS, train_reverser
+
+    def build(root: Path) -> None:
+        model, _, _ = train_reverser(root)
+        save_weights(model, root / "reverser.safetensors", step=0)
+
+    root = built_once(tmp_path_factory, "reverser", build)
+    tok = Tokenizer(root / "spm.model")
+    symbols = torch.arange(tok.vocab_size - N_SYMBOLS, tok.vocab_size)
+    return root, load_model(root / "reverser.safetensors"), tok, symbols
 
 
 @pytest.fixture()

@@ -14,6 +14,7 @@ from aiayn.checkpoint import save_weights
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import Transformer
+from inprocess import run_aiayn
 
 LINES = [
     "Ein Hund rennt.",
@@ -38,7 +39,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 def aiayn(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, timeout=120)
+    return run_aiayn(*args, input=stdin)
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

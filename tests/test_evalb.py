@@ -31,6 +31,7 @@ from aiayn.evalb import (
     scoring,
 )
 from conftest import shared_data
+from inprocess import run_aiayn
 
 needs_shared = pytest.mark.needs_shared  # the shared-data rule: tests/conftest.py
 
@@ -543,11 +544,11 @@ def test_errors_and_skips_are_left_out_of_the_totals() -> None:
 
 
 def parse_cli(gold: list[str], test: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """`aiayn parse --gold G --test T` (COLLINS.prm) in its own process, on files of these lines."""
+    """`aiayn parse --gold G --test T` (COLLINS.prm) on files of these lines: its output and exit status."""
     (tmp_path / "g.tree").write_text("".join(x + "\n" for x in gold))
     (tmp_path / "t.tree").write_text("".join(x + "\n" for x in test))
     files = ["--gold", str(tmp_path / "g.tree"), "--test", str(tmp_path / "t.tree")]
-    return subprocess.run([sys.executable, "-m", "aiayn", "parse", *files], capture_output=True, text=True, timeout=120)
+    return run_aiayn("parse", *files, text=True)
 
 
 def test_parse_cli_reports_errors_on_stderr_and_an_abort_with_status_1(tmp_path: Path) -> None:

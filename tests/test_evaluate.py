@@ -6,7 +6,6 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from aiayn.model import Transformer
 from aiayn.scoring import moses_tokenize, score, tokenized_bleu
 from aiayn.train.resume import save_state
 from conftest import multi30k_mirror
+from inprocess import run_aiayn
 
 REFS = [
     "A dog runs across the grass.",
@@ -35,13 +35,7 @@ def data_dir() -> Path:
 
 
 def aiayn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "aiayn", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, **(env or {})},
-    )
+    return run_aiayn(*args, text=True, env={**os.environ, **(env or {})})
 
 
 def test_identical_hypotheses_score_100_with_signatures():

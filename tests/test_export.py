@@ -25,6 +25,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.devices import cpu_cores
 from aiayn.export import export_ctranslate2, spm_vocabulary
 from aiayn.model import Transformer, padding_mask
+from inprocess import run_aiayn
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
 N_SYMBOLS = 40  # the task uses the last 40 pieces of the vocabulary
@@ -93,13 +94,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, reverser: tuple) -> dict:
     save_weights(model, run / "checkpoints" / f"step_{steps:08d}.safetensors", step=steps)
     shutil.copyfile(root / "spm.model", run / "spm.model")
     ct2_dir = root / "ct2"
-    # The real command line, in a subprocess.
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiayn", "export", "--ctranslate2", str(ct2_dir), "-c", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_aiayn("export", "--ctranslate2", str(ct2_dir), "-c", str(run), text=True)  # the real command line
     assert proc.returncode == 0, proc.stderr
     src, _, _ = _batch(symbols, 12, torch.Generator().manual_seed(1))
     return dict(root=root, run=run, tok=tok, model=model, ct2_dir=ct2_dir, src=src, loss=loss.item())
@@ -288,7 +283,7 @@ def test_auto_picks_ctranslate2_on_the_cpu_and_torch_where_it_cannot(setup: dict
 
 
 def _aiayn(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, timeout=120)
+    return run_aiayn(*args, input=stdin)
 
 
 def test_translate_prints_one_engine_line(setup: dict, tmp_path: Path) -> None:

@@ -5,10 +5,8 @@ and the Python API, on real sentencepiece models and real files."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from aiayn.decode.sampling import Sampling, generate
 from aiayn.model import DecoderOnly
 from aiayn.train import train
 from aiayn.train.tasks.lm import document_stream
+from inprocess import run_aiayn
 
 WORDS = "the a dog cat man woman runs sits on in under blue red green big small street park water".split()
 
@@ -258,10 +257,7 @@ def test_cropped_generation_equals_recomputing_the_last_window_each_step():
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True, env=env, timeout=120
-    )
+    return run_aiayn(*args, input=stdin, text=True)
 
 
 def test_generate_and_score_commands(home, document):

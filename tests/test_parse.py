@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,6 +14,7 @@ from aiayn.config import Config
 from aiayn.decode.parser import Parser
 from aiayn.errors import AiaynError
 from aiayn.train import train
+from inprocess import run_aiayn
 from test_treebank import write_wsj
 
 
@@ -71,35 +70,25 @@ def test_parse_sentences_and_the_runs_test_split(parse_run, tmp_path):
     assert parser.translator.engine == "torch" and parser.translator.searcher.constraint is not None
     assert "(XX " not in str(trees[3]) and len(trees[3].leaves()) == 8
     assert str(trees[0]).startswith("(TOP (S (NP")
-    cli = [sys.executable, "-m", "aiayn", "parse", "-c", str(parse_run)]
+    cli = ["parse", "-c", str(parse_run)]
     png = tmp_path / "tree.png"
-    p = subprocess.run(
-        [*cli, "--pretty", "--draw", str(png)], input="\nw5x1 runs .\n", capture_output=True, text=True, timeout=120
-    )
+    p = run_aiayn(*cli, "--pretty", "--draw", str(png), input="\nw5x1 runs .\n", text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[:2] == ["(TOP )", "(TOP"] and p.stdout.count("(") == p.stdout.count(")")
     assert f"drew the first sentence's tree to {png}" in p.stderr and png.read_bytes()[:4] == b"\x89PNG"
-    p = subprocess.run([*cli, "--split", "test", "--output", str(tmp_path / "t.tree")], capture_output=True, text=True)
+    p = run_aiayn(*cli, "--split", "test", "--output", str(tmp_path / "t.tree"), text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("test: EVALB F1 ") and "(all 12 sentences)" in p.stdout
     by_length = p.stdout.splitlines()[1]  # F1 per 10-word bucket, with its sentence counts
     assert by_length.startswith("F1 by length: 0-9: ") and sum(map(int, re.findall(r"\((\d+)\)", by_length))) <= 12
-    p = subprocess.run([*cli, "--split", "valid", "--limit", "3", "--unconstrained"], capture_output=True, text=True)
+    p = run_aiayn(*cli, "--split", "valid", "--limit", "3", "--unconstrained", text=True)
     assert p.returncode == 0 and p.stdout.startswith("valid: EVALB F1 ") and "(all 3 sentences)" in p.stdout, p
-    p = subprocess.run(
-        [sys.executable, "-m", "aiayn", "evaluate", "-c", str(parse_run), "--split", "test", "--json"],
-        capture_output=True,
-        text=True,
-    )
+    p = run_aiayn("evaluate", "-c", str(parse_run), "--split", "test", "--json", text=True)
     assert p.returncode == 0 and p.stdout.startswith("test: EVALB F1 "), p.stderr
     assert json.loads(p.stdout.splitlines()[-1])["sentences"] == 12
     gold = tmp_path / "gold.tree"
     gold.write_text((tmp_path / "t.tree").read_text())
-    p = subprocess.run(
-        [sys.executable, "-m", "aiayn", "parse", "--gold", str(gold), "--test", str(tmp_path / "t.tree")],
-        capture_output=True,
-        text=True,
-    )
+    p = run_aiayn("parse", "--gold", str(gold), "--test", str(tmp_path / "t.tree"), text=True)
     assert p.returncode == 0 and "Bracketing FMeasure" in p.stdout and "100.00" in p.stdout, p.stdout
 
 

@@ -15,6 +15,8 @@ import sys
 import termios
 import time
 
+from inprocess import run_aiayn
+
 TRAIN = [
     *("--data.corpus", "embedded", "--data.src_lang", "digits", "--data.tgt_lang", "en"),
     *("--data.vocab_size", "300", "--data.embedded_size", "1200", "--model.preset", "tiny"),
@@ -73,38 +75,23 @@ def test_the_bar_ends_at_the_step_limit_when_it_comes_before_the_budget(home, tm
 
 
 def test_a_pipe_gets_one_line_per_interval(home, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, "-m", "aiayn", "train", *TRAIN]
-    steps = subprocess.run(
-        [*args, "--run-dir", str(tmp_path / "steps"), "--train.max_steps", "20"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
+    # in this process (tests/inprocess.py): its stdout and stderr are pipes' worth, not a terminal
+    args = ["train", *TRAIN]
+    steps = run_aiayn(*args, "--run-dir", str(tmp_path / "steps"), "--train.max_steps", "20", text=True)
     assert steps.returncode == 0, steps.stderr[-2000:]
     assert "\r" not in steps.stdout + steps.stderr
     lines = [x for x in steps.stdout.splitlines() if x.startswith("step ")]
     assert [x.split(" | ")[0] for x in lines] == ["step 10/20", "step 20/20"]
-    both = subprocess.run(  # with a budget that the step limit beats: the clock ends at the steps' time
-        [*args, "--run-dir", str(tmp_path / "both"), "--train.max_steps", "20", "--train.max_minutes", "10"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
+    # with a budget that the step limit beats: the clock ends at the steps' time
+    both = run_aiayn(
+        *args, "--run-dir", str(tmp_path / "both"), "--train.max_steps", "20", "--train.max_minutes", "10", text=True
     )
     assert both.returncode == 0, both.stderr[-2000:]
     lines = [x for x in both.stdout.splitlines() if x.startswith("step ")]
     assert [x.split(" | ")[0] for x in lines] == ["step 10/20", "step 20/20"], both.stdout
     assert re.search(r"\| \d:\d\d of ~\d:\d\d, \d:\d\d left$", lines[0]), lines[0]
     assert re.search(r"\| (\d:\d\d) of \1, 0:00 left$", lines[1]), lines[1]
-    timed = subprocess.run(
-        [*args, "--run-dir", str(tmp_path / "timed"), "--train.max_minutes", "0.05"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
+    timed = run_aiayn(*args, "--run-dir", str(tmp_path / "timed"), "--train.max_minutes", "0.05", text=True)
     assert timed.returncode == 0 and "\r" not in timed.stdout + timed.stderr
     lines = [x for x in timed.stdout.splitlines() if x.startswith("step ")]
     assert lines and all(re.search(r"\| \d:\d\d of 0:03, \d:\d\d left$", x) for x in lines), timed.stdout

@@ -111,3 +111,27 @@ def test_a_test_that_writes_outside_its_temporary_directories_fails_the_run(pyte
     assert p.returncode == 1, p.stdout + p.stderr  # both tests passed; the run fails for the stray file
     assert "wrote outside their temporary directories" in p.stderr and "stray.txt" in p.stderr
     assert "fine.txt" not in p.stderr
+
+
+def test_a_command_run_in_process_answers_as_its_process_and_leaves_this_one_as_it_was(tmp_path):
+    """tests/inprocess.py: the exit status, stdout and stderr `python -m aiayn` gives (argparse's exit 2,
+    a user error's one line), and nothing the command changes stays changed here."""
+    import torch
+
+    from inprocess import run_aiayn
+
+    argv = [["--version"], ["translate", "--no-such-flag"], ["average", str(tmp_path)], ["recipes"]]
+    os.environ["AIAYN_KEPT"] = "1"
+    threads, cwd, environ = torch.get_num_threads(), os.getcwd(), dict(os.environ)
+    try:
+        for args in argv:
+            here = run_aiayn(*args, text=True, env={**os.environ, "OMP_WAIT_POLICY": "ACTIVE"}, cwd=tmp_path)
+            there = subprocess.run(
+                [sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
+            )
+            assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
+            assert here.stderr.splitlines()[-1:] == there.stderr.splitlines()[-1:], args
+        assert (torch.get_num_threads(), os.getcwd(), dict(os.environ)) == (threads, cwd, environ)
+        assert run_aiayn("translate", "-c", str(tmp_path), input="x\n").returncode == 2  # bytes when not text
+    finally:
+        os.environ.pop("AIAYN_KEPT", None)

@@ -17,6 +17,7 @@ import yaml
 
 from aiayn.checkpoint import checkpoint_paths, list_checkpoints
 from aiayn.config import Config
+from inprocess import run_aiayn
 
 TINY = {
     "model": {"preset": "tiny"},
@@ -108,13 +109,14 @@ def losses(run_dir: Path) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def reference(home, tmp_path_factory):
-    """An uninterrupted run through the CLI: its losses are what every resumed run must reproduce."""
+    """An uninterrupted run through the CLI (in this process: tests/inprocess.py): its losses are what
+    every resumed run must reproduce, in this process or another (train.threads 1 in both)."""
     tmp = tmp_path_factory.mktemp("ref")
     # lr 0.2x the schedule (d_model 64 makes the plain §5.3 peak ~0.02, too hot to learn to translate)
     # and 150 updates: enough for the greedy BLEU to leave 0 (11-16 measured), not just the loss to fall
     cfg = config_file(tmp, optim={"lr_scale": 0.2}, train=REF_TRAIN)
-    code, out, err = finish(cli("train", "--config", str(cfg), "--run-dir", str(tmp / "run")))
-    assert code == 0, err
+    r = run_aiayn("train", "--config", str(cfg), "--run-dir", str(tmp / "run"), text=True)
+    assert r.returncode == 0, r.stderr
     return cfg, tmp / "run"
 
 
@@ -1115,21 +1117,9 @@ def test_fine_tuning_starts_from_the_runs_weights_and_tokenizer_with_a_fresh_sch
 
 def test_fine_tuning_a_different_model_is_refused_in_one_line(reference, tmp_path):
     cfg_file, ref = reference
-    code, out, err = finish(
-        cli(
-            "train",
-            "--config",
-            str(cfg_file),
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--init-from",
-            str(ref),
-            "--model.d_model",
-            "32",
-            "--model.n_heads",
-            "2",
-        )
-    )
+    args = ["--config", str(cfg_file), "--run-dir", str(tmp_path / "run"), "--init-from", str(ref)]
+    r = run_aiayn("train", *args, "--model.d_model", "32", "--model.n_heads", "2", text=True)
+    code, err = r.returncode, r.stderr
     assert code == 2 and "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: --init-from ") and "d_model 64 vs 32" in last, err

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -20,6 +18,7 @@ from aiayn.checkpoint import save_weights
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import Transformer
+from inprocess import run_aiayn
 
 SENTENCE = "Ein Hund rennt über die Wiese."
 CORPUS = [
@@ -233,10 +232,7 @@ def test_plot_runs_overlays_runs(tmp_path, monkeypatch):
 
 
 def run_cli(*args, cwd=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "aiayn", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd, env=env
-    )
+    return run_aiayn(*args, text=True, cwd=cwd)
 
 
 def test_cli_attention_and_plot(run_dir, tmp_path):
