@@ -77,44 +77,46 @@ class Tree:
 def read_trees(text: str, source: str = "<text>") -> Iterator[Tree]:
     """Every tree of PTB bracket text (one tree may span lines; an unlabelled root is named TOP).
     A bracket that does not close, or closes nothing, is one DataError naming `source` and its line."""
-    stack: list[tuple[Tree, int]] = []
+
+    def line(at: int) -> int:  # counted only for an error: per token it was most of the reading time
+        return text.count("\n", 0, at) + 1
+
+    stack: list[tuple[Tree, int]] = []  # open constituents, with where each opened
     pending_label = False
-    line = 1
-    pos = 0
     for m in _TOKEN.finditer(text):
-        line += text.count("\n", pos, m.start())
-        pos = m.start()
         tok = m.group()
         if tok == "(":
             if pending_label:  # "( (" : the previous bracket has no label
                 stack[-1][0].label = ROOT if len(stack) == 1 else ""
-            stack.append((Tree(""), line))
+            stack.append((Tree(""), m.start()))
             pending_label = True
         elif tok == ")":
             if not stack:
-                raise DataError(f"{source}:{line}: ')' closes no bracket")
+                raise DataError(f"{source}:{line(m.start())}: ')' closes no bracket")
             if pending_label:
-                raise DataError(f"{source}:{line}: empty bracket '()'")
+                raise DataError(f"{source}:{line(m.start())}: empty bracket '()'")
             tree, _ = stack.pop()
             if not tree.children:
-                raise DataError(f"{source}:{line}: constituent ({tree.label}) has no children")
+                raise DataError(f"{source}:{line(m.start())}: constituent ({tree.label}) has no children")
             if stack:
                 stack[-1][0].children.append(tree)
             else:
                 yield tree
         else:
             if not stack:
-                raise DataError(f"{source}:{line}: {tok!r} outside any bracket")
+                raise DataError(f"{source}:{line(m.start())}: {tok!r} outside any bracket")
             if pending_label:
                 stack[-1][0].label = tok
                 pending_label = False
             else:
                 parent = stack[-1][0]
                 if parent.children:
-                    raise DataError(f"{source}:{line}: word {tok!r} beside constituents in ({parent.label} ...)")
+                    raise DataError(
+                        f"{source}:{line(m.start())}: word {tok!r} beside constituents in ({parent.label} ...)"
+                    )
                 parent.children.append(tok)
     if stack:
-        raise DataError(f"{source}:{stack[0][1]}: bracket opened here is never closed")
+        raise DataError(f"{source}:{line(stack[0][1])}: bracket opened here is never closed")
 
 
 def split_words(line: str) -> list[str]:
