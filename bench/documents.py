@@ -8,10 +8,13 @@ or a newline, translated with aiayn.decode.documents (every sentence of every pa
 as the server and `aiayn translate --document` do). Each paragraph's sentences are mapped back to the
 test sentences by offset: a segment that is exactly one test sentence takes that sentence's
 translation; a test sentence cut in two, or merged with its neighbour, counts as different, and for
-BLEU the merged translation goes to its first sentence and "" to the others (the pessimistic
-re-split). Reports the share of sentences identical to line by line, how many of the others ran into
-their neighbour because a test sentence has no final stop (joined by a space, nothing can cut them),
-and both sacreBLEU scores.
+BLEU the merged translation is re-split two ways: given whole to its first sentence with "" for the
+others (pessimistic: the second sentence's words match nothing), and cut at the boundaries that
+minimise the word error rate against the covered references (mwerSegmenter's re-segmentation, as
+IWSLT scores speech translation: package mweralign, optional, `pip install mweralign`; with the run's
+own sentencepiece model, so nothing is downloaded). Reports the share of sentences identical to line
+by line, how many of the others ran into their neighbour because a test sentence has no final stop
+(joined by a space, nothing can cut them), and the sacreBLEU scores.
 
 HTML: `--html N` snippets, each one to three consecutive test sentences in a <p> with inline tags (b,
 i, a href, span, em, br, a nested block) over random word ranges, translated with aiayn.decode.html.
@@ -59,8 +62,27 @@ def paragraphs(n: int, rng: random.Random) -> list[tuple[int, int, str]]:
     return out
 
 
+def mwer_resplit(refs: list[str], merged: str, spm: str | None) -> list[str]:
+    """`merged`, the translation of several sentences, cut into len(refs) segments at the boundaries of
+    least word error rate against `refs` (mwerSegmenter's algorithm, package mweralign); words split by
+    the sentencepiece model `spm`, no boundary inside a word."""
+    import sentencepiece
+    from mweralign import MwerAlign
+
+    aligner = MwerAlign()
+    if spm is None:
+        return aligner.align("\n".join(refs), merged).rstrip("\n").split("\n")
+    sp = sentencepiece.SentencePieceProcessor(model_file=spm)
+    aligner.set_tokenized(True)
+    aligner.set_forbid_midword_boundary(True)
+    pieces = aligner.align(
+        "\n".join(" ".join(sp.encode(r, out_type=str)) for r in refs), " ".join(sp.encode(merged, out_type=str))
+    )
+    return [sp.decode(seg.split()) for seg in pieces.rstrip("\n").split("\n")]
+
+
 def measure_paragraphs(
-    src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, seed: int
+    src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, seed: int, spm: str | None = None
 ) -> dict:
     import sacrebleu
 
@@ -71,6 +93,7 @@ def measure_paragraphs(
     outs = translate(docs.sentences)
     seconds = time.perf_counter() - t0
     hyp = [""] * len(src)
+    merges: list[tuple[list[int], str]] = []  # (test sentences, their one translation)
     same = [False] * len(src)
     at = unpunctuated = 0
     for (a, b, sep), part in zip(groups, docs.parts):
@@ -87,6 +110,8 @@ def measure_paragraphs(
             if len(covered) > 1 and all(src[j][-1:] not in ".!?\u2026\"\u201c'" for j in covered[:-1]):
                 unpunctuated += len(covered)  # a sentence without a final stop ran into the next one
             hyp[first] = (hyp[first] + " " + outs[at]).strip()
+            if len(covered) > 1:
+                merges.append((covered, outs[at]))
             if covered == [first] and src[first] == sentence:
                 same[first] = outs[at] == lines[first]
             at += 1
@@ -99,6 +124,7 @@ def measure_paragraphs(
         "merged_after_no_final_stop": unpunctuated,
         "bleu_lines": round(sacrebleu.corpus_bleu(lines, [ref]).score, 2),
         "bleu_documents": round(sacrebleu.corpus_bleu(hyp, [ref]).score, 2),
+        **resplit_bleu(hyp, ref, merges, spm),
         "seconds_documents": round(seconds, 1),
     }
 
@@ -116,6 +142,21 @@ class Balance(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if not self.stack or self.stack.pop() != tag:
             self.ok = False
+
+
+def resplit_bleu(hyp: list[str], ref: list[str], merges: list[tuple[list[int], str]], spm: str | None) -> dict:
+    """sacreBLEU with each merged translation re-split by mwer_resplit ({} without mweralign)."""
+    import sacrebleu
+
+    try:
+        import mweralign  # noqa: F401
+    except ImportError:
+        return {}
+    hyp = list(hyp)
+    for covered, merged in merges:
+        for i, seg in zip(covered, mwer_resplit([ref[i] for i in covered], merged, spm)):
+            hyp[i] = seg
+    return {"bleu_documents_mwer_resplit": round(sacrebleu.corpus_bleu(hyp, [ref]).score, 2)}
 
 
 def well_formed(html: str) -> bool:
@@ -219,7 +260,9 @@ def main() -> None:
     t0 = time.perf_counter()
     lines = translate(src)
     base = {"engine": t.engine, "beam": a.beam or t.decode.beam, "seconds_lines": round(time.perf_counter() - t0, 1)}
-    print(json.dumps({**base, **measure_paragraphs(src, ref, lines, translate, "de", a.seed)}), flush=True)
+    spm = Path(a.checkpoint) / "spm.model"
+    para = measure_paragraphs(src, ref, lines, translate, "de", a.seed, str(spm) if spm.is_file() else None)
+    print(json.dumps({**base, **para}), flush=True)
     if a.html:
         print(json.dumps({**base, **measure_html(src, ref, lines, translate, "de", a.html, a.seed)}), flush=True)
 
