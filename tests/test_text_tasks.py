@@ -437,15 +437,14 @@ def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home
 
 @pytest.mark.parametrize("task", ["mlm", "classify"])
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, home, corpus, tmp_path):
-    """torchrun, 2 ranks x 1 micro-batch == 1 process x 2 micro-batches (dropout off): the heads run inside
+    """2 gloo ranks (started as srun starts them: tests/ranks.py) x 1 micro-batch == 1 process x 2
+    micro-batches (dropout off): the heads run inside
     the model's forward, so DDP averages their gradients too (a head called beside the DDP wrapper would
     leave the ranks' classifiers apart, and the mlm head unused by classify would stall DDP without
     find_unused_parameters)."""
-    import subprocess
-    import sys
-
     from aiayn.distributed import DistInfo
     from aiayn.train.tasks import prepare_data
+    from ranks import run_ranks
 
     def batches_per_epoch(budget: int) -> int:
         cfg = config(task, corpus, **{"data.max_tokens": budget})
@@ -467,26 +466,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, h
     path = tmp_path / "cfg.yaml"
     cfg.save(path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "aiayn",
-            "train",
-            "--config",
-            str(path),
-            "--run-dir",
-            str(tmp_path / "ddp"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
+    p = run_ranks(["-m", "aiayn", "train", "--config", str(path), "--run-dir", str(tmp_path / "ddp")], env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     train(Config.load(str(path)), tmp_path / "single")
     a = [r for r in records(tmp_path / "ddp") if r["kind"] == "train"]

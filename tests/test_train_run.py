@@ -18,6 +18,7 @@ import yaml
 from aiayn.checkpoint import checkpoint_paths, list_checkpoints
 from aiayn.config import Config
 from inprocess import run_aiayn
+from ranks import run_ranks
 
 TINY = {
     "model": {"preset": "tiny"},
@@ -472,14 +473,15 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
         train(Config.from_dict(TINY), run)
 
 
-@pytest.mark.parametrize("clip_norm", [0.0, 2.0], ids=["no-clip", "clip"])
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm, capfd):
-    """torchrun, 2 ranks x 1 micro-batch per update == 1 process x update_freq 2 (dropout off, so the
-    only difference is the order of floating-point sums). Without clipping Adam is nearly blind to a
-    constant gradient factor (a wrong scale across ranks). Clipping at 2.0 cuts the first 3 of the 8
-    updates (norms 4.6, 4.3, 3.2, then 2.1 ... 1.1): a wrong scale moves that boundary and changes
-    the relative weight of the updates in Adam's moments, so it shows in the losses. (A norm cut at
-    every update would hide it again: each clipped gradient has the same length whatever its scale.)"""
+@pytest.mark.parametrize("clip_norm,launcher", [(0.0, "torchrun"), (2.0, "srun")], ids=["no-clip", "clip"])
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, tmp_path, clip_norm, launcher, capfd):
+    """2 ranks x 1 micro-batch per update == 1 process x update_freq 2 (dropout off, so the only difference is
+    the order of floating-point sums), the ranks started by torchrun and as srun starts them
+    (tests/ranks.py: SLURM's variables, the rendezvous address exported). Without clipping Adam is nearly
+    blind to a constant gradient factor (a wrong scale across ranks). Clipping at 2.0 cuts the first 3 of
+    the 8 updates (norms 4.6, 4.3, 3.2, then 2.1 ... 1.1): a wrong scale moves that boundary and changes the
+    relative weight of the updates in Adam's moments, so it shows in the losses. (A norm cut at every update
+    would hide it again: each clipped gradient has the same length whatever its scale.)"""
     from aiayn.train import train
 
     # one config for both: optim.tokens_per_update 960 derives update_freq 1 on 2 ranks, 2 on one
@@ -491,26 +493,12 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
     }
     cfg = config_file(tmp_path, **common)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "aiayn",
-            "train",
-            "--config",
-            str(cfg),
-            "--run-dir",
-            str(tmp_path / "ddp"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
+    argv = ["-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(tmp_path / "ddp")]
+    if launcher == "torchrun":
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        p = subprocess.run([*torchrun, *argv], capture_output=True, text=True, env=env, timeout=240)
+    else:
+        p = run_ranks(argv, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     # one banner (only rank 0 prints and writes), with the derived update_freq
     assert p.stdout.count("update = 1 x 2 x 480 tokens (<= 960, update_freq 1 from optim.tokens_per_update 960)") == 1
@@ -541,7 +529,9 @@ from aiayn.config import Config
 from aiayn.train import train
 from aiayn.checkpoint import checkpoint_paths
 
-rank, run, extra, mode = int(os.environ["RANK"]), Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+from aiayn.distributed import launch_info
+
+rank, run, extra, mode = launch_info().rank, Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 if rank == 1:  # this rank's view of the shared run directory differs (a lagging or per-node file system)
     real_list, real_load = T.list_checkpoints, T.load_state
     # it also lists a newer checkpoint that rank 0 does not see ...
@@ -578,17 +568,11 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
-    def torchrun(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=180,
-        )
+    def ranks(*args: str) -> subprocess.CompletedProcess:  # 2 gloo ranks (tests/ranks.py)
+        return run_ranks(list(args), env=env, timeout=180)
 
     run = tmp_path / "run"
-    p = torchrun("-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(run))
+    p = ranks("-m", "aiayn", "train", "--config", str(cfg), "--run-dir", str(run))
     assert p.returncode == 0, p.stderr[-3000:]
     assert [c[0] for c in list_checkpoints(run)] == [4, 8]
     # the newer checkpoint only rank 1 sees: step 8's files, relabelled as step 12
@@ -600,14 +584,14 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
     worker = tmp_path / "worker.py"
     worker.write_text(RESUME_WORKER)
 
-    p = torchrun(str(worker), str(run), str(extra), "step8")
+    p = ranks(str(worker), str(run), str(extra), "step8")
     assert p.returncode == 0, p.stderr[-3000:]
     assert [(tmp_path / f"resumed_rank{r}").read_text() for r in (0, 1)] == ["4", "4"]
     assert "rank 1: corrupted or truncated training state" in p.stderr and "older checkpoint" in p.stderr
     assert [c[0] for c in list_checkpoints(run)] == [4, 8, 10]  # 8 rewritten by the resumed run; no 12
     assert records(run, "train")[-1]["step"] == 10
 
-    p = torchrun(str(worker), str(run), str(extra), "none")
+    p = ranks(str(worker), str(run), str(extra), "none")
     assert p.returncode != 0
     assert p.stderr.count("TrainingError: no usable checkpoint to resume from on every rank") == 2, p.stderr[-3000:]
 
@@ -621,7 +605,9 @@ from aiayn.config import Config
 from aiayn.train import train
 
 config, run, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-rank = int(os.environ.get("RANK", 0))
+from aiayn.distributed import launch_info
+
+rank = launch_info().rank
 real_next = T.Batches.next
 def next_(self):  # every batch a rank trains on, with its epoch
     b = real_next(self)
@@ -649,15 +635,8 @@ def test_resume_on_another_world_size_sees_every_example_once_per_epoch(home, tm
     worker.write_text(SEEN_WORKER)
     run, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
-    def launch(config: str, **overrides) -> subprocess.CompletedProcess:  # on 2 gloo ranks
-        ddp = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-        p = subprocess.run(
-            [sys.executable, *ddp, str(worker), config, str(run), str(tmp_path), json.dumps(overrides)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=240,
-        )
+    def launch(config: str, **overrides) -> subprocess.CompletedProcess:  # on 2 gloo ranks (tests/ranks.py)
+        p = run_ranks([str(worker), config, str(run), str(tmp_path), json.dumps(overrides)], env=env)
         assert p.returncode == 0, p.stderr[-3000:]
         return p
 
