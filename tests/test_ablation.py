@@ -270,20 +270,15 @@ def test_ablate_trains_each_variant_once_and_writes_table_and_plot(tmp_path, mon
 
 
 def test_ablate_cli_with_the_real_trainer(tmp_path):
-    """End to end: `aiayn ablate` trains base + row E through aiayn.train on the embedded corpus."""
-    import os
-    import subprocess
-    import sys
-
+    """End to end: `aiayn ablate` trains base + row E through aiayn.train on the embedded corpus (the
+    command in this process: tests/inprocess.py)."""
     import matplotlib  # noqa: F401  a [test] dependency: missing, the test fails instead of skipping
 
     from aiayn.checkpoint import load_model
+    from inprocess import run_aiayn
 
     out = tmp_path / "abl"
     args = [
-        sys.executable,
-        "-m",
-        "aiayn",
         "ablate",
         "--rows",
         "E",
@@ -306,8 +301,7 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
         "optim.warmup=5",
     ):
         args += ["--set", kv]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    r = run_aiayn(*args, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == str(out / "table.md")
     rows = [ln for ln in (out / "table.md").read_text().splitlines() if ln.startswith("| ")][1:]
@@ -327,7 +321,7 @@ def test_ablate_cli_with_the_real_trainer(tmp_path):
     # (six steps and one validation per run draw short lines: ~70 and ~110 pixels; a run not drawn has 0)
     assert min(plotted.color_pixels(out / "curves.png", c) for c in (blue, orange)) > 30
 
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)  # nothing left to train
+    r = run_aiayn(*args, text=True)  # nothing left to train
     assert r.returncode == 0 and r.stdout.count("finished earlier") == 2, r.stdout
 
 
