@@ -20,7 +20,9 @@ errors and the server's RSS sampled every second. Modes:
 
 --unit paragraph sends paragraphs of 1-5 consecutive test sentences (joined by a space or a newline)
 to LibreTranslate's /translate, which cuts them into sentences; --api libretranslate sends single
-sentences there too (the default is /v1/translate).
+sentences there too (the default is /v1/translate). Clients and server share the machine: each result
+says how many cores each used (`client_cores`, `server_cores`); `--http aiohttp` drives the same load
+with about half httpx's CPU a request.
 
 Then 1,000 malformed / oversized / random-bytes / wrong-type requests go to the batched server,
 which must answer each with a 4xx and still pass /health. Results: printed, and JSON under
@@ -40,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used, its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def metric(url: str, name: str) -> float:
@@ -162,11 +171,19 @@ def paragraphs(sentences: list[str], seed: int = 0) -> list[tuple[str, int]]:
 
 
 async def load(
-    url: str, sentences: list[str], clients: int, seconds: float, pid: int, unit: str = "sentence", api: str = "v1"
+    url: str,
+    sentences: list[str],
+    clients: int,
+    seconds: float,
+    pid: int,
+    unit: str = "sentence",
+    api: str = "v1",
+    http: str = "httpx",
 ) -> dict:
     """`clients` closed-loop clients for `seconds`; `unit` sentence (one test sentence per request) or
     paragraph (1-5 per request, LibreTranslate's /translate: the server cuts them); `api` v1
-    (/v1/translate) or libretranslate (/translate) for sentences."""
+    (/v1/translate) or libretranslate (/translate) for sentences; `http` the client library, httpx or
+    aiohttp (about half the CPU a request: more of the shared cores left to the server)."""
     items = [(s, 1) for s in sentences] if unit == "sentence" else paragraphs(sentences)
     done = [0]  # sentences answered
     latencies: list[float] = []
@@ -175,7 +192,9 @@ async def load(
     t0 = time.monotonic()
     stop = t0 + seconds
 
-    async def client(k: int, c: httpx.AsyncClient) -> None:
+    transport_errors: tuple[type[BaseException], ...] = (httpx.HTTPError, TimeoutError)
+
+    async def client(k: int, post: Callable[[str, dict], Awaitable[int]]) -> None:
         i = k * 97
         while time.monotonic() < stop:
             s, n = items[i % len(items)]
@@ -183,13 +202,13 @@ async def load(
             t = time.monotonic()
             try:
                 if unit == "paragraph" or api == "libretranslate":
-                    r = await c.post("/translate", json={"q": s, "source": "de", "target": "en"})
+                    status = await post("/translate", {"q": s, "source": "de", "target": "en"})
                 else:
-                    r = await c.post("/v1/translate", json={"q": s})
-                if r.status_code != 200:
-                    errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
+                    status = await post("/v1/translate", {"q": s})
+                if status != 200:
+                    errors[str(status)] = errors.get(str(status), 0) + 1
                     continue
-            except httpx.HTTPError as e:
+            except transport_errors as e:
                 errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
                 continue
             latencies.append(time.monotonic() - t)
@@ -208,14 +227,36 @@ async def load(
         "aiayn_batch_sentences_sum",
     ]
     before = {n: metric(url, n) for n in names}
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
-        await asyncio.gather(sample_rss(), *(client(k, c) for k in range(clients)))
+    cpu0 = (cpu_s(os.getpid()), cpu_s(pid))
+    if http == "aiohttp":
+        import aiohttp
+
+        transport_errors = (aiohttp.ClientError, TimeoutError)
+        connector = aiohttp.TCPConnector(limit=clients)
+        async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(60)) as session:
+
+            async def post(path: str, body: dict) -> int:
+                async with session.post(path, json=body) as r:
+                    await r.read()
+                    return r.status
+
+            await asyncio.gather(sample_rss(), *(client(k, post) for k in range(clients)))
+    else:
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+
+            async def post(path: str, body: dict) -> int:
+                return (await c.post(path, json=body)).status_code
+
+            await asyncio.gather(sample_rss(), *(client(k, post) for k in range(clients)))
     elapsed = time.monotonic() - t0
+    # where the cores went: the clients (this process) and the server (its decoding threads included)
+    cpu = [round((now - then) / elapsed, 2) for now, then in zip((cpu_s(os.getpid()), cpu_s(pid)), cpu0)]
     d = {n: metric(url, n) - before[n] for n in names}
     tokens = d["aiayn_target_tokens_total"]
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
     return {
         "unit": unit,
+        "http_client": http,
         "requests": len(latencies),
         "sentences": done[0],
         "seconds": round(elapsed, 1),
@@ -228,6 +269,8 @@ async def load(
         "errors": errors,
         "mean_batch_sentences": round(d["aiayn_batch_sentences_sum"] / max(d["aiayn_batch_sentences_count"], 1), 1),
         "worker_busy": round(d["aiayn_batch_decode_seconds_sum"] / elapsed, 2),
+        "client_cores": cpu[0],
+        "server_cores": cpu[1],
         "rss_mib": rss,
     }
 
@@ -333,6 +376,13 @@ def main() -> int:
         help="endpoint of the sentence requests: /v1/translate (default) or /translate",
     )
     p.add_argument(
+        "--http",
+        default="httpx",
+        choices=["httpx", "aiohttp"],
+        help="the clients' HTTP library (default httpx); aiohttp (pip install aiohttp) spends about half the CPU "
+        "a request, so more of the cores the clients share with the server are left to it",
+    )
+    p.add_argument(
         "--libretranslate",
         default="",
         help="the `libretranslate` executable of its own venv, for the modes libretranslate (N clients) and "
@@ -354,6 +404,7 @@ def main() -> int:
         "engine": a.engine,
         "unit": a.unit,
         "api": a.api,
+        "http": a.http,
         "run": a.checkpoint,
         "modes": {},
     }
@@ -371,12 +422,13 @@ def main() -> int:
             # one client, request after request
             clients = 1 if mode.startswith("sequential") or mode == "libretranslate-sequential" else a.clients
             api = "libretranslate" if lt else a.api
-            r = asyncio.run(load(url, sentences, clients, a.seconds, proc.pid, a.unit, api))
+            r = asyncio.run(load(url, sentences, clients, a.seconds, proc.pid, a.unit, api, a.http))
             r["clients"] = clients
             print(
                 f"{mode:>14}: {r['sentences_per_s']:7.2f} sentences/s {r['target_tokens_per_s']:8.1f} tokens/s  "
                 f"p50 {r['latency_p50_s']:.3f}s p95 {r['latency_p95_s']:.3f}s p99 {r['latency_p99_s']:.3f}s  "
                 f"errors {r['errors'] or 0}  batch {r['mean_batch_sentences']} busy {r['worker_busy']}  "
+                f"cores: clients {r['client_cores']} server {r['server_cores']}  "
                 f"RSS MiB {r['rss_mib'][0][1]} -> {r['rss_mib'][-1][1]}",
                 flush=True,
             )
