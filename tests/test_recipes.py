@@ -3,9 +3,7 @@ wins, a missing one says what there is, and `aiayn recipes` lists them one line 
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import yaml
 
 from aiayn import recipes
 from aiayn.config import Config, ConfigError
+from inprocess import run_aiayn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,11 +51,8 @@ def test_aiayn_recipes_and_train_by_name_from_an_empty_directory(home, tmp_path)
     work = tmp_path / "empty"
     work.mkdir()
 
-    def aiayn(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        p = subprocess.run(
-            [sys.executable, "-m", "aiayn", *args], cwd=work, env=env, capture_output=True, text=True, timeout=240
-        )
+    def aiayn(*args: str) -> subprocess.CompletedProcess:  # in this process, from the empty directory
+        p = run_aiayn(*args, cwd=work, text=True)
         assert p.returncode == 0, p.stderr[-2000:]
         return p
 
