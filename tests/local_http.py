@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on now (for a server or a process group to bind next)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class LocalHTTPServer:

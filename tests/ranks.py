@@ -11,7 +11,6 @@ real processes, and no agent. Tests of torchrun itself keep torchrun.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,11 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import IO
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from local_http import free_port
 
 
 def run_ranks(
@@ -49,17 +44,15 @@ def run_ranks(
         for r, (out, err) in enumerate(outs)
     ]
     deadline, failed_at = time.monotonic() + timeout, None
-    try:
+    try:  # the ranks still running at the end (a grace after a failure, or the timeout) are killed
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
+            if now > deadline:
+                raise subprocess.TimeoutExpired([sys.executable, *args], timeout)
             if failed_at is None and any(p.returncode for p in procs):
                 failed_at = now
-            if now > deadline or (failed_at is not None and now - failed_at > 5):
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                if now > deadline:
-                    raise subprocess.TimeoutExpired([sys.executable, *args], timeout)
+            if failed_at is not None and now - failed_at > 5:
+                break
             time.sleep(0.05)
     finally:
         for p in procs:

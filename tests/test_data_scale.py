@@ -8,7 +8,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 from aiayn.config import Config, DataConfig
 from aiayn.data import Tokenizer, prepare
 from aiayn.data.tokenizer import NEWLINE, WordCacheEncoder
+from local_http import free_port
 
 WORDS_DE = "der die das ein eine hund katze mann frau kind läuft springt spielt über unter neben grün rot".split()
 WORDS_EN = "the a dog cat man woman child runs jumps plays over under beside green red big small".split()
@@ -257,18 +257,12 @@ def test_a_killed_builder_leaves_nothing_that_is_taken_for_a_cache(tmp_path):
     assert not list(home.glob("prepared/.*"))  # the dead builder's directory was removed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_ranks(
     cfg_file: Path, run_dir: Path, homes: tuple[Path, Path], logs: list[Path] | None = None
 ) -> tuple[int, list[subprocess.Popen]]:
     """Two training ranks started by hand (as two nodes would be), each with its own AIAYN_HOME;
     stderr to `logs` (files) when given, else pipes."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in (0, 1):
         env = {

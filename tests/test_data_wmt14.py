@@ -9,7 +9,6 @@ import hashlib
 import http.server
 import io
 import re
-import socket
 import tarfile
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from aiayn import cli
 from aiayn.config import DataConfig
 from aiayn.data import DataError, prepare, wmt14
 from aiayn.data.download import download
-from local_http import LocalHTTPServer
+from local_http import LocalHTTPServer, free_port
 
 
 class Server:
@@ -339,9 +338,7 @@ def test_archives_in_data_dir_are_used_in_place(server, home, tmp_path):
 
 
 def test_unreachable_server_is_one_line(home):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     archives = build_archives()
     with pytest.raises(DataError) as e:
         wmt14.get("en-de", base_url=f"http://127.0.0.1:{port}", checksums=table(archives), progress=False)

@@ -438,10 +438,9 @@ def test_classify_command_scores_agree_with_hand_counts_and_with_validation(home
 @pytest.mark.parametrize("task", ["mlm", "classify"])
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(task, home, corpus, tmp_path):
     """2 gloo ranks (started as srun starts them: tests/ranks.py) x 1 micro-batch == 1 process x 2
-    micro-batches (dropout off): the heads run inside
-    the model's forward, so DDP averages their gradients too (a head called beside the DDP wrapper would
-    leave the ranks' classifiers apart, and the mlm head unused by classify would stall DDP without
-    find_unused_parameters)."""
+    micro-batches (dropout off): the heads run inside the model's forward, so DDP averages their gradients
+    too (a head called beside the DDP wrapper would leave the ranks' classifiers apart, and the mlm head
+    unused by classify would stall DDP without find_unused_parameters)."""
     from aiayn.distributed import DistInfo
     from aiayn.train.tasks import prepare_data
     from ranks import run_ranks
@@ -553,7 +552,6 @@ def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, caps
     """`aiayn serve -c RUN` of a task other than translation: a real server process, its predictor at
     /v1/predict; and a task without a predictor is refused in one line before anything loads."""
     pytest.importorskip("uvicorn")
-    import socket
     import subprocess
     import sys
     import time
@@ -561,12 +559,11 @@ def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, caps
     import httpx
 
     from aiayn.train.tasks import get_spec, register
+    from local_http import free_port
 
     texts = ["the young bird [MASK] again", "the white [MASK] quacks softly"]
     expected = get_spec("mlm").predictor(str(sounds_run), "cpu")(texts)  # what `aiayn predict` prints
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     cmd = [sys.executable, "-m", "aiayn", "serve", "-c", str(sounds_run), "--port", str(port), "--device", "cpu"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

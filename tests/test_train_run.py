@@ -520,16 +520,14 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(home, t
 
 
 RESUME_WORKER = """
-import json, os, sys
+import sys
 from pathlib import Path
 
 import aiayn.train.resume as T
-from aiayn.checkpoint import CheckpointError
+from aiayn.checkpoint import CheckpointError, checkpoint_paths
 from aiayn.config import Config
-from aiayn.train import train
-from aiayn.checkpoint import checkpoint_paths
-
 from aiayn.distributed import launch_info
+from aiayn.train import train
 
 rank, run, extra, mode = launch_info().rank, Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 if rank == 1:  # this rank's view of the shared run directory differs (a lagging or per-node file system)
@@ -597,16 +595,15 @@ def test_ddp_resume_uses_rank_0s_checkpoint_and_falls_back_on_every_rank_togethe
 
 
 SEEN_WORKER = """
-import json, os, sys
+import json, sys
 from pathlib import Path
 
 import aiayn.train.trainer as T
 from aiayn.config import Config
+from aiayn.distributed import launch_info
 from aiayn.train import train
 
 config, run, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-from aiayn.distributed import launch_info
-
 rank = launch_info().rank
 real_next = T.Batches.next
 def next_(self):  # every batch a rank trains on, with its epoch
