@@ -28,13 +28,17 @@ Also:
   database anywhere (a failure prints the blob that reproduces it), and its cache of source constants
   lives in a temporary directory;
 - no test writes outside its temporary directories: a session that leaves a new file in the directory
-  it ran from (the checkout, caches aside) or in ~/.cache/aiayn fails, naming the files.
+  it ran from (the checkout, caches aside) or in ~/.cache/aiayn fails, naming the files;
+- modules are collected longest first, by their times in tests/durations.json (`--store-durations`
+  rewrites it from a run), so that pytest-xdist, handing modules out in that order, ends the run with a
+  short module on each worker rather than one worker busy with a long one while the other idles.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -139,16 +143,59 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = session.config.stash.get(_BEFORE, None)
-    if before is None:
-        return
-    stray = [str(root / f) for root, files in _watched().items() for f in sorted(files - before.get(root, set()))]
-    if stray:
-        shown = ", ".join(stray[:10]) + (f" and {len(stray) - 10} more" if len(stray) > 10 else "")
-        print(f"\nERROR: the tests wrote outside their temporary directories: {shown}", file=sys.stderr)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if before is not None:
+        stray = [str(root / f) for root, files in _watched().items() for f in sorted(files - before.get(root, set()))]
+        if stray:
+            shown = ", ".join(stray[:10]) + (f" and {len(stray) - 10} more" if len(stray) > 10 else "")
+            print(f"\nERROR: the tests wrote outside their temporary directories: {shown}", file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _module_times:  # after the check above: the file is the option's output, not a test's
+        _store_durations(session.config.rootpath)
+
+
+_DURATIONS = Path(__file__).with_name("durations.json")
+_module_times: dict[str, float] | None = None  # each module's time in this run, with --store-durations
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write each module's time in this run (setup and teardown included) into tests/durations.json, "
+        "the order the modules are handed out in",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest module first (LPT scheduling): with `--dist loadscope --no-loadscope-reorder` each idle
+    worker takes the next module in this order, so the last ones handed out are the shortest."""
+    known = json.loads(_DURATIONS.read_text()) if _DURATIONS.exists() else {}
+    untimed = max(known.values(), default=0.0)  # a module not timed yet goes first: it may be long
+    items.sort(key=lambda item: -known.get(_module(item), untimed))  # stable: a module keeps its order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _module_times is not None:  # setup, call and teardown: a module fixture's time is its module's
+        key = report.nodeid.split("::")[0]
+        _module_times[key] = _module_times.get(key, 0.0) + report.duration
+
+
+def _store_durations(root: Path) -> None:
+    assert _module_times is not None
+    old = json.loads(_DURATIONS.read_text()) if _DURATIONS.exists() else {}
+    times = {**old, **{k: round(v, 1) for k, v in _module_times.items()}}
+    times = {k: v for k, v in sorted(times.items()) if (root / k).exists()}  # modules since removed go
+    _DURATIONS.write_text(json.dumps(times, indent=0) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _module_times
+    if config.getoption("store_durations") and not hasattr(config, "workerinput"):  # the controller adds up
+        _module_times = {}
     config.addinivalue_line(
         "markers",
         "needs_mirror: reads the Multi30k mirror in $AIAYN_DATA_DIR (skipped without it; an error under CI); "

@@ -135,3 +135,19 @@ def test_a_command_run_in_process_answers_as_its_process_and_leaves_this_one_as_
         assert run_aiayn("translate", "-c", str(tmp_path), input="x\n").returncode == 2  # bytes when not text
     finally:
         os.environ.pop("AIAYN_KEPT", None)
+
+
+def test_modules_are_handed_out_longest_first(request: pytest.FixtureRequest):
+    """pytest-xdist gives each idle worker the next module in collection order (pyproject: loadscope,
+    no reorder by test count); conftest.py collects them by their times in tests/durations.json, longest
+    first, so the run does not end with one worker on a long module while the other idles."""
+    import json
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    addopts = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "--dist loadscope" in addopts and "--no-loadscope-reorder" in addopts
+    times = json.loads((root / "tests" / "durations.json").read_text())
+    modules = list(dict.fromkeys(item.nodeid.split("::")[0] for item in request.session.items))
+    timed = [times[m] for m in modules if m in times]
+    assert timed == sorted(timed, reverse=True) and all((root / m).is_file() for m in times)

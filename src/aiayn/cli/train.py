@@ -56,7 +56,6 @@ def _train(a: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiayn.config import Config, ConfigError
-    from aiayn.train import train
 
     overrides = list(a.overrides or []) + (["--task.name", a.task] if a.task else [])
     if a.resume:
@@ -83,6 +82,8 @@ def _train(a: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         line = shlex.join(["aiayn", *a.argv]) + "\n"
         atomic_write(run_dir / "command.txt", lambda tmp: Path(tmp).write_text(line, encoding="utf-8"))
+    from aiayn.train import train  # torch loads here, after the settings checked out: a typo fails at once
+
     summary = train(cfg, run_dir, resume=bool(a.resume), init_from=a.init_from)
     return 130 if summary["interrupted"] else 0
 
