@@ -126,6 +126,28 @@ def test_attention_png_grid_and_single_panel(run_dir, tmp_path):
     assert a[..., :3].std() > 0.05  # not a blank canvas
 
 
+@pytest.mark.parametrize("n", [12, 300])
+def test_every_piece_is_labelled_unless_the_labels_would_overlap(n, tmp_path, monkeypatch):
+    """A long (or runaway) output: past the 4-point type floor a label would overlap the next row's, so
+    every stride-th piece is labelled, first piece included, and the labels that are drawn do not touch."""
+    pieces = [f"p{i}" for i in range(n)]
+    w = np.random.default_rng(0).dirichlet(np.ones(n), size=(1, n))  # (h, T_q, T_k)
+    amap = viz.AttentionMap("s", "t", pieces, ["<s>", *pieces[1:]], pieces, {"cross": [w]})
+    with plotted.figures(monkeypatch) as saved:
+        out = viz.plot_attention(amap, tmp_path / "a.png", kind="cross")
+    ax = saved[out].axes[0]
+    xs = [t.get_text() for t in ax.get_xticklabels()]
+    ys = [t.get_text() for t in ax.get_yticklabels()]
+    stride = math.ceil(n / len(xs))
+    assert xs == ys == pieces[::stride]
+    if n == 12:
+        assert stride == 1
+    else:
+        assert stride > 1
+        height_pt = ax.get_position().height * saved[out].get_figheight() * 72
+        assert height_pt / n * stride >= 5 > height_pt / n * (stride - 1)  # no wider apart than needed
+
+
 def test_bad_selection_says_what_exists(run_dir, tmp_path):
     _, model, tok = run_dir
     amap = viz.attention_map(model, tok, SENTENCE, target_ids=[10, 11])

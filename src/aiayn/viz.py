@@ -205,6 +205,9 @@ def plot_attention(
     )
     axes = fig.subplots(len(panels), len(heads), squeeze=False)
     fontsize = max(4.0, min(8.0, 72 * 0.8 * cell / max(n_tok, 1)))  # a label fits its cell row
+    # Rows under 5 points (the 4-point floor above) would overlap their labels: label every stride-th token,
+    # as matplotlib thins a crowded axis. Only long outputs (over ~115 tokens) get here.
+    stride = max(1, math.ceil(n_tok * 5 / (72 * cell)))
     image = None
     for r, (k, li) in enumerate(panels):
         q_labels, k_labels = amap.axes(k)
@@ -214,8 +217,10 @@ def plot_attention(
             image = ax.imshow(
                 amap.weights[k][li][hi], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest"
             )
-            ax.set_xticks(range(len(k_labels)), [_text(t) for t in k_labels], rotation=90, fontsize=fontsize)
-            ax.set_yticks(range(len(q_labels)), [_text(t) for t in q_labels], fontsize=fontsize)
+            ax.set_xticks(
+                range(0, len(k_labels), stride), [_text(t) for t in k_labels[::stride]], rotation=90, fontsize=fontsize
+            )
+            ax.set_yticks(range(0, len(q_labels), stride), [_text(t) for t in q_labels[::stride]], fontsize=fontsize)
             ax.tick_params(length=0, pad=1)
             if r == 0 or len(panels) == 1:
                 ax.set_title(f"head {hi + 1}", fontsize=9)
