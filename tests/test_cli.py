@@ -71,6 +71,21 @@ def test_the_parser_loads_without_torch():
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
+def test_scoring_a_file_and_a_mistyped_config_load_no_torch(tmp_path):
+    """`aiayn evaluate --hyp H --ref R` is sacreBLEU's work, and a bad config is the user's: neither
+    waits for torch to load (about 2 s)."""
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("a dog runs on the grass .\n")
+    code = (
+        "import sys; from aiayn.cli import main; "
+        f"rc = main(['evaluate', '--hyp', {str(hyp)!r}, '--ref', {str(hyp)!r}]); "
+        f"rc2 = main(['train', '--config', {str(tmp_path / 'missing.yaml')!r}, '--run-dir', {str(tmp_path / 'r')!r}]); "
+        "print(rc, rc2, 'torch' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("BLEU = 100.00") and r.stdout.splitlines()[-1] == "0 2 False", r.stdout + r.stderr
+
+
 def test_torch_threads_sleep_at_barriers_unless_the_user_says_otherwise(tmp_path):
     """The CLI sets OMP_WAIT_POLICY=PASSIVE before torch loads, so OpenMP threads never spin waiting for a
     thread that lost its core to another process (docs/benchmarks.md, "Beside a busy process"). Checked

@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiayn.config import Config, DecodeConfig
 from aiayn.data.io import read_lines
 from aiayn.data.multi30k import tokenized_reference_path
-from aiayn.data.prepare import prepare, with_run_tokenizer
-from aiayn.decode.translator import Translator
 from aiayn.errors import AiaynError
 from aiayn.scoring import moses_tokenize, score, tokenized_bleu
+
+if TYPE_CHECKING:
+    from aiayn.decode.translator import Translator
 
 # -- whole evaluations (the `aiayn evaluate` command) ------------------------------------------------
 
@@ -30,6 +31,8 @@ def _run_data_config(run_dir: Path):
 
 def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     """(src lines, ref lines, tokenized refs or None, target language) of one of the run's splits."""
+    from aiayn.data.prepare import prepare, with_run_tokenizer  # torch: not for a --hyp file only scored
+
     cfg = with_run_tokenizer(_run_data_config(run_dir), run_dir)
     key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)
     src, ref = prepare(cfg).raw(key)
@@ -110,6 +113,7 @@ def evaluate_run(
     else:
         if checkpoint is None:
             raise AiaynError("translating needs -c RUN_DIR_OR_CHECKPOINT")
+        from aiayn.decode.translator import Translator
 
         translator = Translator.load(
             checkpoint,

@@ -103,9 +103,11 @@ def _members(a: argparse.Namespace) -> tuple[str | None, list[str]]:
 def _decode_defaults(checkpoint: str | None) -> DecodeConfig:
     """The `decode` section of the run's config.yaml (a run directory or a weights file in one), else
     DecodeConfig()."""
+    if checkpoint is None:
+        return DecodeConfig()
     from aiayn.decode.translator import run_decode_config
 
-    return run_decode_config(checkpoint) if checkpoint else DecodeConfig()
+    return run_decode_config(checkpoint)
 
 
 def decode_config(a: argparse.Namespace) -> DecodeConfig:
@@ -134,9 +136,9 @@ def decode_config(a: argparse.Namespace) -> DecodeConfig:
 def resolve_members(a: argparse.Namespace) -> None:
     """-c's hf://user/model paths -> their local directories (aiayn.hub.resolve_run), once, before any
     run file is read."""
-    from aiayn.hub import resolve_run
+    if a.checkpoint:  # without one (evaluate --hyp) nothing loads torch
+        from aiayn.hub import resolve_run
 
-    if a.checkpoint:
         a.checkpoint = [str(resolve_run(c)) for c in a.checkpoint]
 
 
@@ -253,11 +255,14 @@ def _evaluate(a: argparse.Namespace) -> int:
     (aiayn.registry); translation's own is `evaluate` below."""
     from aiayn import registry
     from aiayn.errors import AiaynError
-    from aiayn.train.tasks import run_spec
 
     resolve_members(a)
     first = _members(a)[0]
-    task = run_spec(first).name if first is not None else "translate"
+    if first is None:  # --hyp scored against --ref: sacreBLEU only, torch never loads
+        return evaluate(a)
+    from aiayn.train.tasks import run_spec
+
+    task = run_spec(first).name
     path = registry.command_paths().get(task)
     own = registry.load(path.partition(":")[0]) if path else None
     if own is sys.modules[__name__]:
