@@ -150,15 +150,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             print(f"\nERROR: the tests wrote outside their temporary directories: {shown}", file=sys.stderr)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if _module_times:  # after the check above: the file is the option's output, not a test's
-        _store_durations(session.config.rootpath)
+        _store_durations(session.config.rootpath, _module_times)
 
 
 _DURATIONS = Path(__file__).with_name("durations.json")
 _module_times: dict[str, float] | None = None  # each module's time in this run, with --store-durations
 
 
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.split("::")[0]
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def _known_durations() -> dict[str, float]:
+    return json.loads(_DURATIONS.read_text()) if _DURATIONS.exists() else {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -173,21 +177,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest module first (LPT scheduling): with `--dist loadscope --no-loadscope-reorder` each idle
     worker takes the next module in this order, so the last ones handed out are the shortest."""
-    known = json.loads(_DURATIONS.read_text()) if _DURATIONS.exists() else {}
+    known = _known_durations()
     untimed = max(known.values(), default=0.0)  # a module not timed yet goes first: it may be long
-    items.sort(key=lambda item: -known.get(_module(item), untimed))  # stable: a module keeps its order
+    items.sort(key=lambda item: -known.get(_module(item.nodeid), untimed))  # stable: a module keeps its order
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if _module_times is not None:  # setup, call and teardown: a module fixture's time is its module's
-        key = report.nodeid.split("::")[0]
+        key = _module(report.nodeid)
         _module_times[key] = _module_times.get(key, 0.0) + report.duration
 
 
-def _store_durations(root: Path) -> None:
-    assert _module_times is not None
-    old = json.loads(_DURATIONS.read_text()) if _DURATIONS.exists() else {}
-    times = {**old, **{k: round(v, 1) for k, v in _module_times.items()}}
+def _store_durations(root: Path, measured: dict[str, float]) -> None:
+    times = {**_known_durations(), **{k: round(v, 1) for k, v in measured.items()}}
     times = {k: v for k, v in sorted(times.items()) if (root / k).exists()}  # modules since removed go
     _DURATIONS.write_text(json.dumps(times, indent=0) + "\n")
 
