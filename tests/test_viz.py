@@ -148,6 +148,22 @@ def test_every_piece_is_labelled_unless_the_labels_would_overlap(n, tmp_path, mo
         assert height_pt / n * stride >= 5 > height_pt / n * (stride - 1)  # no wider apart than needed
 
 
+def test_a_row_of_heads_labels_its_queries_once(tmp_path, monkeypatch):
+    """The heads of one row share their queries: the leftmost panel names them, the others do not repeat
+    them (half the labels to lay out for a grid of 4-8 heads); every panel names its keys."""
+    pieces = [f"p{i}" for i in range(6)]
+    w = np.random.default_rng(0).dirichlet(np.ones(6), size=(3, 6))  # (h, T_q, T_k)
+    amap = viz.AttentionMap("s", "t", pieces, ["<s>", *pieces[1:]], pieces, {"cross": [w, w]})
+    with plotted.figures(monkeypatch) as saved:
+        out = viz.plot_attention(amap, tmp_path / "a.png", kind="cross")
+    panels = [ax for ax in saved[out].axes if ax.images]  # the colour bar has no image
+    assert len(panels) == 6
+    for i, ax in enumerate(panels):  # row-major: 2 layers x 3 heads
+        ys = [t.get_text() for t in ax.get_yticklabels()]
+        assert ys == (pieces if i % 3 == 0 else []), i
+        assert [t.get_text() for t in ax.get_xticklabels()] == pieces
+
+
 def test_bad_selection_says_what_exists(run_dir, tmp_path):
     _, model, tok = run_dir
     amap = viz.attention_map(model, tok, SENTENCE, target_ids=[10, 11])

@@ -220,7 +220,9 @@ def plot_attention(
             ax.set_xticks(
                 range(0, len(k_labels), stride), [_text(t) for t in k_labels[::stride]], rotation=90, fontsize=fontsize
             )
-            ax.set_yticks(range(0, len(q_labels), stride), [_text(t) for t in q_labels[::stride]], fontsize=fontsize)
+            # a row's panels share their queries: labelled once, at its left
+            q_shown = [_text(t) for t in q_labels[::stride]] if c == 0 else []
+            ax.set_yticks(range(0, len(q_labels), stride) if c == 0 else [], q_shown, fontsize=fontsize)
             ax.tick_params(length=0, pad=1)
             if r == 0 or len(panels) == 1:
                 ax.set_title(f"head {hi + 1}", fontsize=9)
