@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -206,6 +207,13 @@ def snippet(sentences: list[str], rng: random.Random) -> str:
     return f"<p>{body}</p>"
 
 
+def seen_text(root: Any) -> str:
+    """The words a reader sees in an lxml element: its text, a line break (<br>) between the words around it."""
+    for br in root.iter("br"):
+        br.tail = "\n" + (br.tail or "")
+    return " ".join(root.text_content().split())
+
+
 def measure_html(
     src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, n: int, seed: int
 ) -> dict:
@@ -225,7 +233,7 @@ def measure_html(
         out = translate_html(page, lang, translate)
         ok_form += well_formed(out)
         same_tags += tag_multiset(out) == tag_multiset(page)
-        hyps.append(" ".join(lxml_html.fragment_fromstring(out, create_parent="div").text_content().split()))
+        hyps.append(seen_text(lxml_html.fragment_fromstring(out, create_parent="div")))
         refs.append(" ".join(ref[j] for j in group))
         plain.append(" ".join(lines[j] for j in group))
     return {

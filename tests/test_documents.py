@@ -176,9 +176,13 @@ def _tags(html: str) -> Counter:
 
 
 def _text(html: str) -> str:
+    """The words a reader sees: the text, with a line break (<br>) between the words around it."""
     from lxml import html as lxml_html
 
-    return " ".join(lxml_html.fragment_fromstring(html, create_parent="div").text_content().split())
+    root = lxml_html.fragment_fromstring(html, create_parent="div")
+    for br in root.iter("br"):
+        br.tail = "\n" + (br.tail or "")
+    return " ".join(root.text_content().split())
 
 
 def _upper(sentences: list[str]) -> list[str]:
@@ -248,6 +252,12 @@ def test_html_tags_keep_their_side_of_spaces_and_punctuation() -> None:
         "<p>Siehe <code>x</code> hier.</p>": "<p>SIEHE <code>x</code> HIER.</p>",
         "<p>Siehe <code>x = 1</code>, dann <b>weiter</b>.</p>": "<p>SIEHE <code>x = 1</code>, DANN <b>WEITER</b>.</p>",
         "<p>Ein <br>Hund.</p>": "<p>EIN <br>HUND.</p>",
+        # the space the model reads for a <br> is not written: the source has none there
+        "<p>Ein Hund.<br>Zwei Katzen.</p>": "<p>EIN HUND.<br>ZWEI KATZEN.</p>",
+        "<p>Ein Hund.<br> Zwei Katzen.</p>": "<p>EIN HUND.<br> ZWEI KATZEN.</p>",
+        "<p>Eine Frau<br>liest.</p>": "<p>EINE FRAU<br>LIEST.</p>",
+        "<p>Ein<br><br>Hund.</p>": "<p>EIN<br><br>HUND.</p>",
+        "<p>Ein <b>Hund<br></b>rennt.</p>": "<p>EIN <b>HUND<br></b>RENNT.</p>",
         "<p>Ein<img src=x> Hund.</p>": '<p>EIN<img src="x"> HUND.</p>',
         "<p>Ein <!-- c --> Hund.</p>": "<p>EIN <!-- c --> HUND.</p>",
     }

@@ -87,7 +87,7 @@ def _runs(root: Any) -> list[_Run]:
                 child_in_run(run, child)
         run.ends[id(el)] = len(run.text)
         run.events.append(("end", el))
-        if el.tag.lower() == "br":  # a line break separates words: a space the model reads (it lands in the tail)
+        if el.tag.lower() == "br":  # a line break separates words: a space the model reads, not written back
             run.synthetic.add(len(run.text))
             run.text += " "
 
@@ -188,6 +188,16 @@ def _sentence_spans(gaps: Sequence[str], sentences: Sequence[str]) -> list[tuple
     return spans
 
 
+def _read_for_break(text: str, x: int, spans: Sequence[tuple[int, int]], skip: frozenset[int]) -> bool:
+    """Whether the translation's space at the place of the synthetic space `x` after a <br> stands for that
+    space alone: between sentences the gap is copied, so it holds that very space; inside a sentence the
+    translation's own space between words does, unless the source has whitespace of its own beside the
+    break (a neighbouring <br>'s synthetic space is not the source's)."""
+    if not any(s0 <= x < s1 for s0, s1 in spans):
+        return True
+    return not any(0 <= i < len(text) and i not in skip and text[i].isspace() for i in (x - 1, x + 1))
+
+
 def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequence[str]) -> None:
     """The run's text replaced by `translated`, its inline elements moved to the mapped places."""
     src_spans = _sentence_spans(source_part.gaps, source_part.sentences)
@@ -219,6 +229,9 @@ def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequen
                 pending = " "
         pieces[key] = pieces.get(key, "") + piece
         pos = y
+        after_break = kind == "end" and x in skip and translated[y : y + 1] == " "
+        if after_break and _read_for_break(run.text, x, src_spans, skip):
+            pos = y + 1  # the space the model read for the <br>: not the source's, so not written
         slot = (what, "text") if kind == "start" else (what, "tail")
     key = (id(slot[0]), slot[1])
     pieces[key] = pieces.get(key, "") + pending + translated[pos:]
