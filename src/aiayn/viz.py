@@ -212,22 +212,21 @@ def plot_attention(
     for r, (k, li) in enumerate(panels):
         q_labels, k_labels = amap.axes(k)
         n_layers = len(amap.weights[k])
+        k_shown, q_shown = [_text(t) for t in k_labels[::stride]], [_text(t) for t in q_labels[::stride]]
         for c, hi in enumerate(heads):
             ax = axes[r][c]
             image = ax.imshow(
                 amap.weights[k][li][hi], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest"
             )
-            ax.set_xticks(
-                range(0, len(k_labels), stride), [_text(t) for t in k_labels[::stride]], rotation=90, fontsize=fontsize
-            )
-            # a row's panels share their queries: labelled once, at its left
-            q_shown = [_text(t) for t in q_labels[::stride]] if c == 0 else []
-            ax.set_yticks(range(0, len(q_labels), stride) if c == 0 else [], q_shown, fontsize=fontsize)
+            ax.set_xticks(range(0, len(k_labels), stride), k_shown, rotation=90, fontsize=fontsize)
             ax.tick_params(length=0, pad=1)
             if r == 0 or len(panels) == 1:
                 ax.set_title(f"head {hi + 1}", fontsize=9)
-            if c == 0:
+            if c == 0:  # a row's panels share their queries: named once, at its left, beside the row's title
+                ax.set_yticks(range(0, len(q_labels), stride), q_shown, fontsize=fontsize)
                 ax.set_ylabel(f"{KIND_TITLES[k]}\nlayer {li + 1} of {n_layers}", fontsize=9)
+            else:
+                ax.set_yticks([])
     cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width, min(cell, height - 2.3) / height))
     assert image is not None  # at least one head was drawn
     fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
