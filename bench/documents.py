@@ -20,7 +20,16 @@ HTML: `--html N` snippets, each one to three consecutive test sentences in a <p>
 i, a href, span, em, br, a nested block) over random word ranges, translated with aiayn.decode.html.
 Checks that every output is well-formed (Python's html.parser: every non-void tag closed in order),
 has the same multiset of tags and attributes (lxml), and reports the sacreBLEU of its text against
-the references beside that of the plain sentences. One JSON line each.
+the references beside that of the plain sentences.
+
+Tags: does a tag land on the translation of the word it wraps? Every test sentence's capitalised
+German words after the first (nouns) whose translation is known and occurs once in the sentence's
+translation are wrapped in <b>, one at a time, and placed twice, through the model's word alignment
+(Translator.align, what `aiayn translate --format html` and the server do) and by position. A word's
+translation is its likeliest English word in the Multi30k training pairs by the Dice coefficient of
+their line counts (at least 0.5; "mann" -> "man", "fahrrad" -> "bicycle"), so the reference does not
+come from the model. `exact`: the <b> holds that word alone; `with_article`: a, an or the beside it
+also count. One JSON line each.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import argparse
 import gzip
 import json
 import random
+import string
 import sys
 import time
 from collections import Counter
@@ -48,8 +58,8 @@ VOID = {"br", "img", "wbr", "hr"}
 Translate = Callable[[list[str]], list[str]]  # sentences -> their translations
 
 
-def read(data: Path, lang: str, limit: int) -> list[str]:
-    with gzip.open(data / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+def read(data: Path, lang: str, limit: int, split: str = "test_2016_flickr") -> list[str]:
+    with gzip.open(data / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
         return [line.strip() for line in f][:limit]
 
 
@@ -215,7 +225,7 @@ def seen_text(root: Any) -> str:
 
 
 def measure_html(
-    src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, n: int, seed: int
+    src: list[str], ref: list[str], lines: list[str], translate: Translate, align: Any, n: int, seed: int
 ) -> dict:
     import sacrebleu
     from lxml import html as lxml_html
@@ -230,7 +240,7 @@ def measure_html(
         group = list(range(i, min(len(src), i + k)))
         i = (i + k) % len(src)
         page = snippet([src[j] for j in group], rng)
-        out = translate_html(page, lang, translate)
+        out = translate_html(page, "de", translate, align)
         ok_form += well_formed(out)
         same_tags += tag_multiset(out) == tag_multiset(page)
         hyps.append(seen_text(lxml_html.fragment_fromstring(out, create_parent="div")))
@@ -247,6 +257,61 @@ def measure_html(
     }
 
 
+PUNCT = string.punctuation + "\u201c\u201d\u201e"
+ARTICLES = {"a", "an", "the"}
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in (x.strip(PUNCT).lower() for x in text.split()) if w]
+
+
+def lexicon(data: Path, min_count: int = 20) -> dict[str, tuple[float, str]]:
+    """German word -> (Dice, its likeliest English word) over the line pairs of Multi30k train."""
+    de = [set(_words(x)) for x in read(data, "de", 10**9, "train")]
+    en = [set(_words(x)) for x in read(data, "en", 10**9, "train")]
+    n_de, n_en, both = Counter(), Counter(), Counter()
+    for d, e in zip(de, en):
+        n_de.update(d)
+        n_en.update(e)
+        both.update((a, b) for a in d for b in e)
+    best: dict[str, tuple[float, str]] = {}
+    for (a, b), n in both.items():
+        dice = 2 * n / (n_de[a] + n_en[b])
+        if n_de[a] >= min_count and dice > best.get(a, (0.0, ""))[0]:
+            best[a] = (dice, b)
+    return best
+
+
+def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str) -> dict:
+    from lxml import html as lxml_html
+
+    lex = lexicon(data)
+    probes = []
+    for i, (sentence, translation) in enumerate(zip(src, lines)):
+        words = sentence.split(" ")
+        for k, w in enumerate(words[1:], 1):
+            core = w.strip(PUNCT)
+            dice, gold = lex.get(core.lower(), (0.0, ""))
+            if core.isalpha() and core[0].isupper() and len(core) > 2 and dice >= 0.5:
+                if _words(translation).count(gold) == 1 and _words(sentence).count(core.lower()) == 1:
+                    start = w.index(core)
+                    tagged = words[:k] + [w[:start] + "<b>" + core + "</b>" + w[start + len(core) :]] + words[k + 1 :]
+                    probes.append((i, " ".join(tagged), gold))
+    out: dict[str, Any] = {"kind": "tags", "probes": len(probes)}
+    for name, align in (("alignment", t.align), ("position", None)):
+        exact = article = 0
+        t0 = time.perf_counter()
+        for i, page, gold in probes:
+            html = translate_html(page, lang, lambda x, i=i: [lines[i]] * len(x), align)
+            b = lxml_html.fragment_fromstring(html, create_parent="div").find(".//b")
+            covered = _words(b.text_content()) if b is not None else []
+            exact += covered == [gold]
+            article += [w for w in covered if w not in ARTICLES] == [gold]
+        out[name] = {"exact": round(exact / len(probes), 3), "with_article": round(article / len(probes), 3)}
+        out[name]["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-c", "--checkpoint", required=True)
@@ -254,6 +319,7 @@ def main() -> None:
     p.add_argument("--engine", default="auto")
     p.add_argument("--limit", type=int, default=1000, help="test sentences (default 1000: all of test2016)")
     p.add_argument("--html", type=int, default=200, help="HTML snippets (0: none)")
+    p.add_argument("--tags", type=int, default=1, help="1: measure where tags land (0: skip)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=str(ROOT.parent / "shared/data/multi30k"))
     a = p.parse_args()
@@ -272,7 +338,9 @@ def main() -> None:
     para = measure_paragraphs(src, ref, lines, translate, "de", a.seed, str(spm) if spm.is_file() else None)
     print(json.dumps({**base, **para}), flush=True)
     if a.html:
-        print(json.dumps({**base, **measure_html(src, ref, lines, translate, "de", a.html, a.seed)}), flush=True)
+        print(json.dumps({**base, **measure_html(src, ref, lines, translate, t.align, a.html, a.seed)}), flush=True)
+    if a.tags:
+        print(json.dumps({**base, **measure_tags(src, lines, t, Path(a.data), "de")}), flush=True)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def test_translate_format_html(run_dir, tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     t = Translator.load(run_dir, "cpu")
     got = out.read_text(encoding="utf-8")
-    assert got == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4))
+    assert got == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4), t.align)
     # and on its own terms: the page's markup, the sentence translated whole, pre untouched
     from lxml import html as lxml_html
 

@@ -291,11 +291,16 @@ _WORDS = ["Ein", "Hund", "rennt", "über", "die", "Wiese.", "Zwei", "Männer", "
 _INLINE = [("b", ""), ("i", ""), ("a", ' href="/x?y=1"'), ("span", ' class="k"'), ("em", ""), ("strong", "")]
 
 
-@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 5)), max_size=6), st.booleans())
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 5)), max_size=6),
+    st.booleans(),
+    st.booleans(),
+)
 # nested <a> over one word: the parser closes the outer one, an empty point; it put a space inside "FUSSBALL."
-@example(spans=[(0, 6, 0), (7, 7, 2), (7, 7, 2)], br=False)
-def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br: bool) -> None:
-    """Nested and adjacent inline tags over random word ranges, a reversing 'translation' (words move):
+@example(spans=[(0, 6, 0), (7, 7, 2), (7, 7, 2)], br=False, aligned=False)
+def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br: bool, aligned: bool) -> None:
+    """Nested and adjacent inline tags over random word ranges, a reversing 'translation' (words move),
+    tags placed by position or through the reversal's word links (which cross every tag order):
     the output is balanced, has the same tags and attributes, and its text is the translation."""
     from aiayn.decode.html import translate_html
 
@@ -315,9 +320,66 @@ def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br
     def reverse(sentences: list[str]) -> list[str]:
         return [" ".join(reversed(s.upper().split())) for s in sentences]
 
-    out = translate_html(snippet, "de", reverse)
+    def links(sources: list[str], targets: list[str]) -> list:
+        return [[frozenset({len(x.split()) - 1 - i}) for i in range(len(x.split()))] for x in sources]
+
+    out = translate_html(snippet, "de", reverse, links if aligned else None)
     assert _balanced(out) and _tags(out) == _tags(snippet)
     plain = " ".join(("Ein Hund rennt über die Wiese. Zwei Männer spielen Fußball." + (" Ende." if br else "")).split())
     from aiayn.data.segment import segment
 
     assert _text(out) == " ".join(reverse(segment(plain, "de").sentences))
+
+
+def test_html_tags_follow_the_word_links_they_are_given() -> None:
+    """With `align` (Translator.align's word links), a tag over whole words of one sentence covers the words
+    they are linked to; a tag that cuts a word or spans sentences, and a sentence without links, map by
+    position, as does one whose links spread over more than twice its words (+1); sentences without tags
+    are not aligned at all."""
+    from aiayn.decode.html import translate_html
+
+    calls: list[tuple[list[str], list[str]]] = []
+
+    def given(table: dict[str, tuple[str, list]]):
+        def translate(sentences: list[str]) -> list[str]:
+            return [table[x][0] for x in sentences]
+
+        def align(sources: list[str], targets: list[str]) -> list:
+            calls.append((sources, targets))
+            return [None if table[x][1] is None else [frozenset(w) for w in table[x][1]] for x in sources]
+
+        return translate, align
+
+    table = {
+        "Ein Mann fährt Fahrrad.": ("A man is riding a bicycle.", [{0}, {1}, {2, 3}, {5}]),
+        "Er hat das Buch gelesen.": ("He read the book.", [{0}, {1}, {2}, {3}, {1}]),
+        "Ein (Hund) rennt.": ("A (dog) runs.", [{0}, {1}, {2}]),
+        "Zwei Kinder.": ("Two children.", None),
+        "Ein Hund rennt schnell.": ("A dog runs very fast.", [{0}, {0, 3}, {2}, {4}]),
+        "Nur Text.": ("Just text.", [{0}, {1}]),
+    }
+    translate, align = given(table)
+    cases = {
+        "<p>Ein <b>Mann</b> fährt <i>Fahrrad</i>.</p>": "<p>A <b>man</b> is riding a <i>bicycle</i>.</p>",
+        "<p><b>Ein</b> Mann <i>fährt</i> Fahrrad.</p>": "<p><b>A</b> man <i>is riding</i> a bicycle.</p>",
+        "<p>Ein Mann fährt <b>Fahrrad.</b></p>": "<p>A man is riding a <b>bicycle.</b></p>",
+        # the translation reorders the tagged words: tags still nest in source order, the later one empty
+        "<p>Er hat <b>das Buch</b> <i>gelesen</i>.</p>": "<p>He read <b>the book</b><i></i>.</p>",
+    }
+    for source, expected in cases.items():
+        assert translate_html(source, "de", translate, align) == expected, source
+        assert translate_html(source, "de", translate) != expected, source  # by position it lands elsewhere
+    assert translate_html("<p>Ein (<b>Hund</b>) rennt.</p>", "de", translate, align) == "<p>A (<b>dog</b>) runs.</p>"
+    for by_position in [
+        "<p>Ein Mann fährt Fahr<b>rad</b>.</p>",  # cuts a word
+        "<p>Ein Mann fährt <b>Fahrrad. Zwei</b> Kinder.</p>",  # across two sentences
+        "<p>Zwei <b>Kinder</b>.</p>",  # no links for the sentence
+        "<p>Ein <b>Hund</b> rennt schnell.</p>",  # links over 4 words for 1: no alignment
+    ]:
+        assert translate_html(by_position, "de", translate, align) == translate_html(by_position, "de", translate)
+    calls.clear()
+    page = "<p>Nur Text.</p><p>Ein Mann <br>fährt Fahrrad.</p>"
+    assert translate_html(page, "de", translate, align) == translate_html(page, "de", translate)
+    assert calls == []  # no tag over any word (a <br> is a point, placed by position): nothing to align
+    translate_html("<p>Nur Text. Ein <b>Mann</b> fährt Fahrrad.</p>", "de", translate, align)
+    assert calls == [(["Ein Mann fährt Fahrrad."], ["A man is riding a bicycle."])]

@@ -501,3 +501,22 @@ def test_int8_bleu_is_within_noise_of_float32_on_the_trained_model(setup: dict) 
         noise = max((boot[194] - boot[4]) / 2, one_sentence)  # 2.5th to 97.5th percentile
         assert 0 < noise < 5
         assert b8 >= b32 - noise, f"int8 BLEU {b8:.2f} vs float32 {b32:.2f} (noise {noise:.2f})"
+
+
+def test_both_engines_read_the_same_encoder_decoder_attention(setup: dict, tmp_path: Path) -> None:
+    """Translator.align's input: the last decoder layer's encoder-decoder attention, heads averaged, as the
+    model reads a given target. CTranslate2's attention output is the export's alignment (its default would
+    be the first head alone); a model that reverses its input reads source piece L-1-j as it writes piece j."""
+    from aiayn import Translator
+
+    run = _copy_run(setup, tmp_path / "run")
+    ours, theirs = Translator.load(run, "cpu", engine="torch"), Translator.load(run, "cpu", engine="ctranslate2")
+    sources = [[i for i in row if i > EOS_ID] for row in setup["src"].tolist()]
+    targets = [s[::-1] for s in sources]
+    got = theirs.searcher.cross_attention(sources + [[]], targets + [[]])
+    want = ours.searcher.cross_attention(sources + [[]], targets + [[]])
+    assert got[-1] is None and want[-1] is None  # nothing to read
+    for s, x, y in zip(sources, want, got):
+        assert tuple(x.shape) == tuple(y.shape) == (len(s), len(s))
+        torch.testing.assert_close(y, x, atol=2e-4, rtol=1e-3)
+        assert x.argmax(1).tolist() == list(range(len(s) - 1, -1, -1))

@@ -433,7 +433,7 @@ def test_html_format(server: ThreadServer, translator) -> None:
     from aiayn.decode.html import translate_html
 
     page = '<p>Ein Hund <b>rennt</b>. <a href="/k" title="Die Katze">Eine Katze</a> sitzt auf dem Tisch.</p>'
-    want = translate_html(page, "de", lambda sentences: translator.translate(sentences, beam=4))
+    want = translate_html(page, "de", lambda sentences: translator.translate(sentences, beam=4), translator.align)
     r = httpx.post(server.url + "/translate", json={"q": page, "source": "de", "target": "en", "format": "html"})
     assert r.status_code == 200 and r.json() == {"translatedText": want}
     got = lxml_html.fragment_fromstring(want, create_parent="div")
@@ -471,7 +471,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     r = upload("../../seite ü.html", page.encode(), source="auto")
     assert r.json()["translatedFileUrl"].endswith(".seite__.html")  # a safe name, no path
     got = httpx.get(r.json()["translatedFileUrl"])
-    assert got.text == translate_html(page, "de", lambda x: translator.translate(x, beam=4))
+    assert got.text == translate_html(page, "de", lambda x: translator.translate(x, beam=4), translator.align)
     assert got.headers["content-type"].startswith("text/html")
     # an uploaded page opened from the server's origin runs in a sandbox, and no type is sniffed
     assert got.headers["content-security-policy"] == "sandbox" and got.headers["x-content-type-options"] == "nosniff"

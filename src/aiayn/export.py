@@ -102,7 +102,11 @@ def build_spec(model: Any, vocabulary: list[str]) -> Any:
     pre = c.norm == "pre"
     common = dict(pre_norm=pre, activation=common_spec.Activation.RELU, head_dim=_head_dim(c))
     encoder = transformer_spec.TransformerEncoderSpec(c.n_encoder_layers, c.n_heads, **common)
-    decoder = transformer_spec.TransformerDecoderSpec(c.n_decoder_layers, c.n_heads, **common)
+    # CTranslate2's attention output (aiayn.decode.align, the web page) is its alignment: the last layer's
+    # encoder-decoder attention, here averaged over all heads (its default is the first head alone)
+    decoder = transformer_spec.TransformerDecoderSpec(
+        c.n_decoder_layers, c.n_heads, alignment_layer=-1, alignment_heads=c.n_heads, **common
+    )
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
     n_pos = c.max_positions
@@ -282,7 +286,7 @@ def export_key(weights: list[Path], spm_file: Path, average_last: int, quantizat
         "average_last": average_last,
         "quantization": quantization or "float32",
         "ctranslate2": ctranslate2.__version__,
-        "format": 1,
+        "format": 2,  # raised when the export writes other files for the same inputs
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 

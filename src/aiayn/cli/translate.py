@@ -233,7 +233,7 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
     if a.format == "html":
         from aiayn.decode.html import translate_html
 
-        out = translate_html(text, lang, lambda sentences: t.translate(sentences))
+        out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align)
     else:
         from aiayn.decode.documents import translate_texts
 

@@ -40,6 +40,8 @@ class SearchEngine(Protocol):
 
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses: ...
 
+    def cross_attention(self, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> list[Any]: ...
+
 
 class TorchEngine:
     """Our batched greedy and beam search (aiayn.decode.search) on a PyTorch model or `Ensemble`."""
@@ -75,6 +77,30 @@ class TorchEngine:
             )
         finally:
             self.model.train(was_training)
+
+    def cross_attention(self, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> list[Any]:
+        """Per (source, target) pair of ids (no BOS/EOS), the last decoder layer's encoder-decoder attention
+        averaged over heads while the model reads the target by teacher forcing: a (T, S) tensor, row j as
+        it writes target piece j, one column per source piece (EOS's left out). None for an empty side or
+        a model that reports none (an ensemble)."""
+        if not hasattr(self.model, "attention_weights"):
+            return [None] * len(sources)
+        c = self.config
+        out: list[Any] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for s, t in zip(sources, targets):
+                if not s or not t:
+                    out.append(None)
+                    continue
+                src = torch.tensor([s + [c.eos_id]], device=self.device)  # (1, S + 1)
+                tgt_in = torch.tensor([[c.bos_id] + t], device=self.device)  # (1, T + 1)
+                w = self.model.attention_weights(src, tgt_in)["cross"][-1][0]  # (h, T + 1, S + 1)
+                out.append(w.float().mean(0)[: len(t), : len(s)].cpu())
+        finally:
+            self.model.train(was_training)
+        return out
 
 
 class CTranslate2Engine:
@@ -216,6 +242,27 @@ class CTranslate2Engine:
         for i, hyps in enumerate(out):  # our length penalty: GNMT's, |Y| counting EOS
             ranked = sorted(((logp / ((5.0 + len(ids) + 1) / 6.0) ** alpha, ids) for ids, logp in hyps), reverse=True)
             out[i] = [(ids, score) for score, ids in ranked[:n_best]]
+        return out
+
+    def cross_attention(self, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> list[Any]:
+        """TorchEngine.cross_attention from CTranslate2's attention output: the export's alignment, the last
+        decoder layer's heads averaged (aiayn.export), read with the target forced as the prefix (a prefix's
+        attention rows are those of decoding it freely)."""
+        pairs = [i for i, (s, t) in enumerate(zip(sources, targets)) if s and t]
+        out: list[Any] = [None] * len(sources)
+        if not pairs:
+            return out
+        res = self.translator.translate_batch(
+            [[self.vocabulary[x] for x in sources[i]] for i in pairs],
+            target_prefix=[[self.vocabulary[x] for x in targets[i]] for i in pairs],
+            beam_size=1,
+            max_decoding_length=max(len(targets[i]) for i in pairs) + 1,
+            max_input_length=0,
+            return_attention=True,
+        )
+        for i, r in zip(pairs, res):
+            att = torch.tensor(r.attention[0])  # (generated, S + 1): the prefix's rows first
+            out[i] = att[: len(targets[i]), : len(sources[i])] if att.shape[0] >= len(targets[i]) else None
         return out
 
 

@@ -1,6 +1,6 @@
 """Translate HTML: the text of each block with its inline markup carried onto the translation.
 
-    translate_html('<p>Ein Hund <b>rennt</b>. Eine Frau liest.</p>', "de", translator.translate)
+    translate_html('<p>Ein Hund <b>rennt</b>. Eine Frau liest.</p>', "de", translator.translate, translator.align)
     # '<p>A dog <b>runs</b>. A woman reads.</p>'
 
 Parsed with lxml's HTML parser (libxml2), never with regular expressions. LibreTranslate (and
@@ -10,13 +10,17 @@ up to the next block element) is one text: its plain text is cut into sentences 
 with all other sentences of the document in one call (aiayn.decode.documents), so each sentence is
 translated exactly as it would be without markup.
 
-The inline tags are then put back by position (a documented, simpler stand-in for Bergamot's
-alignment projection): each tag's start and end in the source text map to the same relative place
-in the sentence's translation, snapped to a word boundary, and kept in document order, so tags nest
-as they did. Every tag and attribute stays (same multiset), the text of a tag may move by a word or
-two when the languages order words differently. Not translated: script, style, code, pre, textarea,
-template, comments (a code or comment inside a sentence stays where it maps to, its content as it
-was); attributes other than alt and title (those are translated, as texts of their own).
+The inline tags are then put back, as Bergamot projects them, through a word alignment when the
+caller gives one (`align`: aiayn.decode.align, read from the model's encoder-decoder attention): a tag
+around whole words of one sentence covers the words of the translation they are linked to, from the
+first to the last ("Ein <b>Mann</b> fährt Fahrrad." -> "A <b>man</b> is riding a bicycle."). Other
+tags (around part of a word, across sentences, without an alignment) map by position: each start and
+end in the source text goes to the same relative place in the sentence's translation, snapped to a
+word boundary. Tags are kept in document order, so they nest as they did: every tag and attribute stays
+(same multiset); when the translation reorders two tagged words, the later tag can come out empty.
+Not translated: script, style, code, pre, textarea, template, comments (a code or comment inside a
+sentence stays where it maps to, its content as it was); attributes other than alt and title (those
+are translated, as texts of their own).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from typing import Any
 
 from aiayn.data.tokenizer import replace_lone_surrogates
 from aiayn.decode.documents import SplitTexts, split_texts
+
+Links = list[frozenset[int]] | None  # per source word, the target words it is linked to (aiayn.decode.align)
 
 INLINE = frozenset(
     "a abbr b bdi bdo br cite data del dfn em font i img ins kbd label mark q s samp small span strong sub sup "
@@ -198,12 +204,69 @@ def _read_for_break(text: str, x: int, spans: Sequence[tuple[int, int]], skip: f
     return not any(0 <= i < len(text) and i not in skip and text[i].isspace() for i in (x - 1, x + 1))
 
 
-def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequence[str]) -> None:
-    """The run's text replaced by `translated`, its inline elements moved to the mapped places."""
+def _word_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each word of `text` (what str.split returns)."""
+    spans, start = [], None
+    for i, ch in enumerate(text + " "):
+        if ch.isspace() and start is not None:
+            spans.append((start, i))
+            start = None
+        elif not ch.isspace() and start is None:
+            start = i
+    return spans
+
+
+def _projected(
+    text: str, translated: str, x0: int, x1: int, src: tuple[int, int], tgt: tuple[int, int], links: Links
+) -> tuple[int, int] | None:
+    """Where the element over [x0, x1) of `text` goes in `translated` through the sentence's word links:
+    from the first to the last target word its words are linked to; a sentence's own ends stay its
+    translation's.
+    None for an element not inside this sentence, one that cuts a word, or no links."""
+    (s0, s1), (t0, t1) = src, tgt
+    if links is None or not (s0 <= x0 < x1 <= s1):
+        return None
+    sentence, out = text[s0:s1], translated[t0:t1]
+    a, b = x0 - s0, x1 - s0
+    if (_kind(sentence, a - 1), _kind(sentence, a)) == ("word", "word") or (
+        _kind(sentence, b - 1),
+        _kind(sentence, b),
+    ) == ("word", "word"):
+        return None
+    words, tw = _word_spans(sentence), _word_spans(out)
+    inside = [i for i, (w0, w1) in enumerate(words) if w0 < b and w1 > a and i < len(links)]
+    linked = {j for i in inside for j in links[i]}
+    # links spread over more than twice the words (+1) are a model that does not attend word by word (a
+    # small model that memorised its data reads anywhere), not an alignment: by position then
+    if not linked or max(linked) >= len(tw) or max(linked) - min(linked) + 1 > 2 * len(inside) + 1:
+        return None
+    y0, y1 = tw[min(linked)][0], tw[max(linked)][1]
+    # the translation's punctuation at the words' edges is inside the tag only where the source's is:
+    # "(<b>Hund</b>)" -> "(<b>dog</b>)", "<b>Buch</b> gelesen." -> "<b>book</b>.", "<b>Hund.</b>" -> "<b>dog.</b>"
+    if _kind(sentence, a) != "punct":
+        while y0 < y1 and _kind(out, y0) == "punct":
+            y0 += 1
+    if _kind(sentence, b - 1) != "punct":
+        while y1 > y0 and _kind(out, y1 - 1) == "punct":
+            y1 -= 1
+    return (t0 if a == 0 else t0 + y0), (t1 if b == len(sentence) else t0 + y1)
+
+
+def _put_back(
+    run: _Run, source_part: Any, translated: str, translations: Sequence[str], links: Sequence[Links]
+) -> None:
+    """The run's text replaced by `translated`, its inline elements moved to the mapped places: through
+    `links` (one per sentence) where they place an element, else by position."""
     src_spans = _sentence_spans(source_part.gaps, source_part.sentences)
     tgt_spans = _sentence_spans(source_part.gaps, translations)
     skip = frozenset(run.synthetic)
     f = _mapper(run.text, translated, [(a, b, c, d) for (a, b), (c, d) in zip(src_spans, tgt_spans)], skip)
+    placed: dict[int, tuple[int, int]] = {}
+    for el_id, x0 in run.starts.items():
+        for src, tgt, sentence_links in zip(src_spans, tgt_spans, links):
+            at = _projected(run.text, translated, x0, run.ends[el_id], src, tgt, sentence_links)
+            if at is not None:
+                placed[el_id] = at
     pos = 0
     slot = run.slots[0]
     pieces: dict[tuple[int, str], str] = {}
@@ -215,7 +278,12 @@ def _put_back(run: _Run, source_part: Any, translated: str, translations: Sequen
         x = run.starts[id(what)] if kind == "start" else run.ends[id(what)]
         # an element empty in the source (br, img, a comment, code) is a point with the source's spacing
         point = run.starts[id(what)] == run.ends[id(what)]
-        y = max(pos, f(x, "point" if point else kind))  # never before an earlier tag: tags nest as they did
+        if id(what) in placed:
+            y = max(pos, placed[id(what)][0 if kind == "start" else 1])
+            while kind == "start" and y < placed[id(what)][1] and translated[y].isspace():
+                y += 1  # moved up to an earlier tag's end: it still opens on its word, not on a space
+        else:
+            y = max(pos, f(x, "point" if point else kind))  # never before an earlier tag: tags nest as they did
         key = (id(slot[0]), slot[1])
         piece = pending + translated[pos:y]
         pending = ""
@@ -304,18 +372,32 @@ class HtmlDocument:
         # HTML whitespace (line breaks and indentation inside a paragraph) is one space to the model
         self.sentences = [" ".join(x.split()) for x in self.docs.sentences]
 
-    def render(self, translations: Sequence[str]) -> str:
-        """The document with `translations` (one per sentence) in place; call once."""
+    @property
+    def tagged(self) -> list[int]:
+        """The sentences (indices into `sentences`) that hold an inline element: the ones `render` places
+        tags in through word links, when it is given them."""
+        out, at = [], 0
+        for run, part in zip(self.runs, self.docs.parts):
+            for s0, s1 in _sentence_spans(part.gaps, part.sentences):
+                if any(s0 <= x0 < run.ends[key] <= s1 for key, x0 in run.starts.items()):
+                    out.append(at)
+                at += 1
+        return out
+
+    def render(self, translations: Sequence[str], links: dict[int, Links] | None = None) -> str:
+        """The document with `translations` (one per sentence) in place; `links`: sentence index -> its
+        word links (aiayn.decode.align; see `tagged`), to place tags by. Call once."""
         from lxml import etree
         from lxml import html as lxml_html
 
         joined = self.docs.join(translations)
+        links = links or {}
         at = 0
         for i, run in enumerate(self.runs):
             part = self.docs.parts[i]
-            mine = translations[at : at + len(part.sentences)]
-            at += len(part.sentences)
-            _put_back(run, part, joined[i], mine)
+            n = len(part.sentences)
+            _put_back(run, part, joined[i], translations[at : at + n], [links.get(k) for k in range(at, at + n)])
+            at += n
         for (el, name), value in zip(self.attrs, joined[len(self.runs) :]):
             el.set(name, value)
         if self.whole:
@@ -330,8 +412,20 @@ class HtmlDocument:
         return inner + "".join(lxml_html.tostring(c, encoding="unicode", method="html") for c in self.root)
 
 
-def translate_html(document: str, lang: str, translate: Callable[[list[str]], list[str]]) -> str:
+def translate_html(
+    document: str,
+    lang: str,
+    translate: Callable[[list[str]], list[str]],
+    align: Callable[[list[str], list[str]], list[Links]] | None = None,
+) -> str:
     """`document` (a whole page or a fragment) with its text translated (see the module docstring):
-    every sentence of every block, and every alt and title, decoded in one call of `translate`."""
+    every sentence of every block, and every alt and title, decoded in one call of `translate`; the
+    sentences that hold tags aligned with their translations in one call of `align` (sources,
+    translations -> word links, e.g. Translator.align), or tags placed by position without it."""
     doc = HtmlDocument(document, lang)
-    return doc.render(translate(doc.sentences) if doc.sentences else [])
+    translations = translate(doc.sentences) if doc.sentences else []
+    links: dict[int, Links] = {}
+    tagged = doc.tagged
+    if align is not None and tagged:
+        links = dict(zip(tagged, align([doc.sentences[i] for i in tagged], [translations[i] for i in tagged])))
+    return doc.render(translations, links)

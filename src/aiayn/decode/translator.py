@@ -36,6 +36,7 @@ import torch
 from aiayn.checkpoint import find_in_run
 from aiayn.config import Config, DecodeConfig
 from aiayn.data.tokenizer import Tokenizer, replace_lone_surrogates
+from aiayn.decode.align import word_links
 from aiayn.decode.engines import (
     CTranslate2Engine,
     SearchEngine,
@@ -238,6 +239,23 @@ class Translator:
         if batch:
             self._run(batch, encoded, results, d, n_best)
         return results
+
+    def align(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[frozenset[int]] | None]:
+        """Each source sentence's words linked to its translation's (aiayn.decode.align: from the model's
+        encoder-decoder attention as it reads the translation): per source word (str.split), the target
+        words it maps to; None where none can be read (an ensemble, a cut input, an empty side)."""
+        src = self.tokenizer.encode_batch([replace_lone_surrogates(x) for x in sources]) if sources else []
+        tgt = self.tokenizer.encode_batch([replace_lone_surrogates(x) for x in targets]) if targets else []
+        limit = self.max_input_len - 1  # room for EOS, as translate cuts
+        keep = [i for i in range(len(src)) if len(src[i]) <= limit and len(tgt[i]) < self.searcher.config.max_positions]
+        out: list[list[frozenset[int]] | None] = [None] * len(src)
+        attention = self.searcher.cross_attention([src[i] for i in keep], [tgt[i] for i in keep]) if keep else []
+        piece = self.tokenizer.sp.id_to_piece
+        for i, att in zip(keep, attention):
+            if att is not None:
+                src_pieces, tgt_pieces = [piece(x) for x in src[i]], [piece(x) for x in tgt[i]]
+                out[i] = word_links(sources[i], src_pieces, targets[i], tgt_pieces, att)
+        return out
 
     def _run(
         self,

@@ -451,14 +451,23 @@ class Service(Requests):
             raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
 
     async def render_html(self, pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """Every sentence of every page decoded at once; each page rendered with its translations."""
+        """Every sentence of every page decoded at once; the sentences that hold tags aligned with their
+        translations (Translator.align, on the worker between batches), and each page rendered."""
         nbest = await self.run([x for p in pages for x in p.sentences], opts)
-        out, at = [], 0
+        per_page, at = [], 0
         for p in pages:
-            mine = [h[0][0] for h in nbest[at : at + len(p.sentences)]]
+            per_page.append([h[0][0] for h in nbest[at : at + len(p.sentences)]])
             at += len(p.sentences)
-            out.append([(p.render(mine), math.nan, 0)])
-        return out
+        tagged = [(k, i) for k, p in enumerate(pages) for i in p.tagged]
+        links: list[dict[int, Any]] = [{} for _ in pages]
+        translator = getattr(self.backend, "translator", None)
+        if tagged and translator is not None:
+            sources = [pages[k].sentences[i] for k, i in tagged]
+            targets = [per_page[k][i] for k, i in tagged]
+            found = await self.batcher.run_exclusive(lambda: translator.align(sources, targets))
+            for (k, i), sentence_links in zip(tagged, found):
+                links[k][i] = sentence_links
+        return [[(p.render(mine, mine_links), math.nan, 0)] for p, mine, mine_links in zip(pages, per_page, links)]
 
     def detect_source(self, texts: list[str]) -> list[dict[str, Any]]:
         """`source: auto`: each text's language (aiayn.data.language); one the model does not read, when the
