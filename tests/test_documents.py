@@ -298,6 +298,8 @@ _INLINE = [("b", ""), ("i", ""), ("a", ' href="/x?y=1"'), ("span", ' class="k"')
 )
 # nested <a> over one word: the parser closes the outer one, an empty point; it put a space inside "FUSSBALL."
 @example(spans=[(0, 6, 0), (7, 7, 2), (7, 7, 2)], br=False, aligned=False)
+# a tag that ends before a <br> but is placed elsewhere took the space after it for the <br>'s
+@example(spans=[(7, 9, 0)], br=True, aligned=True)
 def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br: bool, aligned: bool) -> None:
     """Nested and adjacent inline tags over random word ranges, a reversing 'translation' (words move),
     tags placed by position or through the reversal's word links (which cross every tag order):
@@ -356,6 +358,8 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         "Ein (Hund) rennt.": ("A (dog) runs.", [{0}, {1}, {2}]),
         "Zwei Kinder.": ("Two children.", None),
         "Ein Hund rennt schnell.": ("A dog runs very fast.", [{0}, {0, 3}, {2}, {4}]),
+        "Gestern lief er.": ("He ran yesterday.", [{2}, {1}, {0}]),
+        "Ein Hund-Leine.": ("A dog leash.", [{0}, {1, 2}]),
         "Nur Text.": ("Just text.", [{0}, {1}]),
     }
     translate, align = given(table)
@@ -363,6 +367,9 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         "<p>Ein <b>Mann</b> fährt <i>Fahrrad</i>.</p>": "<p>A <b>man</b> is riding a <i>bicycle</i>.</p>",
         "<p><b>Ein</b> Mann <i>fährt</i> Fahrrad.</p>": "<p><b>A</b> man <i>is riding</i> a bicycle.</p>",
         "<p>Ein Mann fährt <b>Fahrrad.</b></p>": "<p>A man is riding a <b>bicycle.</b></p>",
+        # a tag at the sentence's start goes where its word's translation is, not to the start
+        "<p><b>Gestern</b> lief er.</p>": "<p>He ran <b>yesterday</b>.</p>",
+        "<p>Gestern <b>lief er.</b></p>": "<p><b>He ran</b> yesterday.</p>",
         # the translation reorders the tagged words: tags still nest in source order, the later one empty
         "<p>Er hat <b>das Buch</b> <i>gelesen</i>.</p>": "<p>He read <b>the book</b><i></i>.</p>",
     }
@@ -370,11 +377,14 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         assert translate_html(source, "de", translate, align) == expected, source
         assert translate_html(source, "de", translate) != expected, source  # by position it lands elsewhere
     assert translate_html("<p>Ein (<b>Hund</b>) rennt.</p>", "de", translate, align) == "<p>A (<b>dog</b>) runs.</p>"
+    assert translate_html("<p>Ein<b> (Hund)</b> rennt.</p>", "de", translate, align) == "<p>A <b>(dog)</b> runs.</p>"
     for by_position in [
         "<p>Ein Mann fährt Fahr<b>rad</b>.</p>",  # cuts a word
         "<p>Ein Mann fährt <b>Fahrrad. Zwei</b> Kinder.</p>",  # across two sentences
         "<p>Zwei <b>Kinder</b>.</p>",  # no links for the sentence
         "<p>Ein <b>Hund</b> rennt schnell.</p>",  # links over 4 words for 1: no alignment
+        "<p>Ein <b>Hund</b>-Leine.</p>",  # leaves part of a word out
+        "<p>Ein (Hund<b>)</b> rennt.</p>",  # holds punctuation alone
     ]:
         assert translate_html(by_position, "de", translate, align) == translate_html(by_position, "de", translate)
     calls.clear()

@@ -256,6 +256,7 @@ class CTranslate2Engine:
             [[self.vocabulary[x] for x in sources[i]] for i in pairs],
             target_prefix=[[self.vocabulary[x] for x in targets[i]] for i in pairs],
             beam_size=1,
+            max_batch_size=64,
             max_decoding_length=max(len(targets[i]) for i in pairs) + 1,
             max_input_length=0,
             return_attention=True,

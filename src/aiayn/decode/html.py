@@ -220,22 +220,28 @@ def _projected(
     text: str, translated: str, x0: int, x1: int, src: tuple[int, int], tgt: tuple[int, int], links: Links
 ) -> tuple[int, int] | None:
     """Where the element over [x0, x1) of `text` goes in `translated` through the sentence's word links:
-    from the first to the last target word its words are linked to; a sentence's own ends stay its
-    translation's.
-    None for an element not inside this sentence, one that cuts a word, or no links."""
+    from the first to the last target word its words are linked to (a tag over the whole sentence: the
+    whole translation). None for an element not inside this sentence, one that leaves part of a word
+    out other than its punctuation ("<b>Hund</b>-Leine", "Hund<b>.</b>"), or one without usable links."""
     (s0, s1), (t0, t1) = src, tgt
     if links is None or not (s0 <= x0 < x1 <= s1):
         return None
     sentence, out = text[s0:s1], translated[t0:t1]
     a, b = x0 - s0, x1 - s0
-    if (_kind(sentence, a - 1), _kind(sentence, a)) == ("word", "word") or (
-        _kind(sentence, b - 1),
-        _kind(sentence, b),
-    ) == ("word", "word"):
-        return None
+    while a < b and sentence[a].isspace():  # "Ein<b> Hund</b>": the tag's words are what counts
+        a += 1
+    while b > a and sentence[b - 1].isspace():
+        b -= 1
+    if a == 0 and b == len(sentence):
+        return t0, t1
     words, tw = _word_spans(sentence), _word_spans(out)
-    inside = [i for i, (w0, w1) in enumerate(words) if w0 < b and w1 > a and i < len(links)]
-    linked = {j for i in inside for j in links[i]}
+    inside = [i for i, (w0, w1) in enumerate(words) if w0 < b and w1 > a]
+    if not inside or all(_kind(sentence, i) == "punct" for i in range(a, b)):
+        return None
+    left_out = sentence[words[inside[0]][0] : a] + sentence[b : words[inside[-1]][1]]
+    if any(_kind(c, 0) != "punct" for c in left_out):
+        return None
+    linked = {j for i in inside if i < len(links) for j in links[i]}
     # links spread over more than twice the words (+1) are a model that does not attend word by word (a
     # small model that memorised its data reads anywhere), not an alignment: by position then
     if not linked or max(linked) >= len(tw) or max(linked) - min(linked) + 1 > 2 * len(inside) + 1:
@@ -249,7 +255,7 @@ def _projected(
     if _kind(sentence, b - 1) != "punct":
         while y1 > y0 and _kind(out, y1 - 1) == "punct":
             y1 -= 1
-    return (t0 if a == 0 else t0 + y0), (t1 if b == len(sentence) else t0 + y1)
+    return t0 + y0, t0 + y1
 
 
 def _put_back(
@@ -297,7 +303,7 @@ def _put_back(
                 pending = " "
         pieces[key] = pieces.get(key, "") + piece
         pos = y
-        after_break = kind == "end" and x in skip and translated[y : y + 1] == " "
+        after_break = point and kind == "end" and x in skip and translated[y : y + 1] == " "
         if after_break and _read_for_break(run.text, x, src_spans, skip):
             pos = y + 1  # the space the model read for the <br>: not the source's, so not written
         slot = (what, "text") if kind == "start" else (what, "tail")

@@ -243,18 +243,24 @@ class Translator:
     def align(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[frozenset[int]] | None]:
         """Each source sentence's words linked to its translation's (aiayn.decode.align: from the model's
         encoder-decoder attention as it reads the translation): per source word (str.split), the target
-        words it maps to; None where none can be read (an ensemble, a cut input, an empty side)."""
-        src = self.tokenizer.encode_batch([replace_lone_surrogates(x) for x in sources]) if sources else []
-        tgt = self.tokenizer.encode_batch([replace_lone_surrogates(x) for x in targets]) if targets else []
-        limit = self.max_input_len - 1  # room for EOS, as translate cuts
-        keep = [i for i in range(len(src)) if len(src[i]) <= limit and len(tgt[i]) < self.searcher.config.max_positions]
-        out: list[list[frozenset[int]] | None] = [None] * len(src)
-        attention = self.searcher.cross_attention([src[i] for i in keep], [tgt[i] for i in keep]) if keep else []
-        piece = self.tokenizer.sp.id_to_piece
-        for i, att in zip(keep, attention):
+        words it maps to; None where none can be read (an ensemble, an input past the positions, an empty
+        side). Each word is encoded on its own, so every piece's word is known exactly."""
+        texts = [replace_lone_surrogates(x).split() for x in [*sources, *targets]]
+        flat = [w for words in texts for w in words]
+        encoded = iter(self.tokenizer.encode_batch(flat) if flat else [])
+        ids: list[list[int]] = []
+        owner: list[list[int]] = []  # per text, the word of each of its pieces
+        for words in texts:
+            pieces = [next(encoded) for _ in words]
+            ids.append([i for p in pieces for i in p])
+            owner.append([k for k, p in enumerate(pieces) for _ in p])
+        n = len(sources)
+        fits = [i for i in range(n) if len(ids[i]) < self.max_input_len and len(ids[n + i]) < self.max_input_len]
+        out: list[list[frozenset[int]] | None] = [None] * n
+        attention = self.searcher.cross_attention([ids[i] for i in fits], [ids[n + i] for i in fits]) if fits else []
+        for i, att in zip(fits, attention):
             if att is not None:
-                src_pieces, tgt_pieces = [piece(x) for x in src[i]], [piece(x) for x in tgt[i]]
-                out[i] = word_links(sources[i], src_pieces, targets[i], tgt_pieces, att)
+                out[i] = word_links(owner[i], len(texts[i]), owner[n + i], att)
         return out
 
     def _run(
