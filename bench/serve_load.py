@@ -19,10 +19,12 @@ errors and the server's RSS sampled every second. Modes:
                  on /translate: the peer on the same model
 
 --unit paragraph sends paragraphs of 1-5 consecutive test sentences (joined by a space or a newline)
-to LibreTranslate's /translate, which cuts them into sentences; --api libretranslate sends single
-sentences there too (the default is /v1/translate). Clients and server share the machine: each result
-says how many cores each used (`client_cores`, `server_cores`); `--http aiohttp` drives the same load
-with about a twentieth of httpx's CPU a request (0.23 against 5.4 ms here).
+to LibreTranslate's /translate, which cuts them into sentences; --unit html sends
+bench/documents.py's HTML snippets (1-3 test sentences in a <p> with 1-3 inline tags) there with
+format html; --api libretranslate sends single sentences there too (the default is /v1/translate).
+Clients and server share the machine: each result says how many cores each used (`client_cores`,
+`server_cores`); `--http aiohttp` drives the same load with about a twentieth of httpx's CPU a
+request (0.23 against 5.4 ms here).
 
 Then 1,000 malformed / oversized / random-bytes / wrong-type requests go to the batched server,
 which must answer each with a 4xx and still pass /health. Results: printed, and JSON under
@@ -170,6 +172,19 @@ def paragraphs(sentences: list[str], seed: int = 0) -> list[tuple[str, int]]:
     return out
 
 
+def html_pages(sentences: list[str], seed: int = 0) -> list[tuple[str, int]]:
+    """bench/documents.py's snippets over consecutive test sentences: (page, sentences in it)."""
+    from documents import snippet  # bench/documents.py, beside this script
+
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(sentences):
+        k = min(len(sentences) - i, rng.randint(1, 3))
+        out.append((snippet(sentences[i : i + k], rng), k))
+        i += k
+    return out
+
+
 async def load(
     url: str,
     sentences: list[str],
@@ -184,7 +199,8 @@ async def load(
     paragraph (1-5 per request, LibreTranslate's /translate: the server cuts them); `api` v1
     (/v1/translate) or libretranslate (/translate) for sentences; `http` the client library, httpx or
     aiohttp (about a twentieth of httpx's CPU a request: more of the shared cores left to the server)."""
-    items = [(s, 1) for s in sentences] if unit == "sentence" else paragraphs(sentences)
+    units = {"sentence": lambda x: [(s, 1) for s in x], "paragraph": paragraphs, "html": html_pages}
+    items = units[unit](sentences)
     done = [0]  # sentences answered
     latencies: list[float] = []
     errors: dict[str, int] = {}
@@ -201,7 +217,9 @@ async def load(
             i += 1
             t = time.monotonic()
             try:
-                if unit == "paragraph" or api == "libretranslate":
+                if unit == "html":
+                    status = await post("/translate", {"q": s, "source": "de", "target": "en", "format": "html"})
+                elif unit == "paragraph" or api == "libretranslate":
                     status = await post("/translate", {"q": s, "source": "de", "target": "en"})
                 else:
                     status = await post("/v1/translate", {"q": s})
@@ -365,9 +383,10 @@ def main() -> int:
     p.add_argument(
         "--unit",
         default="sentence",
-        choices=["sentence", "paragraph"],
-        help="what a request holds: one test sentence, or a paragraph of 1-5 (LibreTranslate's /translate, "
-        "which cuts it into sentences; latency is per paragraph, sentences/s counts its sentences)",
+        choices=["sentence", "paragraph", "html"],
+        help="what a request holds: one test sentence, a paragraph of 1-5 (LibreTranslate's /translate, "
+        "which cuts it into sentences; latency is per paragraph, sentences/s counts its sentences), or an "
+        "HTML snippet of 1-3 with inline tags (format html)",
     )
     p.add_argument(
         "--api",
