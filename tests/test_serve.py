@@ -109,6 +109,7 @@ class ThreadServer:
     def __init__(self, app) -> None:
         import uvicorn
 
+        self.app = app
         self.sock = _free_socket()
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
@@ -449,6 +450,62 @@ def test_html_format(server: ThreadServer, translator) -> None:
     assert [d["language"] for d in r.json()["detectedLanguage"]] == ["de", "de"]
     body = {"q": page, "source": "de", "target": "en", "format": "html", "alternatives": 1}
     assert httpx.post(server.url + "/translate", json=body).status_code == 400
+
+
+def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, translator) -> None:
+    """The sentences of HTML requests that arrive while an alignment runs are aligned in one call; each
+    page comes back as translate_html with Translator.align gives it alone."""
+    from aiayn.decode.html import translate_html
+
+    pages = [f"<p>{de.split()[0]} <b>{' '.join(de.split()[1:])}</b></p>" for de in SOURCES]
+    want = [translate_html(p, "de", lambda x: translator.translate(x, beam=4), translator.align) for p in pages]
+    aligner = server.app.state.service.aligner
+    before = aligner.calls
+
+    async def main() -> list:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            body = {"source": "de", "target": "en", "format": "html"}
+            return await asyncio.gather(*[c.post("/translate", json={"q": p, **body}) for p in pages])
+
+    responses = asyncio.run(main())
+    assert [r.json()["translatedText"] for r in responses] == want
+    assert 0 < aligner.calls - before < len(pages)
+
+
+def test_coalesced_calls_run_together_and_each_caller_gets_its_own() -> None:
+    """Calls that arrive while one runs make one call; an error reaches the callers of its call only; a
+    caller that goes away costs the others nothing."""
+    from aiayn.serve.batcher import Coalesced
+
+    seen: list[list[int]] = []
+
+    async def main() -> tuple:
+        release = asyncio.Event()
+
+        async def double(items: list[int]) -> list[int]:
+            seen.append(items)
+            await release.wait()
+            if -1 in items:
+                raise ValueError("no negatives")
+            return [2 * x for x in items]
+
+        c = Coalesced(double)
+        first = asyncio.create_task(c([1]))
+        await asyncio.sleep(0)  # the first call is running
+        rest = [asyncio.create_task(c(items)) for items in ([2, 3], [4], [5])]
+        gone = asyncio.create_task(c([6]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        release.set()
+        done = await asyncio.gather(first, *rest)
+        bad = asyncio.create_task(c([-1]))
+        good_after = await asyncio.gather(bad, return_exceptions=True)
+        return done, good_after, await c([7]), c.calls
+
+    done, failed, after, calls = asyncio.run(main())
+    assert done == [[2], [4, 6], [8], [10]]
+    assert seen[:2] == [[1], [2, 3, 4, 5, 6]]  # the cancelled caller's items were in flight: their answer dropped
+    assert isinstance(failed[0], ValueError) and after == [14] and calls == 4
 
 
 def test_translate_file_and_download_file(server: ThreadServer, translator) -> None:

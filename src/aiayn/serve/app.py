@@ -45,7 +45,7 @@ from aiayn.data.language import detect
 from aiayn.decode.documents import SplitTexts, split_texts
 from aiayn.decode.html import HtmlDocument
 from aiayn.errors import AiaynError
-from aiayn.serve.batcher import Backend, Batcher, BatchStats, Hypothesis, Overloaded, SearchOptions
+from aiayn.serve.batcher import Backend, Batcher, BatchStats, Coalesced, Hypothesis, Overloaded, SearchOptions
 
 log = logging.getLogger("aiayn.serve")
 STATIC = Path(__file__).parent / "static"
@@ -405,6 +405,17 @@ class Service(Requests):
     batcher: Batcher
     metrics: Metrics
     files: _Files
+    aligner: Coalesced | None = None  # word links of (source, translation) pairs, concurrent requests' together
+
+    def __post_init__(self) -> None:
+        translator = getattr(self.backend, "translator", None)  # a translation backend's (Translator.align)
+        if translator is not None:
+
+            async def align(pairs: list[tuple[str, str]]) -> list[Any]:
+                sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+                return await self.batcher.run_exclusive(lambda: translator.align(sources, targets))
+
+            self.aligner = Coalesced(align)
 
     def default_options(self) -> SearchOptions:
         s = self.settings
@@ -452,7 +463,8 @@ class Service(Requests):
 
     async def render_html(self, pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
         """Every sentence of every page decoded at once; the sentences that hold tags aligned with their
-        translations (Translator.align, on the worker between batches), and each page rendered."""
+        translations (Translator.align, on a worker between batches, with concurrent requests'), and each
+        page rendered."""
         nbest = await self.run([x for p in pages for x in p.sentences], opts)
         per_page, at = [], 0
         for p in pages:
@@ -460,11 +472,8 @@ class Service(Requests):
             at += len(p.sentences)
         tagged = [(k, i) for k, p in enumerate(pages) for i in p.tagged]
         links: list[dict[int, Any]] = [{} for _ in pages]
-        translator = getattr(self.backend, "translator", None)
-        if tagged and translator is not None:
-            sources = [pages[k].sentences[i] for k, i in tagged]
-            targets = [per_page[k][i] for k, i in tagged]
-            found = await self.batcher.run_exclusive(lambda: translator.align(sources, targets))
+        if tagged and self.aligner is not None:
+            found = await self.aligner([(pages[k].sentences[i], per_page[k][i]) for k, i in tagged])
             for (k, i), sentence_links in zip(tagged, found):
                 links[k][i] = sentence_links
         return [[(p.render(mine, mine_links), math.nan, 0)] for p, mine, mine_links in zip(pages, per_page, links)]

@@ -36,7 +36,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -89,6 +89,44 @@ class Stream(Protocol):
 
     def clear(self) -> None:
         """Drop every sentence (after a failure; the batcher answers them)."""
+
+
+class Coalesced:
+    """Calls of `fn` (a list of items -> one result per item, awaited) that arrive while one runs are
+    run together as the next one (group commit): how the server aligns the sentences of concurrent
+    HTML requests in one call, as their decoding is batched. Each caller gets its own items' results,
+    or the error of the call its items were part of; a caller that goes away loses only its answer."""
+
+    def __init__(self, fn: Callable[[list[Any]], Awaitable[list[Any]]]) -> None:
+        self.fn = fn
+        self.calls = 0  # calls of fn so far
+        self._waiting: list[tuple[list[Any], asyncio.Future]] = []
+        self._task: asyncio.Task | None = None
+
+    async def __call__(self, items: list[Any]) -> list[Any]:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((items, future))
+        if self._task is None or self._task.done():  # the drain runs apart from any one request
+            self._task = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            waiting, self._waiting = self._waiting, []
+            self.calls += 1
+            error: Exception | None = None
+            try:
+                out = await self.fn([x for items, _ in waiting for x in items])
+            except Exception as e:  # handed to every caller of this call, not swallowed
+                error, out = e, []
+            at = 0
+            for items, future in waiting:
+                if not future.done():
+                    if error is None:
+                        future.set_result(out[at : at + len(items)])
+                    else:
+                        future.set_exception(error)
+                at += len(items)
 
 
 class Overloaded(AiaynError):
