@@ -82,22 +82,28 @@ class TorchEngine:
         """Per (source, target) pair of ids (no BOS/EOS), the last decoder layer's encoder-decoder attention
         averaged over heads while the model reads the target by teacher forcing: a (T, S) tensor, row j as
         it writes target piece j, one column per source piece (EOS's left out). None for an empty side or
-        a model that reports none (an ensemble)."""
+        a model that reports none (an ensemble). Pairs are read 64 at a time, right-padded: padded keys
+        are masked and padded queries come after the real ones (causal), so each row is its pair's alone."""
+        out: list[Any] = [None] * len(sources)
         if not hasattr(self.model, "attention_weights"):
-            return [None] * len(sources)
+            return out
         c = self.config
-        out: list[Any] = []
+        pairs = [i for i, (s, t) in enumerate(zip(sources, targets)) if s and t]
         was_training = self.model.training
         self.model.eval()
         try:
-            for s, t in zip(sources, targets):
-                if not s or not t:
-                    out.append(None)
-                    continue
-                src = torch.tensor([s + [c.eos_id]], device=self.device)  # (1, S + 1)
-                tgt_in = torch.tensor([[c.bos_id] + t], device=self.device)  # (1, T + 1)
-                w = self.model.attention_weights(src, tgt_in)["cross"][-1][0]  # (h, T + 1, S + 1)
-                out.append(w.float().mean(0)[: len(t), : len(s)].cpu())
+            for at in range(0, len(pairs), 64):
+                group = pairs[at : at + 64]
+                S, T = max(len(sources[i]) for i in group) + 1, max(len(targets[i]) for i in group) + 1
+                src = torch.full((len(group), S), c.pad_id, dtype=torch.long)  # (B, S) pieces + EOS
+                tgt_in = torch.full((len(group), T), c.pad_id, dtype=torch.long)  # (B, T) BOS + pieces
+                for r, i in enumerate(group):
+                    src[r, : len(sources[i]) + 1] = torch.tensor(sources[i] + [c.eos_id])
+                    tgt_in[r, : len(targets[i]) + 1] = torch.tensor([c.bos_id] + targets[i])
+                w = self.model.attention_weights(src.to(self.device), tgt_in.to(self.device))["cross"][-1]
+                mean = w.float().mean(1).cpu()  # (B, T, S): heads averaged
+                for r, i in enumerate(group):
+                    out[i] = mean[r, : len(targets[i]), : len(sources[i])]
         finally:
             self.model.train(was_training)
         return out
