@@ -28,8 +28,10 @@ from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.decode.search import Constraint, beam_search, greedy_search
 from aiayn.devices import cpu_cores, resolve_device, shape_free_attention
 from aiayn.errors import AiaynError
+from aiayn.model.int8 import is_int8
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
+ALIGN_TOKENS = 4096  # padded source + target tokens in one forward of TorchEngine.cross_attention
 ENGINES = ("auto", "torch", "ctranslate2")
 
 
@@ -82,18 +84,30 @@ class TorchEngine:
         """Per (source, target) pair of ids (no BOS/EOS), the last decoder layer's encoder-decoder attention
         averaged over heads while the model reads the target by teacher forcing: a (T, S) tensor, row j as
         it writes target piece j, one column per source piece (EOS's left out). None for an empty side or
-        a model that reports none (an ensemble). Pairs are read 64 at a time, right-padded: padded keys
-        are masked and padded queries come after the real ones (causal), so each row is its pair's alone."""
+        a model that reports none (an ensemble). Pairs of like length are read together, right-padded, up
+        to ALIGN_TOKENS padded tokens a forward: padded keys are masked and padded queries come after the
+        real ones (causal), so each row is its pair's alone. An int8 model reads one pair at a time: its
+        activations are scaled per call, which would make a sentence's links depend on its neighbours."""
         out: list[Any] = [None] * len(sources)
         if not hasattr(self.model, "attention_weights"):
             return out
         c = self.config
-        pairs = [i for i, (s, t) in enumerate(zip(sources, targets)) if s and t]
+        pairs = sorted((i for i, (s, t) in enumerate(zip(sources, targets)) if s and t), key=lambda i: len(sources[i]))
+        budget = 0 if is_int8(self.model) else ALIGN_TOKENS
+        groups: list[list[int]] = []
+        S = T = 0  # the last group's padded widths
+        for i in pairs:
+            s_i, t_i = len(sources[i]) + 1, len(targets[i]) + 1
+            if groups and (len(groups[-1]) + 1) * (max(S, s_i) + max(T, t_i)) <= budget:
+                groups[-1].append(i)
+                S, T = max(S, s_i), max(T, t_i)
+            else:
+                groups.append([i])
+                S, T = s_i, t_i
         was_training = self.model.training
         self.model.eval()
         try:
-            for at in range(0, len(pairs), 64):
-                group = pairs[at : at + 64]
+            for group in groups:
                 S, T = max(len(sources[i]) for i in group) + 1, max(len(targets[i]) for i in group) + 1
                 src = torch.full((len(group), S), c.pad_id, dtype=torch.long)  # (B, S) pieces + EOS
                 tgt_in = torch.full((len(group), T), c.pad_id, dtype=torch.long)  # (B, T) BOS + pieces
