@@ -508,6 +508,79 @@ def test_coalesced_calls_run_together_and_each_caller_gets_its_own() -> None:
     assert isinstance(failed[0], ValueError) and after == [14] and calls == 4
 
 
+def test_coalesced_isolates_an_error_and_caps_a_call() -> None:
+    """A merged call that fails is run again caller by caller, so only the caller whose items fail sees
+    the error; one call takes callers up to max_items items (a bigger caller alone)."""
+    from aiayn.serve.batcher import Coalesced
+
+    seen: list[list[int]] = []
+
+    async def main() -> tuple:
+        release = asyncio.Event()
+
+        async def double(items: list[int]) -> list[int]:
+            seen.append(items)
+            await release.wait()
+            if -1 in items:
+                raise ValueError("no negatives")
+            return [2 * x for x in items]
+
+        c = Coalesced(double, max_items=3)
+        first = asyncio.create_task(c([0]))
+        await asyncio.sleep(0)
+        merged = [asyncio.create_task(c(items)) for items in ([1], [-1], [2])]
+        await asyncio.sleep(0)
+        release.set()
+        isolated = await asyncio.gather(first, *merged, return_exceptions=True)
+        release.clear()
+        first = asyncio.create_task(c([0]))
+        await asyncio.sleep(0)
+        capped = [asyncio.create_task(c(items)) for items in ([1, 2], [3], [4], [5, 6, 7, 8], [9])]
+        await asyncio.sleep(0)
+        release.set()
+        return isolated, await asyncio.gather(first, *capped), c.calls
+
+    isolated, capped, calls = asyncio.run(main())
+    assert isolated[0] == [0] and isolated[1] == [2] and isolated[3] == [4]
+    assert isinstance(isolated[2], ValueError)
+    assert seen[:5] == [[0], [1, -1, 2], [1], [-1], [2]]
+    assert capped == [[0], [2, 4], [6], [8], [10, 12, 14, 16], [18]]
+    assert seen[5:] == [[0], [1, 2, 3], [4], [5, 6, 7, 8], [9]] and calls == 10
+
+
+@pytest.mark.parametrize("when", ["running", "before it starts"])
+def test_a_cancelled_coalesced_drain_leaves_no_caller_waiting(when: str) -> None:
+    """At the server's shutdown the drain task is cancelled: the callers it held, in flight or waiting,
+    are cancelled with it, not left awaiting forever; a later call starts a new drain."""
+    from aiayn.serve.batcher import Coalesced
+
+    async def main() -> tuple:
+        async def forever(items: list[int]) -> list[int]:
+            await asyncio.Event().wait()
+            return items
+
+        c = Coalesced(forever)
+        callers = [asyncio.create_task(c([1]))]
+        await asyncio.sleep(0)  # the first caller has started the drain (not yet run)
+        assert c._task is not None
+        if when == "running":
+            await asyncio.sleep(0)  # the drain is calling fn
+            callers.append(asyncio.create_task(c([2])))  # waits behind it
+            await asyncio.sleep(0)
+        c._task.cancel()
+        results = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), 5)
+        c.fn = _echo
+        return results, await asyncio.wait_for(c([3]), 5)
+
+    results, after = asyncio.run(main())
+    assert results and all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert after == [3]
+
+
+async def _echo(items: list[int]) -> list[int]:
+    return items
+
+
 def test_translate_file_and_download_file(server: ThreadServer, translator) -> None:
     """LibreTranslate's multipart /translate_file: .txt keeps its layout, .html its markup; the answer's
     URL downloads the result; the limits and clear 4xx answers of /translate."""

@@ -25,8 +25,10 @@ are translated, as texts of their own).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import html
+import math
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +196,12 @@ def _sentence_spans(gaps: Sequence[str], sentences: Sequence[str]) -> list[tuple
     return spans
 
 
+def _sentence_at(spans: Sequence[tuple[int, int]], x: int) -> int | None:
+    """The index of the span (sorted, disjoint) that holds position `x`, or None (a gap)."""
+    k = bisect.bisect_right(spans, (x, math.inf)) - 1
+    return k if k >= 0 and spans[k][0] <= x < spans[k][1] else None
+
+
 def _read_for_break(text: str, x: int, spans: Sequence[tuple[int, int]], skip: frozenset[int]) -> bool:
     """Whether the translation's space at the place of the synthetic space `x` after a <br> stands for that
     space alone: between sentences the gap is copied, so it holds that very space; inside a sentence the
@@ -269,10 +277,14 @@ def _put_back(
     f = _mapper(run.text, translated, [(a, b, c, d) for (a, b), (c, d) in zip(src_spans, tgt_spans)], skip)
     placed: dict[int, tuple[int, int]] = {}
     for el_id, x0 in run.starts.items():
-        for src, tgt, sentence_links in zip(src_spans, tgt_spans, links):
-            at = _projected(run.text, translated, x0, run.ends[el_id], src, tgt, sentence_links)
-            if at is not None:
-                placed[el_id] = at
+        k = _sentence_at(src_spans, x0)  # the one sentence that can hold the element
+        at = (
+            None
+            if k is None
+            else _projected(run.text, translated, x0, run.ends[el_id], src_spans[k], tgt_spans[k], links[k])
+        )
+        if at is not None:
+            placed[el_id] = at
     pos = 0
     slot = run.slots[0]
     pieces: dict[tuple[int, str], str] = {}
@@ -384,10 +396,14 @@ class HtmlDocument:
         tags in through word links, when it is given them."""
         out, at = [], 0
         for run, part in zip(self.runs, self.docs.parts):
-            for s0, s1 in _sentence_spans(part.gaps, part.sentences):
-                if any(s0 <= x0 < run.ends[key] <= s1 for key, x0 in run.starts.items()):
-                    out.append(at)
-                at += 1
+            spans = _sentence_spans(part.gaps, part.sentences)
+            holding = set()
+            for key, x0 in run.starts.items():
+                k = _sentence_at(spans, x0)
+                if k is not None and x0 < run.ends[key] <= spans[k][1]:
+                    holding.add(k)
+            out += [at + k for k in sorted(holding)]
+            at += len(spans)
         return out
 
     def render(self, translations: Sequence[str], links: dict[int, Links] | None = None) -> str:
