@@ -29,7 +29,13 @@ translation are wrapped in <b>, one at a time, and placed twice, through the mod
 translation is its likeliest English word in the Multi30k training pairs by the Dice coefficient of
 their line counts (at least 0.5; "mann" -> "man", "fahrrad" -> "bicycle"), so the reference does not
 come from the model. `exact`: the <b> holds that word alone; `with_article`: a, an or the beside it
-also count. One JSON line each.
+also count.
+
+Word: `--docx 1` writes one .docx (python-docx) with every test sentence a paragraph and its first
+probe noun (as above) in bold, translates it with aiayn.decode.docx (what `--format docx` and the
+server's /translate_file do), reads it back, and reports how many bold runs hold exactly their word's
+translation, how many paragraphs read as the sentence's line-by-line translation, and sacreBLEU.
+One JSON line each.
 """
 
 from __future__ import annotations
@@ -282,9 +288,8 @@ def lexicon(data: Path, min_count: int = 20) -> dict[str, tuple[float, str]]:
     return best
 
 
-def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str) -> dict:
-    from lxml import html as lxml_html
-
+def find_probes(src: list[str], lines: list[str], data: Path) -> list[tuple[int, int, str, str]]:
+    """(sentence, word index, the German noun, its English word) for every noun of the tags probe."""
     lex = lexicon(data)
     probes = []
     for i, (sentence, translation) in enumerate(zip(src, lines)):
@@ -294,9 +299,25 @@ def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str
             dice, gold = lex.get(core.lower(), (0.0, ""))
             if core.isalpha() and core[0].isupper() and len(core) > 2 and dice >= 0.5:
                 if _words(translation).count(gold) == 1 and _words(sentence).count(core.lower()) == 1:
-                    start = w.index(core)
-                    tagged = words[:k] + [w[:start] + "<b>" + core + "</b>" + w[start + len(core) :]] + words[k + 1 :]
-                    probes.append((i, " ".join(tagged), gold))
+                    probes.append((i, k, core, gold))
+    return probes
+
+
+def _bold(sentence: str, k: int, core: str, html: bool) -> str | list[tuple[str, bool]]:
+    """The sentence with its k-th word's letters in <b> (html), or as (text, bold) runs."""
+    words = sentence.split(" ")
+    start = words[k].index(core)
+    before = " ".join(words[:k] + [words[k][:start]])
+    after = " ".join([words[k][start + len(core) :]] + words[k + 1 :])
+    if html:
+        return f"{before}<b>{core}</b>{after}"
+    return [(before, False), (core, True), (after, False)]
+
+
+def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str) -> dict:
+    from lxml import html as lxml_html
+
+    probes = [(i, _bold(src[i], k, core, True), gold) for i, k, core, gold in find_probes(src, lines, data)]
     out: dict[str, Any] = {"kind": "tags", "probes": len(probes)}
     for name, align in (("alignment", t.align), ("position", None)):
         exact = article = 0
@@ -312,6 +333,46 @@ def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str
     return out
 
 
+def measure_docx(src: list[str], ref: list[str], lines: list[str], translate: Translate, t: Any, data: Path) -> dict:
+    """One Word document: every test sentence a paragraph, the first probe noun of each (as the tags
+    probe finds them) in bold, translated whole with aiayn.decode.docx and read back with python-docx."""
+    import io
+
+    import docx
+    import sacrebleu
+
+    from aiayn.decode.docx import translate_docx
+
+    first: dict[int, tuple[int, str, str]] = {}
+    for i, k, core, gold in find_probes(src, lines, data):
+        first.setdefault(i, (k, core, gold))
+    d = docx.Document()
+    for i, sentence in enumerate(src):
+        p = d.add_paragraph()
+        for text, bold in _bold(sentence, *first[i][:2], False) if i in first else [(sentence, False)]:
+            if text:
+                p.add_run(text).bold = bold or None
+    buf = io.BytesIO()
+    d.save(buf)
+    t0 = time.perf_counter()
+    out = translate_docx(buf.getvalue(), "de", translate, t.align)
+    seconds = time.perf_counter() - t0
+    got = docx.Document(io.BytesIO(out)).paragraphs
+    hyps = [p.text for p in got]
+    exact = sum(_words("".join(r.text for r in got[i].runs if r.bold)) == [gold] for i, (_, _, gold) in first.items())
+    return {
+        "kind": "docx",
+        "paragraphs": len(src),
+        "bold_probes": len(first),
+        "bold_exact": round(exact / max(1, len(first)), 3),
+        "same_text_as_lines": round(sum(h == x for h, x in zip(hyps, lines)) / len(src), 3),
+        "bleu_plain_sentences": round(sacrebleu.corpus_bleu(lines, [ref]).score, 2),
+        "bleu_docx_text": round(sacrebleu.corpus_bleu(hyps, [ref]).score, 2),
+        "bytes_in": len(buf.getvalue()),
+        "seconds": round(seconds, 1),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-c", "--checkpoint", required=True)
@@ -320,6 +381,7 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=1000, help="test sentences (default 1000: all of test2016)")
     p.add_argument("--html", type=int, default=200, help="HTML snippets (0: none)")
     p.add_argument("--tags", type=int, default=1, help="1: measure where tags land (0: skip)")
+    p.add_argument("--docx", type=int, default=1, help="1: translate a Word document of the test set (0: skip)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=str(ROOT.parent / "shared/data/multi30k"))
     a = p.parse_args()
@@ -341,6 +403,8 @@ def main() -> None:
         print(json.dumps({**base, **measure_html(src, ref, lines, translate, t.align, a.html, a.seed)}), flush=True)
     if a.tags:
         print(json.dumps({**base, **measure_tags(src, lines, t, Path(a.data), "de")}), flush=True)
+    if a.docx:
+        print(json.dumps({**base, **measure_docx(src, ref, lines, translate, t, Path(a.data))}), flush=True)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,33 @@ def test_translate_format_html(run_dir, tmp_path):
     assert r.returncode != 0 and b"is not UTF-8 text (byte 22" in r.stderr
 
 
+def test_translate_format_docx(run_dir, tmp_path):
+    """--format docx: a Word document in, the same document translated out (as aiayn.decode.docx makes
+    it); what is not one is a one-line error."""
+    docx = pytest.importorskip("docx")
+    from aiayn import Translator
+    from aiayn.decode.docx import translate_docx
+
+    d = docx.Document()
+    p = d.add_paragraph("Ein Hund ")
+    p.add_run("rennt").italic = True
+    p.add_run(".")
+    src, out = tmp_path / "brief.docx", tmp_path / "brief.en.docx"
+    d.save(str(src))
+    r = aiayn("translate", "-c", str(run_dir), "--format", "docx", "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0, r.stderr.decode()
+    t = Translator.load(run_dir, "cpu")
+    expected = translate_docx(src.read_bytes(), "de", lambda s: t.translate(s, max_len_b=4), t.align)
+    assert out.read_bytes() == expected
+    assert docx.Document(str(out)).paragraphs[0].text == t.translate(["Ein Hund rennt."], max_len_b=4)[0]
+    r = aiayn("translate", "-c", str(run_dir), "--format", "docx", *SEARCH, stdin=b"Ein Hund rennt.")
+    assert r.returncode == 2
+    assert (
+        r.stderr.decode().strip().splitlines()[-1]
+        == "error: standard input: not a .docx (a zip archive): File is not a zip file"
+    )
+
+
 def test_translate_bad_checkpoint_is_an_error(tmp_path):
     r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
     assert r.returncode == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import json
 import os
 import random
@@ -169,7 +170,7 @@ def test_torch_backend_loads_on_one_thread_and_leaves_the_pool_to_the_worker(run
 def server(torch_backend) -> Iterator[ThreadServer]:
     # A wide window, so concurrent requests surely meet in one batch even on a loaded machine.
     srv = _serve(
-        torch_backend, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8, body_limit=20_000
+        torch_backend, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8, body_limit=60_000
     )
     yield srv
     srv.stop()
@@ -320,6 +321,9 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
         assert lt.translate(de, "de", "en") == translator.translate([de], beam=4)[0]
     assert [lang["code"] for lang in lt.languages()] == ["de", "en"]
     assert lt.languages()[0]["targets"] == ["en"]
+    settings = httpx.get(server.url + "/frontend/settings").json()  # what LibreTranslate's clients read first
+    assert settings["charLimit"] == 1000 and settings["language"]["source"]["code"] == "de"
+    assert settings["filesTranslation"] and settings["supportedFilesFormat"] == [".docx", ".htm", ".html", ".txt"]
     r = httpx.post(server.url + "/translate", json={"q": SOURCES[:3], "source": "de", "target": "en", "format": "text"})
     assert r.status_code == 200 and r.json() == {"translatedText": translator.translate(SOURCES[:3], beam=4)}
     r = httpx.post(server.url + "/translate", json={"q": SOURCES[0], "source": "de", "target": "en", "alternatives": 2})
@@ -472,6 +476,19 @@ def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, tra
     assert 0 < aligner.calls - before < len(pages)
 
 
+def _doubler(seen: list[list[int]], release: asyncio.Event):
+    """A call that records its items, waits for `release`, then doubles them (and refuses -1)."""
+
+    async def double(items: list[int]) -> list[int]:
+        seen.append(items)
+        await release.wait()
+        if -1 in items:
+            raise ValueError("no negatives")
+        return [2 * x for x in items]
+
+    return double
+
+
 def test_coalesced_calls_run_together_and_each_caller_gets_its_own() -> None:
     """Calls that arrive while one runs make one call; an error reaches the callers of its call only; a
     caller that goes away costs the others nothing."""
@@ -481,14 +498,7 @@ def test_coalesced_calls_run_together_and_each_caller_gets_its_own() -> None:
 
     async def main() -> tuple:
         release = asyncio.Event()
-
-        async def double(items: list[int]) -> list[int]:
-            seen.append(items)
-            await release.wait()
-            if -1 in items:
-                raise ValueError("no negatives")
-            return [2 * x for x in items]
-
+        double = _doubler(seen, release)
         c = Coalesced(double)
         first = asyncio.create_task(c([1]))
         await asyncio.sleep(0)  # the first call is running
@@ -517,14 +527,7 @@ def test_coalesced_isolates_an_error_and_caps_a_call() -> None:
 
     async def main() -> tuple:
         release = asyncio.Event()
-
-        async def double(items: list[int]) -> list[int]:
-            seen.append(items)
-            await release.wait()
-            if -1 in items:
-                raise ValueError("no negatives")
-            return [2 * x for x in items]
-
+        double = _doubler(seen, release)
         c = Coalesced(double, max_items=3)
         first = asyncio.create_task(c([0]))
         await asyncio.sleep(0)
@@ -605,13 +608,36 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     assert got.headers["content-type"].startswith("text/html")
     # an uploaded page opened from the server's origin runs in a sandbox, and no type is sniffed
     assert got.headers["content-security-policy"] == "sandbox" and got.headers["x-content-type-options"] == "nosniff"
+    # a Word document: its paragraphs translated as HTML paragraphs, its runs' formatting carried over
+    docx = pytest.importorskip("docx")
+    from aiayn.decode.docx import translate_docx
+
+    d = docx.Document()
+    p = d.add_paragraph("Ein Hund ")
+    p.add_run("rennt").bold = True
+    p.add_run(". Ein Kind schläft.")
+    word = io.BytesIO()
+    d.save(word)
+    r = upload("brief.docx", word.getvalue())
+    got = httpx.get(r.json()["translatedFileUrl"])
+    assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    expected = translate_docx(word.getvalue(), "de", lambda x: translator.translate(x, beam=4), translator.align)
+    assert got.content == expected
+    assert docx.Document(io.BytesIO(got.content)).paragraphs[0].text == _alone(
+        translator, "Ein Hund rennt. Ein Kind schläft."
+    )
     for response, status, error in [
-        (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.htm, .html, .txt)"),
+        (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.docx, .htm, .html, .txt)"),
+        (
+            upload("a.docx", b"plain"),
+            400,
+            "cannot read the .docx (not a .docx (a zip archive): File is not a zip file)",
+        ),
         (upload("a.txt", b"\xff\xfe\x00x"), 400, "the file is not UTF-8 text"),
         (upload("a.txt", b"x", target="fr"), 400, None),
         (upload("a.txt", b"Un chien court dans le parc.", source="auto"), 400, None),
         (upload("a.txt", b"Ein Hund. " * 120), 413, None),  # 1,200 characters: over the char limit
-        (upload("a.txt", b"x" * 30_000), 413, None),  # over the body limit, refused before parsing
+        (upload("a.txt", b"x" * 70_000), 413, None),  # over the body limit, refused before parsing
         (httpx.post(server.url + "/translate_file", data={"source": "de", "target": "en"}), 400, None),
         (httpx.post(server.url + "/translate_file", json={"q": "x"}), 400, None),
         (httpx.get(server.url + "/download_file/nope.txt"), 404, None),
@@ -813,7 +839,7 @@ def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
             "exceeds character limit (1000)",
         ),
         (dict(json={"q": ["a"] * 9, "source": "de", "target": "en"}), 413, "exceeds text limit (8)"),
-        (dict(json={"q": "a" * 25_000}), 413, "exceeds limit"),
+        (dict(json={"q": "a" * 65_000}), 413, "exceeds limit"),
         (dict(content=b'{"q": "a"', headers={"content-type": "application/json"}), 400, "not valid JSON"),
         (dict(content=b"[" * 15_000, headers={"content-type": "application/json"}), 400, "not valid JSON"),
         (dict(json=["a list"]), 400, "must be a JSON object"),

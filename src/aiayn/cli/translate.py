@@ -169,7 +169,7 @@ def _translate(a: argparse.Namespace) -> int:
 
         torch.set_num_threads(a.threads)
     say_engine(t)
-    if a.document or a.format == "html":
+    if a.document or a.format != "text":
         return _translate_document(a, t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
     out = open(a.output, "wb") if a.output else sys.stdout.buffer
@@ -213,18 +213,25 @@ def source_language(checkpoint: str) -> str:
 
 
 def _translate_document(a: argparse.Namespace, t: Any) -> int:
-    """--document / --format html: the whole input is one document; every sentence of it is decoded in
-    one call and the translation keeps the input's layout (aiayn.decode.documents)."""
+    """--document / --format html / docx: the whole input is one document; every sentence of it is decoded
+    in one call and the translation keeps the input's layout (aiayn.decode.documents, .html, .docx)."""
     from aiayn.errors import AiaynError
 
     if a.n_best != 1:
-        raise AiaynError("--n-best works line by line: not with --document or --format html")
+        raise AiaynError("--n-best works line by line: not with --document or --format html / docx")
     lang = a.source_lang or source_language(_members(a)[0] or "")
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()
     else:
         data = sys.stdin.buffer.read()
+    if a.format == "docx":
+        from aiayn.decode.docx import DocxError, translate_docx
+
+        try:
+            return _write_output(a, translate_docx(data, lang, lambda sentences: t.translate(sentences), t.align))
+        except DocxError as e:
+            raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
     try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -238,14 +245,19 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
         from aiayn.decode.documents import translate_texts
 
         out = translate_texts([text], lang, lambda sentences: t.translate(sentences))[0]
+    return _write_output(a, out.encode("utf-8"))
+
+
+def _write_output(a: argparse.Namespace, out: bytes) -> int:
+    """`out` to --output (whole or not at all), else to standard output."""
     if a.output:
         from pathlib import Path
 
         from aiayn.fileio import atomic_write
 
-        atomic_write(a.output, lambda tmp: Path(tmp).write_bytes(out.encode("utf-8")))
+        atomic_write(a.output, lambda tmp: Path(tmp).write_bytes(out))
     else:
-        sys.stdout.buffer.write(out.encode("utf-8"))
+        sys.stdout.buffer.write(out)
         sys.stdout.buffer.flush()
     return 0
 
@@ -343,10 +355,11 @@ def _add_document_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--format",
-        choices=["text", "html"],
+        choices=["text", "html", "docx"],
         default="text",
         help="html: the input is an HTML page or fragment; its text is translated with its inline markup "
-        "carried over, script/style/code/pre and attributes other than alt/title untouched (implies --document)",
+        "carried over, script/style/code/pre and attributes other than alt/title untouched; docx: a Word "
+        "document, each paragraph translated with its formatting carried over (both imply --document)",
     )
     p.add_argument(
         "--source-lang",

@@ -50,6 +50,7 @@ ATTRIBUTES = ("alt", "title")
 # closes before the translation's "." rather than after it, but never a word away from where it maps
 _MISMATCH = 3
 _CONTROL = {c: "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]}
+_CONTROL_OUT = {c: " " if chr(c).isspace() else "\ufffd" for c in _CONTROL}
 
 
 @dataclass
@@ -406,12 +407,29 @@ class HtmlDocument:
             at += len(spans)
         return out
 
+    def translated(
+        self,
+        translate: Callable[[list[str]], list[str]],
+        align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
+    ) -> str:
+        """`render` with the sentences translated in one call of `translate` and the tagged ones aligned
+        in one call of `align` (see translate_html)."""
+        translations = translate(self.sentences) if self.sentences else []
+        links: dict[int, Links] = {}
+        tagged = self.tagged
+        if align is not None and tagged:
+            sources, targets = [self.sentences[i] for i in tagged], [translations[i] for i in tagged]
+            links = dict(zip(tagged, align(sources, targets)))
+        return self.render(translations, links)
+
     def render(self, translations: Sequence[str], links: dict[int, Links] | None = None) -> str:
         """The document with `translations` (one per sentence) in place; `links`: sentence index -> its
         word links (aiayn.decode.align; see `tagged`), to place tags by. Call once."""
         from lxml import etree
         from lxml import html as lxml_html
 
+        # a model may write what XML cannot hold; the words stay the words the links count
+        translations = [replace_lone_surrogates(t.translate(_CONTROL_OUT)) for t in translations]
         joined = self.docs.join(translations)
         links = links or {}
         at = 0
@@ -438,16 +456,10 @@ def translate_html(
     document: str,
     lang: str,
     translate: Callable[[list[str]], list[str]],
-    align: Callable[[list[str], list[str]], list[Links]] | None = None,
+    align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
 ) -> str:
     """`document` (a whole page or a fragment) with its text translated (see the module docstring):
     every sentence of every block, and every alt and title, decoded in one call of `translate`; the
     sentences that hold tags aligned with their translations in one call of `align` (sources,
     translations -> word links, e.g. Translator.align), or tags placed by position without it."""
-    doc = HtmlDocument(document, lang)
-    translations = translate(doc.sentences) if doc.sentences else []
-    links: dict[int, Links] = {}
-    tagged = doc.tagged
-    if align is not None and tagged:
-        links = dict(zip(tagged, align([doc.sentences[i] for i in tagged], [translations[i] for i in tagged])))
-    return doc.render(translations, links)
+    return HtmlDocument(document, lang).translated(translate, align)

@@ -3,7 +3,7 @@
     POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text" | "html", "api_key": ...}
                          -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
     POST /detect         {"q": str} -> [{"confidence": 97.1, "language": "de"}, ...] (py3langid, best first)
-    POST /translate_file multipart: file (.txt, .html), source, target -> {"translatedFileUrl": URL}
+    POST /translate_file multipart: file (.txt, .html, .docx), source, target -> {"translatedFileUrl": URL}
     GET  /download_file/NAME  the translated file (the URL above)
     GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
     POST /v1/translate   {"q": [str], "beam": 4, "n_best": 2, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
@@ -43,6 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from aiayn.config import DecodeConfig
 from aiayn.data.language import detect
 from aiayn.decode.documents import SplitTexts, split_texts
+from aiayn.decode.docx import DocxDocument, DocxError
 from aiayn.decode.html import HtmlDocument
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Coalesced, Hypothesis, Overloaded, SearchOptions
@@ -599,6 +600,8 @@ async def frontend_settings(svc: Svc) -> JSONResponse:  # what LibreTranslate's 
             "apiKeys": s.api_key is not None,
             "keyRequired": s.api_key is not None,
             "language": {"source": {"code": s.source_lang}, "target": {"code": s.target_lang}},
+            "filesTranslation": True,
+            "supportedFilesFormat": sorted(FILE_TYPES),
         }
     )
 
@@ -610,9 +613,10 @@ files_router = APIRouter()
 
 @files_router.post("/translate_file")
 async def translate_file(request: Request, svc: Svc) -> JSONResponse:
-    """LibreTranslate's file translation: .txt (sentences, the layout kept) and .html/.htm (as format
-    html); the answer names where to download the result (/download_file), kept in memory for
-    FILE_TTL_S, the newest MAX_FILES of them."""
+    """LibreTranslate's file translation: .txt (sentences, the layout kept), .html/.htm (as format
+    html) and .docx (each paragraph as an HTML paragraph, its runs' formatting carried over); the
+    answer names where to download the result (/download_file), kept in memory for FILE_TTL_S, the
+    newest MAX_FILES of them."""
     s = svc.settings
     fields, filename, data = await svc.read_upload(request)
     svc.check_key(request, fields)
@@ -631,23 +635,38 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
             f"Invalid request: file format {_one_line(ext or filename)} is not supported "
             f"({', '.join(sorted(FILE_TYPES))})",
         )
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
-    svc.check_limits([text])
     opts = svc.default_options()
-    if FILE_TYPES[ext] == "html":
-        pages = svc.parse_html([text])
-        if source == "auto":
-            svc.detect_source([" ".join(pages[0].sentences)])
-        out = (await svc.render_html(pages, opts))[0][0][0]
-    else:
+    if FILE_TYPES[ext] == "docx":
+        try:
+            doc = DocxDocument(data, s.source_lang)
+        except (DocxError, LxmlError) as e:
+            raise ApiError(400, f"Invalid request: cannot read the .docx ({_one_line(e)})") from None
+        text = " ".join(doc.page.sentences)
+        svc.check_limits([text])
         if source == "auto":
             svc.detect_source([text])
-        out = (await svc.run_texts([text], opts, s.split_sentences))[1][0][0][0]
+        rendered = (await svc.render_html([doc.page], opts))[0][0][0]
+        try:
+            out = doc.rebuild(rendered)
+        except DocxError as e:  # a picture or another part that cannot be unpacked
+            raise ApiError(400, f"Invalid request: cannot read the .docx ({_one_line(e)})") from None
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+        svc.check_limits([text])
+        if FILE_TYPES[ext] == "html":
+            pages = svc.parse_html([text])
+            if source == "auto":
+                svc.detect_source([" ".join(pages[0].sentences)])
+            out = (await svc.render_html(pages, opts))[0][0][0].encode("utf-8")
+        else:
+            if source == "auto":
+                svc.detect_source([text])
+            out = (await svc.run_texts([text], opts, s.split_sentences))[1][0][0][0].encode("utf-8")
     name = f"{secrets.token_urlsafe(16)}.{_safe_name(filename)}"
-    if not svc.files.put(name, out.encode("utf-8")):
+    if not svc.files.put(name, out):
         raise ApiError(413, f"Invalid request: the translated file is over the {svc.files.max_bytes} bytes kept")
     return JSONResponse({"translatedFileUrl": str(request.base_url) + "download_file/" + name})
 
@@ -657,13 +676,12 @@ async def download_file(name: str, svc: Svc) -> Response:
     data = svc.files.get(name)
     if data is None:
         raise ApiError(404, "Invalid request: no such file (or it has expired)")
-    page = Path(name).suffix.lower() in (".html", ".htm")
+    kind = FILE_TYPES.get(Path(name).suffix.lower(), "text")
     original = name.split(".", 1)[1]
     headers = {"Content-Disposition": f'attachment; filename="{original}"', "X-Content-Type-Options": "nosniff"}
-    if page:  # an uploaded page opened from this origin runs no script and reaches nothing of the server's
+    if kind == "html":  # an uploaded page opened from this origin runs no script and reaches nothing of the server's
         headers["Content-Security-Policy"] = "sandbox"
-    kind = "text/html; charset=utf-8" if page else "text/plain; charset=utf-8"
-    return Response(data, media_type=kind, headers=headers)
+    return Response(data, media_type=MEDIA_TYPES[kind], headers=headers)
 
 
 # -- aiayn's own -------------------------------------------------------------------------------------
@@ -765,7 +783,12 @@ async def index() -> FileResponse:
     return FileResponse(STATIC / "index.html", media_type="text/html")
 
 
-FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html"}
+FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html", ".docx": "docx"}
+MEDIA_TYPES = {
+    "text": "text/plain; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+}
 MAX_FILES = 256  # translated files kept for /download_file: memory stays bounded, by count and by size
 MAX_FILE_BYTES = 64 << 20
 FILE_TTL_S = 3600.0

@@ -1,0 +1,164 @@
+"""Word documents (aiayn.decode.docx): written with python-docx, translated, read back with python-docx."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+
+docx = pytest.importorskip("docx")  # python-docx: the test extra
+
+from docx.oxml import OxmlElement  # noqa: E402
+from docx.oxml.ns import qn  # noqa: E402
+
+LINK = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink"
+
+
+def _field(paragraph, code: str, shown: str) -> None:
+    """A complex field (fldChar begin, instruction, separate, its shown text, end), as Word writes one."""
+    for kind, text in (("begin", None), ("instr", code), ("separate", None), ("text", shown), ("end", None)):
+        run = OxmlElement("w:r")
+        if kind == "instr":
+            el = OxmlElement("w:instrText")
+            el.text = text
+        elif kind == "text":
+            el = OxmlElement("w:t")
+            el.text = text
+        else:
+            el = OxmlElement("w:fldChar")
+            el.set(qn("w:fldCharType"), kind)
+        run.append(el)
+        paragraph._p.append(run)
+
+
+def _document() -> bytes:
+    d = docx.Document()
+    d.add_heading("Ein Titel", level=1)
+    p = d.add_paragraph("Ein Mann fährt ")
+    p.add_run("Fahrrad").bold = True
+    p.add_run(". Zwei Kinder spielen.")
+    p = d.add_paragraph("Erste Zeile")
+    run = p.add_run()
+    run.add_break()
+    run.add_text("zweite Zeile.")
+    p.add_run().add_tab()
+    p.add_run("Nach dem Tab.")
+    p = d.add_paragraph("Siehe ")
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), p.part.relate_to("https://example.org/", LINK, is_external=True))
+    inner = OxmlElement("w:r")
+    t = OxmlElement("w:t")
+    t.text = "die Seite"
+    inner.append(t)
+    link.append(inner)
+    p._p.append(link)
+    p.add_run(" hier.")
+    table = d.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "Ein Hund."
+    table.cell(0, 1).text = "Eine Katze."
+    d.sections[0].header.paragraphs[0].text = "Kopfzeile hier."
+    footer = d.sections[0].footer.paragraphs[0]
+    footer.text = "Seite "
+    _field(footer, " PAGE ", "1")
+    d.add_paragraph("")
+    out = io.BytesIO()
+    d.save(out)
+    return out.getvalue()
+
+
+def _upper(sentences: list[str]) -> list[str]:
+    return [f"[{s.upper()}]" for s in sentences]
+
+
+def _reverse(sentences: list[str]) -> list[str]:
+    return [" ".join(reversed(s.upper().split())) for s in sentences]
+
+
+def _reversed_links(sources: list[str], targets: list[str]) -> list:
+    return [[frozenset({len(x.split()) - 1 - i}) for i in range(len(x.split()))] for x in sources]
+
+
+def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> None:
+    from aiayn.decode.docx import translate_docx
+
+    data = _document()
+    calls: list[list[str]] = []
+    out = translate_docx(data, "de", lambda s: calls.append(s) or _upper(s))
+    assert len(calls) == 1  # every sentence of every part in one call
+    d = docx.Document(io.BytesIO(out))
+    texts = [p.text for p in d.paragraphs]
+    assert texts[:5] == [
+        "[EIN TITEL]",
+        "[EIN MANN FÄHRT FAHRRAD.] [ZWEI KINDER SPIELEN.]",
+        "[ERSTE ZEILE\nZWEITE ZEILE.]\t[NACH DEM TAB.]",  # the break and the tab where the model read a space
+        "[SIEHE DIE SEITE HIER.]",
+        "",
+    ]
+    assert d.paragraphs[0].style.name == "Heading 1"  # paragraph properties kept
+    bold = [r.text for r in d.paragraphs[1].runs if r.bold]
+    assert bold == ["FAHRRAD"]  # by position here: no links given
+    assert [c.text for c in d.tables[0].rows[0].cells] == ["[EIN HUND.]", "[EINE KATZE.]"]
+    assert d.sections[0].header.paragraphs[0].text == "[KOPFZEILE HIER.]"
+    link = d.paragraphs[3]._p.find(qn("w:hyperlink"))
+    assert link is not None and "".join(t.text for t in link.iter(qn("w:t"))) == "DIE SEITE"
+    assert d.part.rels[link.get(qn("r:id"))].target_ref == "https://example.org/"
+    # a field is kept whole and untranslated: its instruction and its shown text, in order
+    footer = d.sections[0].footer.paragraphs[0]._p
+    kinds = [
+        el.get(qn("w:fldCharType")) or el.text for el in footer.iter(qn("w:fldChar"), qn("w:instrText"), qn("w:t"))
+    ]
+    assert kinds == ["[SEITE] ", "begin", " PAGE ", "separate", "1", "end"]
+    # every part but the text parts is copied byte for byte
+    before, after = zipfile.ZipFile(io.BytesIO(data)), zipfile.ZipFile(io.BytesIO(out))
+    assert before.namelist() == after.namelist()
+    changed = {n for n in before.namelist() if before.read(n) != after.read(n)}
+    assert changed == {"word/document.xml", "word/header1.xml", "word/footer1.xml"}
+
+
+def test_formatting_follows_the_word_links() -> None:
+    """The bold run goes where its word's translation is, as an inline HTML tag does."""
+    from aiayn.decode.docx import translate_docx
+
+    out = translate_docx(_document(), "de", _reverse, _reversed_links)
+    p = docx.Document(io.BytesIO(out)).paragraphs[1]
+    assert p.text == "FAHRRAD. FÄHRT MANN EIN SPIELEN. KINDER ZWEI"
+    assert [(r.text, r.bold) for r in p.runs][:2] == [
+        ("FAHRRAD", True),
+        (". FÄHRT MANN EIN SPIELEN. KINDER ZWEI", None),
+    ]
+    by_position = translate_docx(_document(), "de", _reverse)
+    assert [r.text for r in docx.Document(io.BytesIO(by_position)).paragraphs[1].runs if r.bold] != ["FAHRRAD"]
+
+
+def test_characters_xml_cannot_hold_are_replaced_in_the_translation() -> None:
+    """A translation with control characters (XML 1.0 has no place for them) is written, not a crash:
+    U+FFFD as an HTML5 parser reads them, a space for those that are spaces (the words stay the same)."""
+    from aiayn.decode.docx import translate_docx
+    from aiayn.decode.html import translate_html
+
+    out = translate_docx(_document(), "de", lambda s: [x + "\x01\x0b!" for x in s])
+    assert docx.Document(io.BytesIO(out)).paragraphs[0].text == "Ein Titel\ufffd !"
+    assert (
+        translate_html("<p>Ein <b>Hund</b>.</p>", "de", lambda s: ["\x02A \x1fdog."]) == "<p>\ufffdA  <b>dog</b>.</p>"
+    )
+
+
+def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
+    from aiayn.decode import docx as word
+
+    with pytest.raises(word.DocxError, match="not a .docx"):
+        word.DocxDocument(b"plain text", "de")
+    empty = io.BytesIO()
+    with zipfile.ZipFile(empty, "w") as z:
+        z.writestr("hello.txt", "hi")
+    with pytest.raises(word.DocxError, match="no word/document.xml"):
+        word.DocxDocument(empty.getvalue(), "de")
+    broken = io.BytesIO()
+    with zipfile.ZipFile(broken, "w") as z:
+        z.writestr("word/document.xml", "<w:document")
+    with pytest.raises(word.DocxError, match="word/document.xml cannot be read"):
+        word.DocxDocument(broken.getvalue(), "de")
+    monkeypatch.setattr(word, "MAX_XML_BYTES", 1000)  # what a small zip would unpack to
+    with pytest.raises(word.DocxError, match="unpack to over"):
+        word.DocxDocument(_document(), "de")
