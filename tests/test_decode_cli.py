@@ -208,6 +208,9 @@ def test_translate_format_docx(run_dir, tmp_path):
     expected = translate_docx(src.read_bytes(), "de", lambda s: t.translate(s, max_len_b=4), t.align)
     assert out.read_bytes() == expected
     assert docx.Document(str(out)).paragraphs[0].text == t.translate(["Ein Hund rennt."], max_len_b=4)[0]
+    named = tmp_path / "named.docx"  # no --format: the input's name says it is a Word document
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(named), *SEARCH)
+    assert r.returncode == 0 and named.read_bytes() == expected
     r = aiayn("translate", "-c", str(run_dir), "--format", "docx", *SEARCH, stdin=b"Ein Hund rennt.")
     assert r.returncode == 2
     assert (

@@ -169,6 +169,9 @@ def _translate(a: argparse.Namespace) -> int:
 
         torch.set_num_threads(a.threads)
     say_engine(t)
+    if a.format is None:  # from the input's name: a Word document or a page is never read line by line
+        suffix = os.path.splitext(a.input or "")[1].lower()
+        a.format = {".docx": "docx", ".html": "html", ".htm": "html"}.get(suffix, "text")
     if a.document or a.format != "text":
         return _translate_document(a, t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
@@ -356,10 +359,11 @@ def _add_document_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         choices=["text", "html", "docx"],
-        default="text",
+        default=None,
         help="html: the input is an HTML page or fragment; its text is translated with its inline markup "
         "carried over, script/style/code/pre and attributes other than alt/title untouched; docx: a Word "
-        "document, each paragraph translated with its formatting carried over (both imply --document)",
+        "document, each paragraph translated with its formatting carried over (both imply --document). "
+        "Default: from the --input name (.html, .htm, .docx), else text",
     )
     p.add_argument(
         "--source-lang",
