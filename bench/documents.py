@@ -32,7 +32,7 @@ come from the model. `exact`: the <b> holds that word alone; `with_article`: a, 
 also count.
 
 Word: `--docx 1` writes one .docx (python-docx) with every test sentence a paragraph and its first
-probe noun (as above) in bold, translates it with aiayn.decode.docx (what `--format docx` and the
+probe noun (as above) in bold, translates it with aiayn.decode.office (what `--format docx` and the
 server's /translate_file do), reads it back, and reports how many bold runs hold exactly their word's
 translation, how many paragraphs read as the sentence's line-by-line translation, and sacreBLEU.
 One JSON line each.
@@ -335,13 +335,13 @@ def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str
 
 def measure_docx(src: list[str], ref: list[str], lines: list[str], translate: Translate, t: Any, data: Path) -> dict:
     """One Word document: every test sentence a paragraph, the first probe noun of each (as the tags
-    probe finds them) in bold, translated whole with aiayn.decode.docx and read back with python-docx."""
+    probe finds them) in bold, translated whole with aiayn.decode.office and read back with python-docx."""
     import io
 
     import docx
     import sacrebleu
 
-    from aiayn.decode.docx import translate_docx
+    from aiayn.decode.office import translate_office
 
     first: dict[int, tuple[int, str, str]] = {}
     for i, k, core, gold in find_probes(src, lines, data):
@@ -355,7 +355,7 @@ def measure_docx(src: list[str], ref: list[str], lines: list[str], translate: Tr
     buf = io.BytesIO()
     d.save(buf)
     t0 = time.perf_counter()
-    out = translate_docx(buf.getvalue(), "de", translate, t.align)
+    out = translate_office(buf.getvalue(), "docx", "de", translate, t.align)
     seconds = time.perf_counter() - t0
     got = docx.Document(io.BytesIO(out)).paragraphs
     hyps = [p.text for p in got]

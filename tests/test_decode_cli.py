@@ -190,11 +190,11 @@ def test_translate_format_html(run_dir, tmp_path):
 
 
 def test_translate_format_docx(run_dir, tmp_path):
-    """--format docx: a Word document in, the same document translated out (as aiayn.decode.docx makes
+    """--format docx: a Word document in, the same document translated out (as aiayn.decode.office makes
     it); what is not one is a one-line error."""
     docx = pytest.importorskip("docx")
     from aiayn import Translator
-    from aiayn.decode.docx import translate_docx
+    from aiayn.decode.office import translate_office
 
     d = docx.Document()
     p = d.add_paragraph("Ein Hund ")
@@ -205,7 +205,7 @@ def test_translate_format_docx(run_dir, tmp_path):
     r = aiayn("translate", "-c", str(run_dir), "--format", "docx", "--input", str(src), "--output", str(out), *SEARCH)
     assert r.returncode == 0, r.stderr.decode()
     t = Translator.load(run_dir, "cpu")
-    expected = translate_docx(src.read_bytes(), "de", lambda s: t.translate(s, max_len_b=4), t.align)
+    expected = translate_office(src.read_bytes(), "docx", "de", lambda s: t.translate(s, max_len_b=4), t.align)
     assert out.read_bytes() == expected
     assert docx.Document(str(out)).paragraphs[0].text == t.translate(["Ein Hund rennt."], max_len_b=4)[0]
     named = tmp_path / "named.docx"  # no --format: the input's name says it is a Word document

@@ -323,7 +323,13 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
     assert lt.languages()[0]["targets"] == ["en"]
     settings = httpx.get(server.url + "/frontend/settings").json()  # what LibreTranslate's clients read first
     assert settings["charLimit"] == 1000 and settings["language"]["source"]["code"] == "de"
-    assert settings["filesTranslation"] and settings["supportedFilesFormat"] == [".docx", ".htm", ".html", ".txt"]
+    assert settings["filesTranslation"] and settings["supportedFilesFormat"] == [
+        ".docx",
+        ".htm",
+        ".html",
+        ".pptx",
+        ".txt",
+    ]
     r = httpx.post(server.url + "/translate", json={"q": SOURCES[:3], "source": "de", "target": "en", "format": "text"})
     assert r.status_code == 200 and r.json() == {"translatedText": translator.translate(SOURCES[:3], beam=4)}
     r = httpx.post(server.url + "/translate", json={"q": SOURCES[0], "source": "de", "target": "en", "alternatives": 2})
@@ -610,7 +616,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     assert got.headers["content-security-policy"] == "sandbox" and got.headers["x-content-type-options"] == "nosniff"
     # a Word document: its paragraphs translated as HTML paragraphs, its runs' formatting carried over
     docx = pytest.importorskip("docx")
-    from aiayn.decode.docx import translate_docx
+    from aiayn.decode.office import translate_office
 
     d = docx.Document()
     p = d.add_paragraph("Ein Hund ")
@@ -621,13 +627,28 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     r = upload("brief.docx", word.getvalue())
     got = httpx.get(r.json()["translatedFileUrl"])
     assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-    expected = translate_docx(word.getvalue(), "de", lambda x: translator.translate(x, beam=4), translator.align)
+    expected = translate_office(
+        word.getvalue(), "docx", "de", lambda x: translator.translate(x, beam=4), translator.align
+    )
     assert got.content == expected
     assert docx.Document(io.BytesIO(got.content)).paragraphs[0].text == _alone(
         translator, "Ein Hund rennt. Ein Kind schläft."
     )
+    pptx = pytest.importorskip("pptx")  # and a PowerPoint deck, the same way
+    deck = pptx.Presentation()
+    deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Ein Hund rennt. Ein Kind schläft."
+    slides = io.BytesIO()
+    deck.save(slides)
+    got = httpx.get(upload("folien.pptx", slides.getvalue()).json()["translatedFileUrl"])
+    assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+    expected = translate_office(
+        slides.getvalue(), "pptx", "de", lambda x: translator.translate(x, beam=4), translator.align
+    )
+    assert got.content == expected
+    title = pptx.Presentation(io.BytesIO(got.content)).slides[0].shapes.title.text
+    assert title == _alone(translator, "Ein Hund rennt. Ein Kind schläft.")
     for response, status, error in [
-        (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.docx, .htm, .html, .txt)"),
+        (upload("a.pdf", b"%PDF"), 400, "file format .pdf is not supported (.docx, .htm, .html, .pptx, .txt)"),
         (
             upload("a.docx", b"plain"),
             400,

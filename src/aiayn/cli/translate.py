@@ -171,7 +171,7 @@ def _translate(a: argparse.Namespace) -> int:
     say_engine(t)
     if a.format is None:  # from the input's name: a Word document or a page is never read line by line
         suffix = os.path.splitext(a.input or "")[1].lower()
-        a.format = {".docx": "docx", ".html": "html", ".htm": "html"}.get(suffix, "text")
+        a.format = {".docx": "docx", ".pptx": "pptx", ".html": "html", ".htm": "html"}.get(suffix, "text")
     if a.document or a.format != "text":
         return _translate_document(a, t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
@@ -216,24 +216,24 @@ def source_language(checkpoint: str) -> str:
 
 
 def _translate_document(a: argparse.Namespace, t: Any) -> int:
-    """--document / --format html / docx: the whole input is one document; every sentence of it is decoded
-    in one call and the translation keeps the input's layout (aiayn.decode.documents, .html, .docx)."""
+    """--document / --format html / docx / pptx: the whole input is one document; every sentence of it is
+    decoded in one call and the translation keeps the input's layout (aiayn.decode.documents, .html, .office)."""
     from aiayn.errors import AiaynError
 
     if a.n_best != 1:
-        raise AiaynError("--n-best works line by line: not with --document or --format html / docx")
+        raise AiaynError("--n-best works line by line: not with --document or --format html / docx / pptx")
     lang = a.source_lang or source_language(_members(a)[0] or "")
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()
     else:
         data = sys.stdin.buffer.read()
-    if a.format == "docx":
-        from aiayn.decode.docx import DocxError, translate_docx
+    if a.format in ("docx", "pptx"):
+        from aiayn.decode.office import OfficeError, translate_office
 
         try:
-            return _write_output(a, translate_docx(data, lang, lambda sentences: t.translate(sentences), t.align))
-        except DocxError as e:
+            return _write_output(a, translate_office(data, a.format, lang, lambda x: t.translate(x), t.align))
+        except OfficeError as e:
             raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
     try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
         text = data.decode("utf-8-sig")
@@ -358,12 +358,12 @@ def _add_document_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--format",
-        choices=["text", "html", "docx"],
+        choices=["text", "html", "docx", "pptx"],
         default=None,
         help="html: the input is an HTML page or fragment; its text is translated with its inline markup "
-        "carried over, script/style/code/pre and attributes other than alt/title untouched; docx: a Word "
-        "document, each paragraph translated with its formatting carried over (both imply --document). "
-        "Default: from the --input name (.html, .htm, .docx), else text",
+        "carried over, script/style/code/pre and attributes other than alt/title untouched; docx, pptx: a "
+        "Word document or a PowerPoint deck, each paragraph translated with its formatting carried over (all "
+        "imply --document). Default: from the --input name (.html, .htm, .docx, .pptx), else text",
     )
     p.add_argument(
         "--source-lang",

@@ -3,7 +3,7 @@
     POST /translate      {"q": str | [str], "source": "de", "target": "en", "format": "text" | "html", "api_key": ...}
                          -> {"translatedText": str | [str]}; JSON or form-encoded, as LibreTranslate
     POST /detect         {"q": str} -> [{"confidence": 97.1, "language": "de"}, ...] (py3langid, best first)
-    POST /translate_file multipart: file (.txt, .html, .docx), source, target -> {"translatedFileUrl": URL}
+    POST /translate_file multipart: file (.txt, .html, .docx, .pptx), source, target -> {"translatedFileUrl": URL}
     GET  /download_file/NAME  the translated file (the URL above)
     GET  /languages      [{"code": "de", "name": "German", "targets": ["en"]}, ...]
     POST /v1/translate   {"q": [str], "beam": 4, "n_best": 2, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
@@ -43,8 +43,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from aiayn.config import DecodeConfig
 from aiayn.data.language import detect
 from aiayn.decode.documents import SplitTexts, split_texts
-from aiayn.decode.docx import DocxDocument, DocxError
 from aiayn.decode.html import HtmlDocument
+from aiayn.decode.office import KINDS, OfficeDocument, OfficeError
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Coalesced, Hypothesis, Overloaded, SearchOptions
 
@@ -614,7 +614,7 @@ files_router = APIRouter()
 @files_router.post("/translate_file")
 async def translate_file(request: Request, svc: Svc) -> JSONResponse:
     """LibreTranslate's file translation: .txt (sentences, the layout kept), .html/.htm (as format
-    html) and .docx (each paragraph as an HTML paragraph, its runs' formatting carried over); the
+    html), .docx and .pptx (each paragraph as an HTML paragraph, its runs' formatting carried over); the
     answer names where to download the result (/download_file), kept in memory for FILE_TTL_S, the
     newest MAX_FILES of them."""
     s = svc.settings
@@ -636,11 +636,11 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
             f"({', '.join(sorted(FILE_TYPES))})",
         )
     opts = svc.default_options()
-    if FILE_TYPES[ext] == "docx":
+    if FILE_TYPES[ext] in KINDS:
         try:
-            doc = DocxDocument(data, s.source_lang)
-        except (DocxError, LxmlError) as e:
-            raise ApiError(400, f"Invalid request: cannot read the .docx ({_one_line(e)})") from None
+            doc = OfficeDocument(data, FILE_TYPES[ext], s.source_lang)
+        except (OfficeError, LxmlError) as e:
+            raise ApiError(400, f"Invalid request: cannot read the {ext} ({_one_line(e)})") from None
         text = " ".join(doc.page.sentences)
         svc.check_limits([text])
         if source == "auto":
@@ -648,8 +648,8 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
         rendered = (await svc.render_html([doc.page], opts))[0][0][0]
         try:
             out = doc.rebuild(rendered)
-        except DocxError as e:  # a picture or another part that cannot be unpacked
-            raise ApiError(400, f"Invalid request: cannot read the .docx ({_one_line(e)})") from None
+        except OfficeError as e:  # a picture or another part that cannot be unpacked
+            raise ApiError(400, f"Invalid request: cannot read the {ext} ({_one_line(e)})") from None
     else:
         try:
             text = data.decode("utf-8-sig")
@@ -783,11 +783,12 @@ async def index() -> FileResponse:
     return FileResponse(STATIC / "index.html", media_type="text/html")
 
 
-FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html", ".docx": "docx"}
+FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html", ".docx": "docx", ".pptx": "pptx"}
 MEDIA_TYPES = {
     "text": "text/plain; charset=utf-8",
     "html": "text/html; charset=utf-8",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
 }
 MAX_FILES = 256  # translated files kept for /download_file: memory stays bounded, by count and by size
 MAX_FILE_BYTES = 64 << 20

@@ -1,4 +1,5 @@
-"""Word documents (aiayn.decode.docx): written with python-docx, translated, read back with python-docx."""
+"""Office documents (aiayn.decode.office): written with python-docx and python-pptx, translated, read
+back with them."""
 
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ def _reversed_links(sources: list[str], targets: list[str]) -> list:
 
 
 def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> None:
-    from aiayn.decode.docx import translate_docx
+    from aiayn.decode.office import translate_office
 
     data = _document()
     calls: list[list[str]] = []
-    out = translate_docx(data, "de", lambda s: calls.append(s) or _upper(s))
+    out = translate_office(data, "docx", "de", lambda s: calls.append(s) or _upper(s))
     assert len(calls) == 1  # every sentence of every part in one call
     d = docx.Document(io.BytesIO(out))
     texts = [p.text for p in d.paragraphs]
@@ -118,26 +119,26 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
 
 def test_formatting_follows_the_word_links() -> None:
     """The bold run goes where its word's translation is, as an inline HTML tag does."""
-    from aiayn.decode.docx import translate_docx
+    from aiayn.decode.office import translate_office
 
-    out = translate_docx(_document(), "de", _reverse, _reversed_links)
+    out = translate_office(_document(), "docx", "de", _reverse, _reversed_links)
     p = docx.Document(io.BytesIO(out)).paragraphs[1]
     assert p.text == "FAHRRAD. FÄHRT MANN EIN SPIELEN. KINDER ZWEI"
     assert [(r.text, r.bold) for r in p.runs][:2] == [
         ("FAHRRAD", True),
         (". FÄHRT MANN EIN SPIELEN. KINDER ZWEI", None),
     ]
-    by_position = translate_docx(_document(), "de", _reverse)
+    by_position = translate_office(_document(), "docx", "de", _reverse)
     assert [r.text for r in docx.Document(io.BytesIO(by_position)).paragraphs[1].runs if r.bold] != ["FAHRRAD"]
 
 
 def test_characters_xml_cannot_hold_are_replaced_in_the_translation() -> None:
     """A translation with control characters (XML 1.0 has no place for them) is written, not a crash:
     U+FFFD as an HTML5 parser reads them, a space for those that are spaces (the words stay the same)."""
-    from aiayn.decode.docx import translate_docx
     from aiayn.decode.html import translate_html
+    from aiayn.decode.office import translate_office
 
-    out = translate_docx(_document(), "de", lambda s: [x + "\x01\x0b!" for x in s])
+    out = translate_office(_document(), "docx", "de", lambda s: [x + "\x01\x0b!" for x in s])
     assert docx.Document(io.BytesIO(out)).paragraphs[0].text == "Ein Titel\ufffd !"
     assert (
         translate_html("<p>Ein <b>Hund</b>.</p>", "de", lambda s: ["\x02A \x1fdog."]) == "<p>\ufffdA  <b>dog</b>.</p>"
@@ -145,20 +146,67 @@ def test_characters_xml_cannot_hold_are_replaced_in_the_translation() -> None:
 
 
 def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
-    from aiayn.decode import docx as word
+    from aiayn.decode import office as word
 
-    with pytest.raises(word.DocxError, match="not a .docx"):
-        word.DocxDocument(b"plain text", "de")
+    with pytest.raises(word.OfficeError, match="not a .docx"):
+        word.OfficeDocument(b"plain text", "docx", "de")
     empty = io.BytesIO()
     with zipfile.ZipFile(empty, "w") as z:
         z.writestr("hello.txt", "hi")
-    with pytest.raises(word.DocxError, match="no word/document.xml"):
-        word.DocxDocument(empty.getvalue(), "de")
+    with pytest.raises(word.OfficeError, match="no word/document.xml"):
+        word.OfficeDocument(empty.getvalue(), "docx", "de")
     broken = io.BytesIO()
     with zipfile.ZipFile(broken, "w") as z:
         z.writestr("word/document.xml", "<w:document")
-    with pytest.raises(word.DocxError, match="word/document.xml cannot be read"):
-        word.DocxDocument(broken.getvalue(), "de")
+    with pytest.raises(word.OfficeError, match="word/document.xml cannot be read"):
+        word.OfficeDocument(broken.getvalue(), "docx", "de")
     monkeypatch.setattr(word, "MAX_XML_BYTES", 1000)  # what a small zip would unpack to
-    with pytest.raises(word.DocxError, match="unpack to over"):
-        word.DocxDocument(_document(), "de")
+    with pytest.raises(word.OfficeError, match="unpack to over"):
+        word.OfficeDocument(_document(), "docx", "de")
+
+
+def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
+    """PowerPoint: slides and notes; a bold run follows its word's links; a line break (a:br, between
+    runs) stands where the model read a space; a slide-number field is kept; each paragraph's end
+    formatting (a:endParaRPr) stays last, where the schema wants it."""
+    pptx = pytest.importorskip("pptx")
+    from lxml import etree
+
+    from aiayn.decode.office import A, translate_office
+
+    prs = pptx.Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[1])
+    slide.shapes.title.text = "Ein Titel"
+    frame = slide.placeholders[1].text_frame
+    frame.text = "Ein Mann fährt "
+    p = frame.paragraphs[0]
+    run = p.add_run()
+    run.text = "Fahrrad"
+    run.font.bold = True
+    p.add_run().text = "."
+    p._p.append(etree.SubElement(p._p, f"{{{A}}}endParaRPr", lang="de-DE"))
+    p2 = frame.add_paragraph()
+    p2.text = "Erste Zeile\vzweite Zeile."  # python-pptx writes \v as <a:br>
+    field = etree.SubElement(p2._p, f"{{{A}}}fld", id="{B6F15528-21DE-4FAA-801E-634DDDAF4B2B}", type="slidenum")
+    etree.SubElement(field, f"{{{A}}}t").text = "1"
+    slide.notes_slide.notes_text_frame.text = "Eine Notiz."
+    buf = io.BytesIO()
+    prs.save(buf)
+    data = buf.getvalue()
+
+    out = translate_office(data, "pptx", "de", _reverse, _reversed_links)
+    got = pptx.Presentation(io.BytesIO(out)).slides[0]
+    assert got.shapes.title.text == "TITEL EIN"
+    first, second = got.placeholders[1].text_frame.paragraphs
+    assert [(r.text, r.font.bold) for r in first.runs] == [("FAHRRAD", True), (". FÄHRT MANN EIN", None)]
+    assert first._p[-1].tag == f"{{{A}}}endParaRPr"
+    assert [c.tag.split("}")[1] for c in second._p] == ["r", "br", "r", "fld"]
+    assert (
+        "".join(t.text for t in second._p.iter(f"{{{A}}}t")) == "ZEILE. ZWEITEZEILE ERSTE1"
+    )  # one sentence, the break by position
+    assert got.notes_slide.notes_text_frame.text == "NOTIZ. EINE"
+    before, after = zipfile.ZipFile(io.BytesIO(data)), zipfile.ZipFile(io.BytesIO(out))
+    changed = {n for n in before.namelist() if before.read(n) != after.read(n)}
+    assert changed == {"ppt/slides/slide1.xml", "ppt/notesSlides/notesSlide1.xml"}
+    with pytest.raises(ValueError, match="no ppt/presentation.xml"):
+        translate_office(_document(), "pptx", "de", _upper)

@@ -1,27 +1,32 @@
-"""Word documents (.docx): every paragraph's text translated, its formatting carried onto the translation.
+"""Office documents (.docx, .pptx): every paragraph's text translated, its formatting carried onto the
+translation.
 
-A .docx is a zip of XML parts. Text lives in paragraphs (`w:p`) of runs (`w:r`): a run is formatting
-(`w:rPr`) and text (`w:t`, with `w:tab`, `w:br` between). A paragraph is translated as HTML is
-(aiayn.decode.html), through a stand-in HTML paragraph:
+Both are zips of XML parts. Text lives in paragraphs (`p`) of runs (`r`): a run is formatting (`rPr`)
+and text (`t`). Word puts tabs and line breaks inside runs (`w:tab`, `w:br`), PowerPoint puts line
+breaks between them (`a:br`). A paragraph is translated as HTML is (aiayn.decode.html), through a
+stand-in HTML paragraph:
 - the text of the runs with the paragraph's most common formatting is plain text;
 - a run of other formatting (bold, italic, a colour...) is a `<span>`, placed on the words of the
   translation that its own words are linked to, as an inline HTML tag is;
-- a hyperlink is an `<a>` around its runs (with its own most common formatting as plain);
+- a Word hyperlink is an `<a>` around its runs (with its own most common formatting as plain);
+  PowerPoint keeps its links in the run's formatting, so they follow their words as spans;
 - tabs and line breaks are `<br>`s: the model reads a space there, and they are written in the place
   of the translation's space;
-- whatever else stands in a paragraph (pictures, fields, bookmarks, tracked changes, content
-  controls) is a point kept as it is, untranslated.
+- whatever else stands in a paragraph (pictures, fields such as page and slide numbers, bookmarks,
+  tracked changes, content controls) is a point kept as it is, untranslated.
 Then the paragraph's runs are written anew from the translated stand-in: each piece of text gets the
-formatting of the run it stands for. Paragraph properties, tables, sections, styles, pictures and every
-other part of the zip are copied unchanged.
+formatting of the run it stands for. Paragraph properties (and PowerPoint's end-of-paragraph
+formatting, kept last), tables, sections, styles, pictures and every other part of the zip are copied
+unchanged.
 
-Parts read: the body (word/document.xml), headers, footers, footnotes, endnotes and comments.
-Spell-check marks (`w:proofErr`) and Word's cached page-break positions (`w:lastRenderedPageBreak`)
-are dropped: they describe the old text, and Word writes them anew.
+Parts read: Word's body, headers, footers, footnotes, endnotes and comments; PowerPoint's slides and
+speaker notes. Spell-check marks (Word's `w:proofErr`, PowerPoint's `err` and `dirty` flags, which do
+not count as formatting) and Word's cached page-break positions are dropped or ignored: they describe
+the old text, and the application writes them anew.
 
-    doc = DocxDocument(data, "de")       # data: the .docx's bytes
-    doc.page.sentences                    # what to translate (and align: doc.page.tagged)
-    out = doc.rebuild(doc.page.render(translations, links))   # the translated .docx's bytes
+    doc = OfficeDocument(data, "docx", "de")   # data: the file's bytes
+    doc.page.sentences                          # what to translate (and align: doc.page.tagged)
+    out = doc.rebuild(doc.page.render(translations, links))   # the translated file's bytes
 """
 
 from __future__ import annotations
@@ -31,51 +36,95 @@ import html
 import io
 import zipfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiayn.decode.html import HtmlDocument, Links
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+A = "http://schemas.openxmlformats.org/drawingml/2006/main"  # PowerPoint's text
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 MAX_XML_BYTES = 64 << 20  # the text parts, unpacked: a small zip can unpack to gigabytes
 MAX_UNPACKED = 256 << 20  # every part, unpacked (pictures included)
-_TEXT_PARTS = ("word/document.xml", "word/footnotes.xml", "word/endnotes.xml", "word/comments.xml")
 _DROPPED = frozenset({f"{{{W}}}proofErr", f"{{{W}}}lastRenderedPageBreak"})
+_NOT_FORMATTING = ("err", "dirty")  # PowerPoint's spell-check and layout flags on a run's rPr
 
 
 def _w(tag: str) -> str:
     return f"{{{W}}}{tag}"
 
 
-class DocxError(ValueError):
-    """The upload is not a Word document that can be read."""
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between the formats: the namespace of p, r, rPr, t; the part that must be there and
+    the parts that hold text; whether text needs xml:space; what stays at a paragraph's end."""
+
+    name: str
+    ns: str
+    main: str
+    folders: tuple[str, ...]  # text parts: <folder>/<prefix>*.xml
+    prefixes: tuple[str, ...]
+    preserve_space: bool
+    last: tuple[str, ...] = ()
+
+    def q(self, tag: str) -> str:
+        return f"{{{self.ns}}}{tag}"
+
+    def is_text_part(self, name: str) -> bool:
+        folder, _, base = name.rpartition("/")
+        return folder in self.folders and base.endswith(".xml") and base.startswith(self.prefixes)
 
 
-def _is_text_part(name: str) -> bool:
-    folder, _, base = name.rpartition("/")
-    if folder != "word" or not base.endswith(".xml"):
-        return False
-    return name in _TEXT_PARTS or base.startswith(("header", "footer"))
+KINDS = {
+    "docx": _Kind(
+        "docx",
+        W,
+        "word/document.xml",
+        ("word",),
+        ("document", "header", "footer", "footnotes", "endnotes", "comments"),
+        True,
+    ),
+    "pptx": _Kind(
+        "pptx",
+        A,
+        "ppt/presentation.xml",
+        ("ppt/slides", "ppt/notesSlides"),
+        ("slide", "notesSlide"),
+        False,
+        ("endParaRPr",),
+    ),
+}
 
 
-def _rpr_key(run: Any) -> bytes:
+class OfficeError(ValueError):
+    """The upload is not a document of its kind that can be read."""
+
+
+def _rpr_key(run: Any, kind: _Kind) -> bytes:
     """A run's formatting, as bytes to compare (empty: the paragraph style's own)."""
     from lxml import etree
 
-    rpr = run.find(_w("rPr"))
-    return b"" if rpr is None else etree.tostring(rpr, method="c14n")
+    rpr = run.find(kind.q("rPr"))
+    if rpr is None:
+        return b""
+    if any(a in rpr.attrib for a in _NOT_FORMATTING):
+        rpr = copy.deepcopy(rpr)
+        for a in _NOT_FORMATTING:
+            rpr.attrib.pop(a, None)
+    return etree.tostring(rpr, method="c14n")
 
 
 class _Paragraph:
     """One paragraph's stand-in HTML and what each of its `data-k` numbers stands for: a run (its
     formatting), a point (elements kept as they are) or a hyperlink."""
 
-    def __init__(self, p: Any, n: int, in_field: int) -> None:
-        self.p = p
+    def __init__(self, p: Any, n: int, in_field: int, kind: _Kind) -> None:
+        self.p, self.kind = p, kind
         self.things: list[Any] = []
         self.has_text = False
-        self.in_field = in_field  # fields open at the start (a table of contents spans paragraphs)
-        inner, self.plain = self._inline([c for c in p if c.tag != _w("pPr")])
+        self.in_field = in_field  # Word fields open at the start (a table of contents spans paragraphs)
+        self.last = [c for c in p if c.tag in {kind.q(t) for t in kind.last}]  # PowerPoint's endParaRPr
+        inner, self.plain = self._inline([c for c in p if c.tag != kind.q("pPr") and c not in self.last])
         self.html = f'<p data-p="{n}">{inner}</p>'
 
     def _add(self, thing: Any) -> int:
@@ -84,7 +133,8 @@ class _Paragraph:
 
     def _pieces(self, children: list[Any]) -> list[tuple[str, Any]]:
         """("text", (run, text)) | ("break" | "point", [elements]) | ("link", hyperlink), in order. A
-        field (fldChar begin ... end: a page number, a table of contents) is one point, untranslated."""
+        Word field (fldChar begin ... end: a page number, a table of contents) is one point, untranslated."""
+        q = self.kind.q
         pieces: list[tuple[str, Any]] = []
         for child in children:
             if child.tag in _DROPPED:
@@ -98,18 +148,20 @@ class _Paragraph:
                     pieces[-1][1].append(child)  # the field's runs stay one point
                 else:
                     pieces.append(("point", [child]))
-            elif child.tag == _w("r") and all(c.tag in _RUN_PARTS for c in child):
+            elif child.tag == q("r") and all(c.tag in _RUN_PARTS for c in child):
                 for c in child:
-                    if c.tag == _w("t"):
+                    if c.tag == q("t"):
                         if c.text:
                             pieces.append(("text", (child, c.text)))
                     elif c.tag in _SPACES and c.get(_w("type"), "textWrapping") == "textWrapping":
                         pieces.append(("break", [_run_of(child, c)]))  # read as a space, written in its place
-                    elif c.tag != _w("rPr") and c.tag not in _DROPPED:
+                    elif c.tag != q("rPr") and c.tag not in _DROPPED:
                         pieces.append(("point", [_run_of(child, c)]))  # a page break, a symbol, a hyphen
+            elif child.tag == f"{{{A}}}br":  # PowerPoint's line break, between runs
+                pieces.append(("break", [child]))
             elif child.tag == _w("hyperlink"):
                 pieces.append(("link", child))
-            else:  # a picture, a footnote mark, a bookmark, a tracked change, a content control
+            else:  # a picture, a footnote mark, a bookmark, a tracked change, a content control, a slide number
                 pieces.append(("point", [child]))
         return pieces
 
@@ -121,14 +173,14 @@ class _Paragraph:
         first: dict[bytes, Any] = {}
         for kind, what in pieces:
             if kind == "text":
-                key = _rpr_key(what[0])
+                key = _rpr_key(what[0], self.kind)
                 chars[key] = chars.get(key, 0) + len(what[1])
                 first.setdefault(key, what[0])
         plain = max(chars, key=lambda k: chars[k]) if chars else b""
         out: list[str] = []
         span: tuple[bytes | None, int] | None = None  # (formatting, data-k) of the span open at the end of `out`
         for kind, what in pieces:
-            fmt = _rpr_key(what[0]) if kind == "text" else None
+            fmt = _rpr_key(what[0], self.kind) if kind == "text" else None
             if span is not None and fmt != span[0]:
                 out.append("</span>")
                 span = None
@@ -149,14 +201,15 @@ class _Paragraph:
 
     def rebuild(self, rendered: Any) -> None:
         """Write the paragraph's runs anew from its translated stand-in (an lxml element)."""
-        for child in [c for c in self.p if c.tag != _w("pPr")]:
+        for child in [c for c in self.p if c.tag != self.kind.q("pPr")]:
             self.p.remove(child)
         self._fill(self.p, rendered, self.plain)
+        self.p.extend(self.last)
 
     def _fill(self, parent: Any, el: Any, plain: Any) -> None:
         """Append to `parent` the runs of `el`'s text and children; text outside a span has `plain`'s
         formatting."""
-        _append_text(parent, plain, el.text)
+        self._text(parent, plain, el.text)
         for child in el:
             thing = self.things[int(child.get("data-k"))]
             if child.tag == "span":
@@ -168,11 +221,30 @@ class _Paragraph:
                 self._fill(thing, child, self.things[int(child.get("data-plain"))])
             else:
                 parent.extend(thing)
-            _append_text(parent, plain, child.tail)
+            self._text(parent, plain, child.tail)
+
+    def _text(self, parent: Any, like: Any, text: str | None) -> None:
+        """A run of `like`'s formatting (None: the style's own) holding `text`, appended to `parent`."""
+        from lxml import etree
+
+        if not text:
+            return
+        q = self.kind.q
+        run = etree.SubElement(parent, q("r"))
+        rpr = None if like is None else like.find(q("rPr"))
+        if rpr is not None:
+            run.append(copy.deepcopy(rpr))
+        t = etree.SubElement(run, q("t"))
+        t.text = text
+        if self.kind.preserve_space:
+            t.set(XML_SPACE, "preserve")
 
 
 _SPACES = frozenset(_w(t) for t in ("tab", "ptab", "br", "cr"))  # a line break, a tab: a <br> in the stand-in
-_RUN_PARTS = frozenset(_w(t) for t in "rPr t tab br cr noBreakHyphen softHyphen lastRenderedPageBreak ptab sym".split())
+_RUN_PARTS = frozenset(
+    [_w(t) for t in "rPr t tab br cr noBreakHyphen softHyphen lastRenderedPageBreak ptab sym".split()]
+    + [f"{{{A}}}{t}" for t in ("rPr", "t")]
+)
 
 
 def _run_of(run: Any, child: Any) -> Any:
@@ -187,42 +259,28 @@ def _run_of(run: Any, child: Any) -> Any:
     return new
 
 
-def _append_text(parent: Any, like: Any, text: str | None) -> None:
-    """A run of `like`'s formatting (None: the style's own) holding `text`, appended to `parent`."""
-    from lxml import etree
+class OfficeDocument:
+    """A .docx or .pptx (`kind`), read: `page` is the stand-in HTML of every paragraph with text (an
+    HtmlDocument: its sentences to translate, its tagged ones to align); `rebuild(page.render(...))`
+    writes the translated document."""
 
-    if not text:
-        return
-    run = etree.SubElement(parent, _w("r"))
-    rpr = None if like is None else like.find(_w("rPr"))
-    if rpr is not None:
-        run.append(copy.deepcopy(rpr))
-    t = etree.SubElement(run, _w("t"))
-    t.text = text
-    t.set(XML_SPACE, "preserve")
-
-
-class DocxDocument:
-    """A .docx, read: `page` is the stand-in HTML of every paragraph with text (an HtmlDocument: its
-    sentences to translate, its tagged ones to align); `rebuild(page.render(...))` writes the
-    translated document."""
-
-    def __init__(self, data: bytes, lang: str) -> None:
+    def __init__(self, data: bytes, kind: str, lang: str) -> None:
         from lxml import etree
 
+        self.kind = k = KINDS[kind]
         try:
             self.zip = zipfile.ZipFile(io.BytesIO(data))
             names = self.zip.namelist()
         except (zipfile.BadZipFile, ValueError) as e:
-            raise DocxError(f"not a .docx (a zip archive): {e}") from None
-        if "word/document.xml" not in names:
-            raise DocxError("not a .docx: the archive has no word/document.xml")
-        self.parts = [n for n in names if _is_text_part(n)]
+            raise OfficeError(f"not a .{k.name} (a zip archive): {e}") from None
+        if k.main not in names:
+            raise OfficeError(f"not a .{k.name}: the archive has no {k.main}")
+        self.parts = [n for n in names if k.is_text_part(n)]
         # zipfile reads no more than an entry's stated size (and then finds its checksum wrong)
         if sum(self.zip.getinfo(n).file_size for n in self.parts) > MAX_XML_BYTES:
-            raise DocxError(f"the document's text parts unpack to over {MAX_XML_BYTES >> 20} MiB")
+            raise OfficeError(f"the document's text parts unpack to over {MAX_XML_BYTES >> 20} MiB")
         if sum(info.file_size for info in self.zip.infolist()) > MAX_UNPACKED:
-            raise DocxError(f"the document unpacks to over {MAX_UNPACKED >> 20} MiB")
+            raise OfficeError(f"the document unpacks to over {MAX_UNPACKED >> 20} MiB")
         # no entity expansion, no network: an upload's XML is not trusted
         parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=False)
         self.trees: dict[str, Any] = {}
@@ -232,18 +290,18 @@ class DocxDocument:
                 root = etree.fromstring(self.zip.read(name), parser=parser)
             except (etree.XMLSyntaxError, zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
                 # RuntimeError: an encrypted entry; NotImplementedError: a compression zipfile lacks
-                raise DocxError(f"{name} cannot be read: {e}") from None
+                raise OfficeError(f"{name} cannot be read: {e}") from None
             self.trees[name] = root
             in_field = 0
-            for p in list(root.iter(_w("p"))):
-                para = _Paragraph(p, len(self.paragraphs), in_field)
+            for p in list(root.iter(k.q("p"))):
+                para = _Paragraph(p, len(self.paragraphs), in_field, k)
                 in_field = para.in_field
                 if para.has_text:
                     self.paragraphs.append(para)
         self.page = HtmlDocument("".join(p.html for p in self.paragraphs), lang)
 
     def rebuild(self, rendered: str) -> bytes:
-        """The .docx with each paragraph's runs written from `rendered` (the page's render)."""
+        """The document with each paragraph's runs written from `rendered` (the page's render)."""
         from lxml import etree
         from lxml import html as lxml_html
 
@@ -254,25 +312,25 @@ class DocxDocument:
         with zipfile.ZipFile(out, "w") as z:
             for info in self.zip.infolist():
                 if info.filename in self.trees:
-                    xml = etree.tostring(
-                        self.trees[info.filename], xml_declaration=True, encoding="UTF-8", standalone=True
-                    )
-                    z.writestr(info, xml)
+                    tree = self.trees[info.filename]
+                    z.writestr(info, etree.tostring(tree, xml_declaration=True, encoding="UTF-8", standalone=True))
                 else:
                     try:
                         z.writestr(info, self.zip.read(info.filename))
                     except (zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
-                        raise DocxError(f"{info.filename} cannot be read: {e}") from None
+                        raise OfficeError(f"{info.filename} cannot be read: {e}") from None
         return out.getvalue()
 
 
-def translate_docx(
+def translate_office(
     data: bytes,
+    kind: str,
     lang: str,
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
 ) -> bytes:
-    """The .docx `data` with its text translated (see the module docstring): every sentence in one call
-    of `translate`, the sentences that hold formatting aligned in one call of `align` (as translate_html)."""
-    doc = DocxDocument(data, lang)
+    """The .docx or .pptx `data` with its text translated (see the module docstring): every sentence in
+    one call of `translate`, the sentences that hold formatting aligned in one call of `align` (as
+    translate_html)."""
+    doc = OfficeDocument(data, kind, lang)
     return doc.rebuild(doc.page.translated(translate, align))
