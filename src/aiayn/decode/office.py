@@ -132,7 +132,7 @@ class _Paragraph:
         return len(self.things) - 1
 
     def _pieces(self, children: list[Any]) -> list[tuple[str, Any]]:
-        """("text", (run, text)) | ("break" | "point", [elements]) | ("link", hyperlink), in order. A
+        """("text", (run, text, its formatting)) | ("break" | "point", [elements]) | ("link", hyperlink), in order. A
         Word field (fldChar begin ... end: a page number, a table of contents) is one point, untranslated."""
         q = self.kind.q
         pieces: list[tuple[str, Any]] = []
@@ -152,7 +152,7 @@ class _Paragraph:
                 for c in child:
                     if c.tag == q("t"):
                         if c.text:
-                            pieces.append(("text", (child, c.text)))
+                            pieces.append(("text", (child, c.text, _rpr_key(child, self.kind))))
                     elif c.tag in _SPACES and c.get(_w("type"), "textWrapping") == "textWrapping":
                         pieces.append(("break", [_run_of(child, c)]))  # read as a space, written in its place
                     elif c.tag != q("rPr") and c.tag not in _DROPPED:
@@ -173,14 +173,14 @@ class _Paragraph:
         first: dict[bytes, Any] = {}
         for kind, what in pieces:
             if kind == "text":
-                key = _rpr_key(what[0], self.kind)
-                chars[key] = chars.get(key, 0) + len(what[1])
-                first.setdefault(key, what[0])
+                run, text, key = what
+                chars[key] = chars.get(key, 0) + len(text)
+                first.setdefault(key, run)
         plain = max(chars, key=lambda k: chars[k]) if chars else b""
         out: list[str] = []
         span: tuple[bytes | None, int] | None = None  # (formatting, data-k) of the span open at the end of `out`
         for kind, what in pieces:
-            fmt = _rpr_key(what[0], self.kind) if kind == "text" else None
+            fmt = what[2] if kind == "text" else None
             if span is not None and fmt != span[0]:
                 out.append("</span>")
                 span = None
@@ -230,10 +230,8 @@ class _Paragraph:
         if not text:
             return
         q = self.kind.q
-        run = etree.SubElement(parent, q("r"))
-        rpr = None if like is None else like.find(q("rPr"))
-        if rpr is not None:
-            run.append(copy.deepcopy(rpr))
+        run = _run_like(like, q)
+        parent.append(run)
         t = etree.SubElement(run, q("t"))
         t.text = text
         if self.kind.preserve_space:
@@ -247,14 +245,20 @@ _RUN_PARTS = frozenset(
 )
 
 
-def _run_of(run: Any, child: Any) -> Any:
-    """A run of `run`'s formatting that holds `child` alone (a tab or a break, kept where it was)."""
+def _run_like(like: Any, q: Callable[[str], str]) -> Any:
+    """A new, empty run with `like`'s formatting (None: the style's own)."""
     from lxml import etree
 
-    new = etree.Element(_w("r"))
-    rpr = run.find(_w("rPr"))
+    run = etree.Element(q("r"))
+    rpr = None if like is None else like.find(q("rPr"))
     if rpr is not None:
-        new.append(copy.deepcopy(rpr))
+        run.append(copy.deepcopy(rpr))
+    return run
+
+
+def _run_of(run: Any, child: Any) -> Any:
+    """A Word run of `run`'s formatting that holds `child` alone (a tab or a break, kept where it was)."""
+    new = _run_like(run, _w)
     new.append(copy.deepcopy(child))
     return new
 
