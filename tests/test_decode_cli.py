@@ -166,19 +166,20 @@ def test_translate_format_html(run_dir, tmp_path):
     from aiayn import Translator
     from aiayn.decode.html import translate_html
 
-    page = "<!DOCTYPE html>\n<html><body><p>Ein Hund <b>rennt</b>.</p><pre>Ein Hund.</pre></body></html>\n"
+    page = '<!DOCTYPE html>\n<html lang="de"><body><p>Ein Hund <b>rennt</b>.</p><pre>Ein Hund.</pre></body></html>\n'
     src, out = tmp_path / "page.html", tmp_path / "page.en.html"
     src.write_text(page, encoding="utf-8")
     r = aiayn("translate", "-c", str(run_dir), "--format", "html", "--input", str(src), "--output", str(out), *SEARCH)
     assert r.returncode == 0, r.stderr.decode()
     t = Translator.load(run_dir, "cpu")
     got = out.read_text(encoding="utf-8")
-    assert got == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4), t.align)
+    assert got == translate_html(page, "de", lambda s: t.translate(s, max_len_b=4), t.align, target="en")
     # and on its own terms: the page's markup, the sentence translated whole, pre untouched
     from lxml import html as lxml_html
 
     root = lxml_html.document_fromstring(got)
     assert got.startswith("<!DOCTYPE html>") and [el.tag for el in root.iter()] == ["html", "body", "p", "b", "pre"]
+    assert root.get("lang") == "en"  # the run's target language
     assert root.find("body/p").text_content() == t.translate(["Ein Hund rennt."], max_len_b=4)[0]
     assert root.find("body/pre").text == "Ein Hund."
     src.write_bytes(b"\xef\xbb\xbf" + page.encode("utf-8"))  # a byte-order mark is read, not translated
@@ -205,7 +206,7 @@ def test_translate_format_docx(run_dir, tmp_path):
     r = aiayn("translate", "-c", str(run_dir), "--format", "docx", "--input", str(src), "--output", str(out), *SEARCH)
     assert r.returncode == 0, r.stderr.decode()
     t = Translator.load(run_dir, "cpu")
-    expected = translate_office(src.read_bytes(), "docx", "de", lambda s: t.translate(s, max_len_b=4), t.align)
+    expected = translate_office(src.read_bytes(), "docx", "de", lambda s: t.translate(s, max_len_b=4), t.align, "en")
     assert out.read_bytes() == expected
     assert docx.Document(str(out)).paragraphs[0].text == t.translate(["Ein Hund rennt."], max_len_b=4)[0]
     named = tmp_path / "named.docx"  # no --format: the input's name says it is a Word document

@@ -237,6 +237,35 @@ def test_html_keeps_markup_and_translates_whole_sentences() -> None:
     assert translate_html("<p>Ein\ud800Hund rennt.</p>", "de", lambda x: x) == "<p>Ein?Hund rennt.</p>"
 
 
+def test_html_leaves_what_the_page_marks_untranslated_and_says_its_new_language() -> None:
+    """translate="no" and the notranslate class: the element, its content, its alt and title and its
+    descendants' are not translated (an inline one is a point in its sentence). lang / xml:lang naming
+    the source language name the target; other languages' and the marked elements' stay."""
+    from aiayn.decode.html import translate_html
+
+    calls: list[list[str]] = []
+
+    def translate(sentences: list[str]) -> list[str]:
+        calls.append(sentences)
+        return _upper(sentences)
+
+    page = (
+        '<html lang="de-DE"><body><p>Wir nutzen <span translate="no">Hund Katze</span> täglich.</p>'
+        '<div class="box notranslate"><p lang="de">Nicht übersetzen.</p><img alt="Kein Bild"></div>'
+        '<p translate="NO" title="Kein Titel">Auch nicht.</p><img alt="Ein Bild" title="Ein Titel">'
+        '<p lang="fr">Bonjour.</p><div xml:lang="de">Hallo.</div></body></html>'
+    )
+    out = translate_html(page, "de", translate, target="en")
+    assert calls == [["Wir nutzen täglich.", "Bonjour.", "Hallo.", "Ein Bild", "Ein Titel"]]
+    retagged = page.replace('<html lang="de-DE">', '<html lang="en">').replace('xml:lang="de"', 'xml:lang="en"')
+    assert _tags(out) == _tags(retagged)  # every tag and attribute, two languages changed
+    assert '<span translate="no">Hund Katze</span>' in out and "Nicht übersetzen." in out and "Auch nicht." in out
+    assert 'alt="Kein Bild"' in out and 'title="Kein Titel"' in out and 'alt="[EIN BILD]"' in out
+    assert '<html lang="en">' in out and 'xml:lang="en"' in out and 'lang="fr"' in out
+    assert '<p lang="de">Nicht' in out  # inside a marked element: its content is still German
+    assert '<html lang="de-DE">' in translate_html(page, "de", _upper)  # no target: no language changed
+
+
 def test_html_tags_keep_their_side_of_spaces_and_punctuation() -> None:
     """A tag that closes before punctuation closes before the translation's; an empty element (code kept
     as it is, br, img, a comment) keeps the spaces around it, so it never glues two words together."""

@@ -132,6 +132,43 @@ def test_formatting_follows_the_word_links() -> None:
     assert [r.text for r in docx.Document(io.BytesIO(by_position)).paragraphs[1].runs if r.bold] != ["FAHRRAD"]
 
 
+def test_language_marks_of_the_source_name_the_target() -> None:
+    """Word spell-checks a run in the language its w:lang (or the styles' default) names: after the
+    translation the German marks say English, with English's default region; other languages' marks,
+    and every mark when no target is given, stay."""
+    from aiayn.decode.office import office_language, translate_office
+
+    d = docx.Document(io.BytesIO(_document()))
+    default = d.styles.element.find(f"{qn('w:docDefaults')}/{qn('w:rPrDefault')}/{qn('w:rPr')}/{qn('w:lang')}")
+    default.set(qn("w:val"), "de-DE")
+    default.set(qn("w:eastAsia"), "zh-CN")
+    run = d.paragraphs[1].runs[1]  # the bold "Fahrrad"
+    run.font.bold = True
+    lang = OxmlElement("w:lang")
+    lang.set(qn("w:val"), "de-AT")
+    run._r.get_or_add_rPr().append(lang)
+    buf = io.BytesIO()
+    d.save(buf)
+    data = buf.getvalue()
+
+    out = docx.Document(io.BytesIO(translate_office(data, "docx", "de", _upper, target="en")))
+    default = out.styles.element.find(f"{qn('w:docDefaults')}/{qn('w:rPrDefault')}/{qn('w:rPr')}/{qn('w:lang')}")
+    assert (default.get(qn("w:val")), default.get(qn("w:eastAsia"))) == ("en-US", "zh-CN")
+    bold = [r for r in out.paragraphs[1].runs if r.bold]
+    assert [r._r.rPr.find(qn("w:lang")).get(qn("w:val")) for r in bold] == ["en-US"]
+    unchanged = translate_office(data, "docx", "de", _upper)
+    before, after = zipfile.ZipFile(io.BytesIO(data)), zipfile.ZipFile(io.BytesIO(unchanged))
+    assert before.read("word/styles.xml") == after.read("word/styles.xml")
+    assert b'w:val="de-AT"' in after.read("word/document.xml")
+    assert (office_language("en"), office_language("fr"), office_language("de-AT"), office_language("pt_BR")) == (
+        "en-US",
+        "fr-FR",
+        "de-AT",
+        "pt-BR",
+    )
+    assert office_language("ar") == "ar" and office_language("qq") == "qq"  # no region known: none made up
+
+
 def test_characters_xml_cannot_hold_are_replaced_in_the_translation() -> None:
     """A translation with control characters (XML 1.0 has no place for them) is written, not a crash:
     U+FFFD as an HTML5 parser reads them, a space for those that are spaces (the words stay the same)."""
@@ -205,6 +242,9 @@ def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
         "".join(t.text for t in second._p.iter(f"{{{A}}}t")) == "ZEILE. ZWEITEZEILE ERSTE1"
     )  # one sentence, the break by position
     assert got.notes_slide.notes_text_frame.text == "NOTIZ. EINE"
+    assert first._p[-1].get("lang") == "de-DE"  # no target given: the marks as they were
+    retagged = pptx.Presentation(io.BytesIO(translate_office(data, "pptx", "de", _upper, target="en")))
+    assert retagged.slides[0].placeholders[1].text_frame.paragraphs[0]._p[-1].get("lang") == "en-US"
     before, after = zipfile.ZipFile(io.BytesIO(data)), zipfile.ZipFile(io.BytesIO(out))
     changed = {n for n in before.namelist() if before.read(n) != after.read(n)}
     assert changed == {"ppt/slides/slide1.xml", "ppt/notesSlides/notesSlide1.xml"}

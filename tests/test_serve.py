@@ -443,12 +443,15 @@ def test_html_format(server: ThreadServer, translator) -> None:
 
     from aiayn.decode.html import translate_html
 
-    page = '<p>Ein Hund <b>rennt</b>. <a href="/k" title="Die Katze">Eine Katze</a> sitzt auf dem Tisch.</p>'
-    want = translate_html(page, "de", lambda sentences: translator.translate(sentences, beam=4), translator.align)
+    page = '<p lang="de">Ein Hund <b>rennt</b>. <a href="/k" title="Die Katze">Eine Katze</a> sitzt auf dem Tisch.</p>'
+    want = translate_html(
+        page, "de", lambda sentences: translator.translate(sentences, beam=4), translator.align, target="en"
+    )
     r = httpx.post(server.url + "/translate", json={"q": page, "source": "de", "target": "en", "format": "html"})
     assert r.status_code == 200 and r.json() == {"translatedText": want}
     got = lxml_html.fragment_fromstring(want, create_parent="div")
     assert [el.tag for el in got.iter()] == ["div", "p", "b", "a"] and got.find("p/a").get("href") == "/k"
+    assert got.find("p").get("lang") == "en"  # the paragraph says what language it now holds
     assert got.text_content() == " ".join(
         translator.translate([x], beam=4)[0] for x in ["Ein Hund rennt.", "Eine Katze sitzt auf dem Tisch."]
     )
@@ -628,7 +631,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     got = httpx.get(r.json()["translatedFileUrl"])
     assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
     expected = translate_office(
-        word.getvalue(), "docx", "de", lambda x: translator.translate(x, beam=4), translator.align
+        word.getvalue(), "docx", "de", lambda x: translator.translate(x, beam=4), translator.align, "en"
     )
     assert got.content == expected
     assert docx.Document(io.BytesIO(got.content)).paragraphs[0].text == _alone(
@@ -642,7 +645,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     got = httpx.get(upload("folien.pptx", slides.getvalue()).json()["translatedFileUrl"])
     assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.presentationml.presentation"
     expected = translate_office(
-        slides.getvalue(), "pptx", "de", lambda x: translator.translate(x, beam=4), translator.align
+        slides.getvalue(), "pptx", "de", lambda x: translator.translate(x, beam=4), translator.align, "en"
     )
     assert got.content == expected
     title = pptx.Presentation(io.BytesIO(got.content)).slides[0].shapes.title.text

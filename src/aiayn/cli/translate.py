@@ -206,13 +206,14 @@ def _translate(a: argparse.Namespace) -> int:
     return 0
 
 
-def source_language(checkpoint: str) -> str:
-    """The run's data.src_lang (its config.yaml), else DataConfig's default."""
+def run_languages(checkpoint: str) -> tuple[str, str]:
+    """The run's data.src_lang and data.tgt_lang (its config.yaml), else DataConfig's defaults."""
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
 
     found = find_in_run(checkpoint, "config.yaml")
-    return (Config.load(str(found)).data if found else DataConfig()).src_lang
+    data = Config.load(str(found)).data if found else DataConfig()
+    return data.src_lang, data.tgt_lang
 
 
 def _translate_document(a: argparse.Namespace, t: Any) -> int:
@@ -222,7 +223,8 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
 
     if a.n_best != 1:
         raise AiaynError("--n-best works line by line: not with --document or --format html / docx / pptx")
-    lang = a.source_lang or source_language(_members(a)[0] or "")
+    run_source, target = run_languages(_members(a)[0] or "")
+    lang = a.source_lang or run_source
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()
@@ -232,7 +234,7 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
         from aiayn.decode.office import OfficeError, translate_office
 
         try:
-            return _write_output(a, translate_office(data, a.format, lang, lambda x: t.translate(x), t.align))
+            return _write_output(a, translate_office(data, a.format, lang, lambda x: t.translate(x), t.align, target))
         except OfficeError as e:
             raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
     try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
@@ -243,7 +245,7 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
     if a.format == "html":
         from aiayn.decode.html import translate_html
 
-        out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align)
+        out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align, target)
     else:
         from aiayn.decode.documents import translate_texts
 

@@ -18,9 +18,13 @@ tags (around part of a word, across sentences, without an alignment) map by posi
 end in the source text goes to the same relative place in the sentence's translation, snapped to a
 word boundary. Tags are kept in document order, so they nest as they did: every tag and attribute stays
 (same multiset); when the translation reorders two tagged words, the later tag can come out empty.
-Not translated: script, style, code, pre, textarea, template, comments (a code or comment inside a
-sentence stays where it maps to, its content as it was); attributes other than alt and title (those
-are translated, as texts of their own).
+Not translated: script, style, code, pre, textarea, template, comments, and what the page marks as
+not to translate, HTML's `translate="no"` and the `notranslate` class that Google's and DeepL's
+translators honour (an element, its content, its alt and title, its descendants' whatever they say):
+one inside a sentence stays where it maps to, its content as it was. Attributes other than alt and
+title are not translated (those are, as texts of their own). A `lang` or `xml:lang` that names the
+source language is rewritten to the target language, when the caller names it, so that the page
+says what language it now holds (for screen readers, spell checkers, hyphenation and fonts).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ INLINE = frozenset(
 )
 KEEP = frozenset("script style code pre textarea template".split())  # their content is never translated
 ATTRIBUTES = ("alt", "title")
+LANG_ATTRIBUTES = ("lang", "{http://www.w3.org/XML/1998/namespace}lang", "xml:lang")
 # What a place of another shape costs, in characters of distance: about a short word, so "<b>Hund</b>."
 # closes before the translation's "." rather than after it, but never a word away from where it maps
 _MISMATCH = 3
@@ -71,6 +76,22 @@ def _is_inline(el: Any) -> bool:
     return isinstance(el.tag, str) and el.tag.lower() in INLINE
 
 
+def _kept(el: Any) -> bool:
+    """An element whose content is not translated: a KEEP one, or one the page marks so (HTML's
+    translate="no", the notranslate class)."""
+    return el.tag.lower() in KEEP or _marked_no(el)
+
+
+def _marked_no(el: Any) -> bool:
+    return (el.get("translate") or "").strip().lower() == "no" or "notranslate" in (el.get("class") or "").split()
+
+
+def same_language(tag: str, lang: str) -> bool:
+    """Whether the language tag `tag` (BCP 47 "de-AT", or POSIX "de_AT") is of the language `lang`."""
+    primary = tag.strip().replace("_", "-").split("-")[0].lower()
+    return bool(primary) and primary == lang.strip().replace("_", "-").split("-")[0].lower()
+
+
 def _runs(root: Any) -> list[_Run]:
     """Every run of inline text under `root` (KEEP elements and comments are opaque)."""
     runs: list[_Run] = []
@@ -90,7 +111,7 @@ def _runs(root: Any) -> list[_Run]:
     def inline(run: _Run, el: Any) -> None:
         run.starts[id(el)] = len(run.text)
         run.events.append(("start", el))
-        if el.tag.lower() not in KEEP:  # <code> inside a sentence: a point, its content kept
+        if not _kept(el):  # <code> (or translate="no") inside a sentence: a point, its content kept
             add_text(run, (el, "text"))
             for child in el:
                 child_in_run(run, child)
@@ -114,7 +135,7 @@ def _runs(root: Any) -> list[_Run]:
         return new_run((child, "tail"))
 
     def block(el: Any) -> None:
-        if not isinstance(el.tag, str) or el.tag.lower() in KEEP:
+        if not isinstance(el.tag, str) or _kept(el):
             return
         run = new_run((el, "text"))
         for child in el:
@@ -365,7 +386,9 @@ class HtmlDocument:
     block's, then every alt's and title's); `render(translations)` gives the translated HTML. Split
     in two so that a caller decodes the sentences its own way (the server: with other requests')."""
 
-    def __init__(self, document: str, lang: str) -> None:
+    def __init__(self, document: str, lang: str, target: str | None = None) -> None:
+        """`lang`: the source language (to cut sentences by); `target`: the translation's, which `lang`
+        attributes naming `lang` are given (None: they are left as they are)."""
         from lxml import html as lxml_html
 
         # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
@@ -379,12 +402,24 @@ class HtmlDocument:
         else:
             self.root = lxml_html.fragment_fromstring(data, create_parent="div", parser=parser)
         self.runs = _runs(self.root)
+        self.lang, self.target = lang, target
+        elements = [el for el in self.root.iter() if isinstance(el.tag, str)]
+        marked = [el for el in elements if _marked_no(el)]
+        # translate="no" covers the element's own alt and title, and its descendants'
+        untouched = {id(x) for el in marked for x in el.iter()}
         self.attrs = [
             (el, name)
-            for el in self.root.iter()
-            if isinstance(el.tag, str)
+            for el in elements
+            if id(el) not in untouched
             for name in ATTRIBUTES
             if (el.get(name) or "").strip()
+        ]
+        self.langs = [
+            (el, name)
+            for el in elements
+            if id(el) not in untouched
+            for name in LANG_ATTRIBUTES
+            if same_language(el.get(name) or "", lang)
         ]
         texts = [r.text for r in self.runs] + [el.get(name) for el, name in self.attrs]
         self.docs: SplitTexts = split_texts(texts, lang, lines=False)
@@ -440,6 +475,9 @@ class HtmlDocument:
             at += n
         for (el, name), value in zip(self.attrs, joined[len(self.runs) :]):
             el.set(name, value)
+        if self.target:
+            for el, name in self.langs:
+                el.set(name, self.target)
         if self.whole:
             # comments (and an XHTML page's XML declaration, a comment to HTML) before <html> are kept
             first = list(self.root.itersiblings(preceding=True))[::-1]
@@ -457,9 +495,11 @@ def translate_html(
     lang: str,
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
+    target: str | None = None,
 ) -> str:
     """`document` (a whole page or a fragment) with its text translated (see the module docstring):
     every sentence of every block, and every alt and title, decoded in one call of `translate`; the
     sentences that hold tags aligned with their translations in one call of `align` (sources,
-    translations -> word links, e.g. Translator.align), or tags placed by position without it."""
-    return HtmlDocument(document, lang).translated(translate, align)
+    translations -> word links, e.g. Translator.align), or tags placed by position without it. `target`:
+    the translation's language, written into the `lang` attributes that name `lang`."""
+    return HtmlDocument(document, lang, target).translated(translate, align)

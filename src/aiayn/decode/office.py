@@ -20,12 +20,16 @@ formatting, kept last), tables, sections, styles, pictures and every other part 
 unchanged.
 
 Parts read: Word's body, headers, footers, footnotes, endnotes and comments; PowerPoint's slides and
-speaker notes. Spell-check marks (Word's `w:proofErr`, PowerPoint's `err` and `dirty` flags, which do
-not count as formatting) and Word's cached page-break positions are dropped or ignored: they describe
-the old text, and the application writes them anew.
+speaker notes. Given the target language, the language marks that name the source language (Word's
+`w:lang`, in those parts and in the styles' defaults; PowerPoint's `lang` and `altLang`) name the
+target instead, with the region the target's locale has by default ("en" -> "en-US"): otherwise the
+application spell-checks the translation as the source language. Spell-check marks (Word's
+`w:proofErr`, PowerPoint's `err` and `dirty` flags, which do not count as formatting) and Word's cached
+page-break positions are dropped or ignored: they describe the old text, and the application writes
+them anew.
 
-    doc = OfficeDocument(data, "docx", "de")   # data: the file's bytes
-    doc.page.sentences                          # what to translate (and align: doc.page.tagged)
+    doc = OfficeDocument(data, "docx", "de", "en")   # data: the file's bytes
+    doc.page.sentences                                # what to translate (and align: doc.page.tagged)
     out = doc.rebuild(doc.page.render(translations, links))   # the translated file's bytes
 """
 
@@ -34,12 +38,13 @@ from __future__ import annotations
 import copy
 import html
 import io
+import locale
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiayn.decode.html import HtmlDocument, Links
+from aiayn.decode.html import HtmlDocument, Links, same_language
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"  # PowerPoint's text
@@ -66,6 +71,9 @@ class _Kind:
     prefixes: tuple[str, ...]
     preserve_space: bool
     last: tuple[str, ...] = ()
+    styles: tuple[str, ...] = ()  # parts with default formatting, read for their language marks alone
+    lang_tags: tuple[str, ...] = ()  # the elements that carry language marks
+    lang_attributes: tuple[str, ...] = ()  # and their attributes that do
 
     def q(self, tag: str) -> str:
         return f"{{{self.ns}}}{tag}"
@@ -83,6 +91,9 @@ KINDS = {
         ("word",),
         ("document", "header", "footer", "footnotes", "endnotes", "comments"),
         True,
+        styles=("word/styles.xml",),
+        lang_tags=(f"{{{W}}}lang",),
+        lang_attributes=(f"{{{W}}}val", f"{{{W}}}eastAsia", f"{{{W}}}bidi"),
     ),
     "pptx": _Kind(
         "pptx",
@@ -92,8 +103,24 @@ KINDS = {
         ("slide", "notesSlide"),
         False,
         ("endParaRPr",),
+        lang_tags=(f"{{{A}}}rPr", f"{{{A}}}endParaRPr", f"{{{A}}}defRPr"),
+        lang_attributes=("lang", "altLang"),
     ),
 }
+
+
+def office_language(lang: str) -> str:
+    """The tag Word and PowerPoint expect for the language `lang` ("de-AT" as it is; "en" -> "en-US"):
+    a language with the region its locale has by default (Python's locale table), as those applications
+    pick proofing tools by language and region."""
+    if "-" in lang or "_" in lang:
+        return lang.replace("_", "-")
+    name = locale.normalize(lang).split(".")[0]  # "en_US", or `lang` itself when the table has no entry
+    language, _, region = name.partition("_")
+    # AA is a private-use code (the table's "ar_AA"), not a region
+    if language.lower() == lang.lower() and len(region) == 2 and region.isalpha() and region != "AA":
+        return f"{lang.lower()}-{region.upper()}"
+    return lang
 
 
 class OfficeError(ValueError):
@@ -268,7 +295,9 @@ class OfficeDocument:
     HtmlDocument: its sentences to translate, its tagged ones to align); `rebuild(page.render(...))`
     writes the translated document."""
 
-    def __init__(self, data: bytes, kind: str, lang: str) -> None:
+    def __init__(self, data: bytes, kind: str, lang: str, target: str | None = None) -> None:
+        """`lang`: the source language; `target`: the translation's, given to the language marks that name
+        `lang` (None: they are left as they are)."""
         from lxml import etree
 
         self.kind = k = KINDS[kind]
@@ -280,22 +309,21 @@ class OfficeDocument:
         if k.main not in names:
             raise OfficeError(f"not a .{k.name}: the archive has no {k.main}")
         self.parts = [n for n in names if k.is_text_part(n)]
+        styles = [n for n in k.styles if n in names] if target is not None else []
         # zipfile reads no more than an entry's stated size (and then finds its checksum wrong)
-        if sum(self.zip.getinfo(n).file_size for n in self.parts) > MAX_XML_BYTES:
+        if sum(self.zip.getinfo(n).file_size for n in self.parts + styles) > MAX_XML_BYTES:
             raise OfficeError(f"the document's text parts unpack to over {MAX_XML_BYTES >> 20} MiB")
         if sum(info.file_size for info in self.zip.infolist()) > MAX_UNPACKED:
             raise OfficeError(f"the document unpacks to over {MAX_UNPACKED >> 20} MiB")
         # no entity expansion, no network: an upload's XML is not trusted
         parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=False)
+        self.lang, self.target = lang, target
         self.trees: dict[str, Any] = {}
         self.paragraphs: list[_Paragraph] = []
+        for name in styles:
+            self.trees[name] = self._read(name, parser)
         for name in self.parts:
-            try:
-                root = etree.fromstring(self.zip.read(name), parser=parser)
-            except (etree.XMLSyntaxError, zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
-                # RuntimeError: an encrypted entry; NotImplementedError: a compression zipfile lacks
-                raise OfficeError(f"{name} cannot be read: {e}") from None
-            self.trees[name] = root
+            self.trees[name] = root = self._read(name, parser)
             in_field = 0
             for p in list(root.iter(k.q("p"))):
                 para = _Paragraph(p, len(self.paragraphs), in_field, k)
@@ -303,6 +331,32 @@ class OfficeDocument:
                 if para.has_text:
                     self.paragraphs.append(para)
         self.page = HtmlDocument("".join(p.html for p in self.paragraphs), lang)
+
+    def _read(self, name: str, parser: Any) -> Any:
+        from lxml import etree
+
+        try:
+            return etree.fromstring(self.zip.read(name), parser=parser)
+        except (etree.XMLSyntaxError, zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
+            # RuntimeError: an encrypted entry; NotImplementedError: a compression zipfile lacks
+            raise OfficeError(f"{name} cannot be read: {e}") from None
+
+    def _retag(self) -> set[str]:
+        """The language marks that name the source language name the target (see the module docstring);
+        the names of the parts changed."""
+        changed: set[str] = set()
+        if self.target is None:
+            return changed
+        tag = office_language(self.target)
+        wanted = set(self.kind.lang_tags)
+        for part, root in self.trees.items():
+            for el in root.iter():
+                if el.tag in wanted:
+                    for name in self.kind.lang_attributes:
+                        if same_language(el.get(name) or "", self.lang):
+                            el.set(name, tag)
+                            changed.add(part)
+        return changed
 
     def rebuild(self, rendered: str) -> bytes:
         """The document with each paragraph's runs written from `rendered` (the page's render)."""
@@ -312,10 +366,12 @@ class OfficeDocument:
         root = lxml_html.fragment_fromstring(rendered, create_parent="div")
         for el in root.iter("p"):
             self.paragraphs[int(el.get("data-p"))].rebuild(el)
+        # the text parts are written anew; a styles part only where a language mark changed
+        written = set(self.parts) | self._retag()
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w") as z:
             for info in self.zip.infolist():
-                if info.filename in self.trees:
+                if info.filename in written:
                     tree = self.trees[info.filename]
                     z.writestr(info, etree.tostring(tree, xml_declaration=True, encoding="UTF-8", standalone=True))
                 else:
@@ -332,9 +388,10 @@ def translate_office(
     lang: str,
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
+    target: str | None = None,
 ) -> bytes:
     """The .docx or .pptx `data` with its text translated (see the module docstring): every sentence in
     one call of `translate`, the sentences that hold formatting aligned in one call of `align` (as
-    translate_html)."""
-    doc = OfficeDocument(data, kind, lang)
+    translate_html); `target`, the translation's language, for the language marks."""
+    doc = OfficeDocument(data, kind, lang, target)
     return doc.rebuild(doc.page.translated(translate, align))

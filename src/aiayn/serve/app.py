@@ -458,7 +458,7 @@ class Service(Requests):
 
     def parse_html(self, texts: list[str]) -> list[HtmlDocument]:
         try:
-            return [HtmlDocument(t, self.settings.source_lang) for t in texts]
+            return [HtmlDocument(t, self.settings.source_lang, self.settings.target_lang) for t in texts]
         except (ValueError, LxmlError) as e:
             raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
 
@@ -638,7 +638,7 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
     opts = svc.default_options()
     if FILE_TYPES[ext] in KINDS:
         try:
-            doc = OfficeDocument(data, FILE_TYPES[ext], s.source_lang)
+            doc = OfficeDocument(data, FILE_TYPES[ext], s.source_lang, s.target_lang)
         except (OfficeError, LxmlError) as e:
             raise ApiError(400, f"Invalid request: cannot read the {ext} ({_one_line(e)})") from None
         text = " ".join(doc.page.sentences)
