@@ -29,7 +29,9 @@ translation are wrapped in <b>, one at a time, and placed twice, through the mod
 translation is its likeliest English word in the Multi30k training pairs by the Dice coefficient of
 their line counts (at least 0.5; "mann" -> "man", "fahrrad" -> "bicycle"), so the reference does not
 come from the model. `exact`: the <b> holds that word alone; `with_article`: a, an or the beside it
-also count.
+also count. Pairs: each sentence with two such nouns has the first in <b>, the second in <i>, placed
+through the alignment; `both_exact` counts the sentences where each tag holds its word alone, over all
+pairs and over those whose translation has the two words the other way round (`reordered`).
 
 Word: `--docx 1` writes one .docx (python-docx) with every test sentence a paragraph and its first
 probe noun (as above) in bold, translates it with aiayn.decode.office (what `--format docx` and the
@@ -330,7 +332,45 @@ def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str
             article += [w for w in covered if w not in ARTICLES] == [gold]
         out[name] = {"exact": round(exact / len(probes), 3), "with_article": round(article / len(probes), 3)}
         out[name]["seconds"] = round(time.perf_counter() - t0, 1)
+    out["pairs"] = measure_pairs(src, lines, t, data, lang)
     return out
+
+
+def measure_pairs(src: list[str], lines: list[str], t: Any, data: Path, lang: str) -> dict:
+    """Two nouns of one sentence, in <b> and <i>: does each tag hold its own word's translation?"""
+    from lxml import html as lxml_html
+
+    by_sentence: dict[int, list[tuple[int, str, str]]] = {}
+    for i, k, core, gold in find_probes(src, lines, data):
+        by_sentence.setdefault(i, []).append((k, core, gold))
+    n = reordered = both = both_reordered = 0
+    for i, found in by_sentence.items():
+        if len(found) < 2:
+            continue
+        (k1, c1, g1), (k2, c2, g2) = found[:2]
+        words = src[i].split(" ")
+        for k, core, tag in ((k2, c2, "i"), (k1, c1, "b")):  # the later first: word k1's index stays
+            start = words[k].index(core)
+            words[k] = f"{words[k][:start]}<{tag}>{core}</{tag}>{words[k][start + len(core) :]}"
+        page = " ".join(words)
+        html = translate_html(page, lang, lambda x, i=i: [lines[i]] * len(x), t.align)
+        root = lxml_html.fragment_fromstring(html, create_parent="div")
+        ok = all(
+            el is not None and _words(el.text_content()) == [gold]
+            for el, gold in ((root.find(".//b"), g1), (root.find(".//i"), g2))
+        )
+        translated = _words(lines[i])
+        swapped = translated.index(g2) < translated.index(g1)
+        n += 1
+        both += ok
+        reordered += swapped
+        both_reordered += ok and swapped
+    return {
+        "pairs": n,
+        "both_exact": round(both / max(1, n), 3),
+        "reordered": reordered,
+        "both_exact_reordered": round(both_reordered / max(1, reordered), 3),
+    }
 
 
 def measure_docx(src: list[str], ref: list[str], lines: list[str], translate: Translate, t: Any, data: Path) -> dict:

@@ -399,12 +399,17 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         # a tag at the sentence's start goes where its word's translation is, not to the start
         "<p><b>Gestern</b> lief er.</p>": "<p>He ran <b>yesterday</b>.</p>",
         "<p>Gestern <b>lief er.</b></p>": "<p><b>He ran</b> yesterday.</p>",
-        # the translation reorders the tagged words: tags still nest in source order, the later one empty
-        "<p>Er hat <b>das Buch</b> <i>gelesen</i>.</p>": "<p>He read <b>the book</b><i></i>.</p>",
+        # the translation reorders the tagged words: the sibling elements change places, tails and all
+        "<p>Er hat <b>das Buch</b> <i>gelesen</i>.</p>": "<p>He <i>read</i> <b>the book</b>.</p>",
+        "<p>Er <em>hat <b>das Buch</b> <i>gelesen</i></em>.</p>": "<p>He <em><i>read</i> <b>the book</b></em>.</p>",
     }
     for source, expected in cases.items():
         assert translate_html(source, "de", translate, align) == expected, source
         assert translate_html(source, "de", translate) != expected, source  # by position it lands elsewhere
+    # an element placed by position between them (a br) keeps the source's order: the later tag empty
+    assert translate_html("<p>Er hat <b>das Buch</b><br><i>gelesen</i>.</p>", "de", translate, align) == (
+        "<p>He read <b>the book</b><br><i></i>.</p>"
+    )
     assert translate_html("<p>Ein (<b>Hund</b>) rennt.</p>", "de", translate, align) == "<p>A (<b>dog</b>) runs.</p>"
     assert translate_html("<p>Ein<b> (Hund)</b> rennt.</p>", "de", translate, align) == "<p>A <b>(dog)</b> runs.</p>"
     for by_position in [

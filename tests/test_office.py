@@ -130,6 +130,23 @@ def test_formatting_follows_the_word_links() -> None:
     ]
     by_position = translate_office(_document(), "docx", "de", _reverse)
     assert [r.text for r in docx.Document(io.BytesIO(by_position)).paragraphs[1].runs if r.bold] != ["FAHRRAD"]
+    # two formatted runs the translation puts the other way round: each keeps its own formatting
+    d = docx.Document()
+    p = d.add_paragraph("Ein ")
+    p.add_run("Mann").bold = True
+    p.add_run(" fährt ")
+    p.add_run("Fahrrad").italic = True
+    p.add_run(".")
+    buf = io.BytesIO()
+    d.save(buf)
+    out = translate_office(buf.getvalue(), "docx", "de", _reverse, _reversed_links)
+    runs = docx.Document(io.BytesIO(out)).paragraphs[0].runs
+    assert [(r.text, r.bold, r.italic) for r in runs] == [
+        ("FAHRRAD", None, True),
+        (". FÄHRT ", None, None),
+        ("MANN", True, None),
+        (" EIN", None, None),
+    ]
 
 
 def test_language_marks_of_the_source_name_the_target() -> None:

@@ -16,8 +16,10 @@ around whole words of one sentence covers the words of the translation they are 
 first to the last ("Ein <b>Mann</b> fährt Fahrrad." -> "A <b>man</b> is riding a bicycle."). Other
 tags (around part of a word, across sentences, without an alignment) map by position: each start and
 end in the source text goes to the same relative place in the sentence's translation, snapped to a
-word boundary. Tags are kept in document order, so they nest as they did: every tag and attribute stays
-(same multiset); when the translation reorders two tagged words, the later tag can come out empty.
+word boundary. Tags nest as they did and every tag and attribute stays (same multiset). Where the
+links put two sibling elements the other way round, they change places ("Er hat <b>das Buch</b>
+<i>gelesen</i>." -> "He <i>read</i> <b>the book</b>."); otherwise tags keep document order, and the
+later of two reordered ones (not siblings, or with a br between them) can come out empty.
 Not translated: script, style, code, pre, textarea, template, comments, and what the page marks as
 not to translate, HTML's `translate="no"` and the `notranslate` class that Google's and DeepL's
 translators honour (an element, its content, its alt and title, its descendants' whatever they say):
@@ -288,6 +290,64 @@ def _projected(
     return t0 + y0, t0 + y1
 
 
+@dataclass
+class _Node:
+    """An element of a run with its events: its start (and text), its children's, its end, its tail."""
+
+    el: Any
+    head: list[tuple[str, Any]] = field(default_factory=list)
+    children: list[_Node] = field(default_factory=list)
+    end: list[tuple[str, Any]] = field(default_factory=list)
+    tail: list[tuple[str, Any]] = field(default_factory=list)
+
+    def events(self) -> list[tuple[str, Any]]:
+        return self.head + [e for c in self.children for e in c.events()] + self.end + self.tail
+
+
+def _in_placed_order(events: list[tuple[str, Any]], placed: dict[int, tuple[int, int]]) -> list[tuple[str, Any]]:
+    """The run's events with sibling elements that the links place in the other order moved into that
+    order, in the tree too ("Er hat <b>das Buch</b> <i>gelesen</i>." -> "He <i>read</i> <b>the book</b>."):
+    each moves with its content and its tail. Siblings placed on overlapping words, or with one placed by
+    position between them, keep the source's order."""
+    root = _Node(None)
+    stack = [root]
+    for event in events:
+        kind, what = event
+        if kind == "start":
+            node = _Node(what, [event])
+            stack[-1].children.append(node)
+            stack.append(node)
+        elif kind == "end":
+            stack.pop().end.append(event)
+        elif what[1] == "tail" and stack[-1].children and stack[-1].children[-1].el is what[0]:
+            stack[-1].children[-1].tail.append(event)
+        else:
+            stack[-1].head.append(event)
+
+    def order(node: _Node) -> None:
+        for c in node.children:
+            order(c)
+        at = [i for i, c in enumerate(node.children) if id(c.el) in placed]
+        moved = sorted(at, key=lambda i: placed[id(node.children[i].el)])
+        spans = [placed[id(node.children[i].el)] for i in moved]
+        # an element placed by position (a br, an img) between them would be placed against the new order
+        contiguous = at == list(range(at[0], at[-1] + 1)) if at else False
+        if moved == at or not contiguous or any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+            return
+        old = list(node.children)
+        for i, j in zip(at, moved):
+            node.children[i] = old[j]
+        parent = old[0].el.getparent()
+        first = parent.index(old[0].el)
+        for c in old:  # an lxml element takes its tail along
+            parent.remove(c.el)
+        for k, c in enumerate(node.children):
+            parent.insert(first + k, c.el)
+
+    order(root)
+    return root.events()
+
+
 def _put_back(
     run: _Run, source_part: Any, translated: str, translations: Sequence[str], links: Sequence[Links]
 ) -> None:
@@ -311,7 +371,7 @@ def _put_back(
     slot = run.slots[0]
     pieces: dict[tuple[int, str], str] = {}
     pending = ""  # a space owed to the next piece
-    for kind, what in run.events:
+    for kind, what in _in_placed_order(run.events, placed) if len(placed) > 1 else run.events:
         if kind == "text":
             slot = what
             continue
