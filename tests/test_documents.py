@@ -5,6 +5,7 @@ tests/segment_gold.py."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from hypothesis import assume, example, given
@@ -189,14 +190,21 @@ def _upper(sentences: list[str]) -> list[str]:
     return [f"[{s.upper()}]" for s in sentences]
 
 
+def _recording(translate: Callable[[list[str]], list[str]]) -> tuple[list[list[str]], Callable]:
+    """`translate`, and the list of what each of its calls was given."""
+    calls: list[list[str]] = []
+
+    def recorded(sentences: list[str]) -> list[str]:
+        calls.append(sentences)
+        return translate(sentences)
+
+    return calls, recorded
+
+
 def test_html_keeps_markup_and_translates_whole_sentences() -> None:
     from aiayn.decode.html import translate_html
 
-    calls: list[list[str]] = []
-
-    def translate(sentences: list[str]) -> list[str]:
-        calls.append(sentences)
-        return _upper(sentences)
+    calls, translate = _recording(_upper)
 
     page = (
         '<div class="x"><h1 title="Die Überschrift">Ein Titel</h1>\n'
@@ -243,11 +251,7 @@ def test_html_leaves_what_the_page_marks_untranslated_and_says_its_new_language(
     the source language name the target; other languages' and the marked elements' stay."""
     from aiayn.decode.html import translate_html
 
-    calls: list[list[str]] = []
-
-    def translate(sentences: list[str]) -> list[str]:
-        calls.append(sentences)
-        return _upper(sentences)
+    calls, translate = _recording(_upper)
 
     page = (
         '<html lang="de-DE"><body><p>Wir nutzen <span translate="no">Hund Katze</span> täglich.</p>'
