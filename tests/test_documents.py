@@ -410,9 +410,17 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
     for source, expected in cases.items():
         assert translate_html(source, "de", translate, align) == expected, source
         assert translate_html(source, "de", translate) != expected, source  # by position it lands elsewhere
-    # an element placed by position between them (a br) keeps the source's order: the later tag empty
+    # an element placed by position between or inside them (a br, a comment) keeps the source's order,
+    # and so does one the run does not hold (an input in a label): the later tag empty
     assert translate_html("<p>Er hat <b>das Buch</b><br><i>gelesen</i>.</p>", "de", translate, align) == (
         "<p>He read <b>the book</b><br><i></i>.</p>"
+    )
+    assert translate_html("<p>Er hat <b>das Buch</b> <i>gelesen<!-- c --></i>.</p>", "de", translate, align) == (
+        "<p>He read <b>the book</b><i><!-- c --></i>.</p>"
+    )
+    labelled = '<p>Er hat <label><b>das Buch</b> <input name="q"> <i>gelesen</i></label>.</p>'
+    assert translate_html(labelled, "de", translate, align) == (
+        '<p>He <label>read <b>the book</b><input name="q"> <i></i></label>.</p>'
     )
     assert translate_html("<p>Ein (<b>Hund</b>) rennt.</p>", "de", translate, align) == "<p>A (<b>dog</b>) runs.</p>"
     assert translate_html("<p>Ein<b> (Hund)</b> rennt.</p>", "de", translate, align) == "<p>A <b>(dog)</b> runs.</p>"

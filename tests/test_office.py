@@ -177,6 +177,14 @@ def test_language_marks_of_the_source_name_the_target() -> None:
     before, after = zipfile.ZipFile(io.BytesIO(data)), zipfile.ZipFile(io.BytesIO(unchanged))
     assert before.read("word/styles.xml") == after.read("word/styles.xml")
     assert b'w:val="de-AT"' in after.read("word/document.xml")
+    # a styles part that cannot be read is copied as it is: only its language marks were wanted
+    source = zipfile.ZipFile(io.BytesIO(data))
+    broken = io.BytesIO()
+    with zipfile.ZipFile(broken, "w") as z:
+        for info in source.infolist():
+            z.writestr(info, b"<w:styles" if info.filename == "word/styles.xml" else source.read(info.filename))
+    out = zipfile.ZipFile(io.BytesIO(translate_office(broken.getvalue(), "docx", "de", _upper, target="en")))
+    assert out.read("word/styles.xml") == b"<w:styles" and b"[EIN TITEL]" in out.read("word/document.xml")
     assert (office_language("en"), office_language("fr"), office_language("de-AT"), office_language("pt_BR")) == (
         "en-US",
         "fr-FR",

@@ -307,8 +307,8 @@ class _Node:
 def _in_placed_order(events: list[tuple[str, Any]], placed: dict[int, tuple[int, int]]) -> list[tuple[str, Any]]:
     """The run's events with sibling elements that the links place in the other order moved into that
     order, in the tree too ("Er hat <b>das Buch</b> <i>gelesen</i>." -> "He <i>read</i> <b>the book</b>."):
-    each moves with its content and its tail. Siblings placed on overlapping words, or with one placed by
-    position between them, keep the source's order."""
+    each moves with its content and its tail. Siblings placed on overlapping words, or with an element
+    placed by position among or inside them (a br, an img, a comment), keep the source's order."""
     root = _Node(None)
     stack = [root]
     for event in events:
@@ -324,24 +324,31 @@ def _in_placed_order(events: list[tuple[str, Any]], placed: dict[int, tuple[int,
         else:
             stack[-1].head.append(event)
 
+    def whole(node: _Node) -> bool:  # every element of it placed by the links, none by position
+        return id(node.el) in placed and all(whole(c) for c in node.children)
+
     def order(node: _Node) -> None:
         for c in node.children:
             order(c)
         at = [i for i, c in enumerate(node.children) if id(c.el) in placed]
         moved = sorted(at, key=lambda i: placed[id(node.children[i].el)])
         spans = [placed[id(node.children[i].el)] for i in moved]
-        # an element placed by position (a br, an img) between them would be placed against the new order
-        contiguous = at == list(range(at[0], at[-1] + 1)) if at else False
-        if moved == at or not contiguous or any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        if moved == at or any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
             return
-        old = list(node.children)
-        for i, j in zip(at, moved):
-            node.children[i] = old[j]
+        # an element placed by position (a br, an img, a comment) among or inside them would be placed
+        # against the new order; so would anything of the tree the run does not hold (an input in a label)
+        lo, hi = at[0], at[-1] + 1
+        old = node.children[lo:hi]
         parent = old[0].el.getparent()
         first = parent.index(old[0].el)
+        if at != list(range(lo, hi)) or not all(whole(c) for c in old):
+            return
+        if list(parent[first : first + len(old)]) != [c.el for c in old]:
+            return
+        node.children[lo:hi] = [node.children[j] for j in moved]
         for c in old:  # an lxml element takes its tail along
             parent.remove(c.el)
-        for k, c in enumerate(node.children):
+        for k, c in enumerate(node.children[lo:hi]):
             parent.insert(first + k, c.el)
 
     order(root)

@@ -35,6 +35,7 @@ them anew.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import io
@@ -321,7 +322,9 @@ class OfficeDocument:
         self.trees: dict[str, Any] = {}
         self.paragraphs: list[_Paragraph] = []
         for name in styles:
-            self.trees[name] = self._read(name, parser)
+            # only its language marks are wanted: a styles part that cannot be read is copied as it is
+            with contextlib.suppress(OfficeError):
+                self.trees[name] = self._read(name, parser)
         for name in self.parts:
             self.trees[name] = root = self._read(name, parser)
             in_field = 0
