@@ -257,7 +257,7 @@ def test_html_leaves_what_the_page_marks_untranslated_and_says_its_new_language(
         '<html lang="de-DE"><body><p>Wir nutzen <span translate="no">Hund Katze</span> täglich.</p>'
         '<div class="box notranslate"><p lang="de">Nicht übersetzen.</p><img alt="Kein Bild"></div>'
         '<p translate="NO" title="Kein Titel">Auch nicht.</p><img alt="Ein Bild" title="Ein Titel">'
-        '<p lang="fr">Bonjour.</p><div xml:lang="de">Hallo.</div></body></html>'
+        '<p lang="fr">Bonjour.</p><div xml:lang="de">Hallo.</div><pre lang="de">Vorformatiert.</pre></body></html>'
     )
     out = translate_html(page, "de", translate, target="en")
     assert calls == [["Wir nutzen täglich.", "Bonjour.", "Hallo.", "Ein Bild", "Ein Titel"]]
@@ -267,6 +267,7 @@ def test_html_leaves_what_the_page_marks_untranslated_and_says_its_new_language(
     assert 'alt="Kein Bild"' in out and 'title="Kein Titel"' in out and 'alt="[EIN BILD]"' in out
     assert '<html lang="en">' in out and 'xml:lang="en"' in out and 'lang="fr"' in out
     assert '<p lang="de">Nicht' in out  # inside a marked element: its content is still German
+    assert '<pre lang="de">Vorformatiert.</pre>' in out  # and so is what is never translated
     assert '<html lang="de-DE">' in translate_html(page, "de", _upper)  # no target: no language changed
 
 

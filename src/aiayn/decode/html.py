@@ -19,14 +19,16 @@ end in the source text goes to the same relative place in the sentence's transla
 word boundary. Tags nest as they did and every tag and attribute stays (same multiset). Where the
 links put two sibling elements the other way round, they change places ("Er hat <b>das Buch</b>
 <i>gelesen</i>." -> "He <i>read</i> <b>the book</b>."); otherwise tags keep document order, and the
-later of two reordered ones (not siblings, or with a br between them) can come out empty.
+later of two reordered ones can come out empty (not siblings; a br, img or comment among or inside
+them; or a parent holding what is not inline text).
 Not translated: script, style, code, pre, textarea, template, comments, and what the page marks as
 not to translate, HTML's `translate="no"` and the `notranslate` class that Google's and DeepL's
 translators honour (an element, its content, its alt and title, its descendants' whatever they say):
 one inside a sentence stays where it maps to, its content as it was. Attributes other than alt and
 title are not translated (those are, as texts of their own). A `lang` or `xml:lang` that names the
 source language is rewritten to the target language, when the caller names it, so that the page
-says what language it now holds (for screen readers, spell checkers, hyphenation and fonts).
+says what language it now holds (for screen readers, spell checkers, hyphenation and fonts); not on
+what is not translated, nor inside it.
 """
 
 from __future__ import annotations
@@ -481,10 +483,12 @@ class HtmlDocument:
             for name in ATTRIBUTES
             if (el.get(name) or "").strip()
         ]
+        # nor is the language of what is kept as it is (pre, code... and their descendants) changed
+        kept = untouched | {id(x) for el in elements if _kept(el) for x in el.iter()}
         self.langs = [
             (el, name)
             for el in elements
-            if id(el) not in untouched
+            if id(el) not in kept
             for name in LANG_ATTRIBUTES
             if same_language(el.get(name) or "", lang)
         ]
