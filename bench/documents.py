@@ -319,7 +319,8 @@ def _bold(sentence: str, k: int, core: str, html: bool) -> str | list[tuple[str,
 def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str) -> dict:
     from lxml import html as lxml_html
 
-    probes = [(i, _bold(src[i], k, core, True), gold) for i, k, core, gold in find_probes(src, lines, data)]
+    found = find_probes(src, lines, data)
+    probes = [(i, _bold(src[i], k, core, True), gold) for i, k, core, gold in found]
     out: dict[str, Any] = {"kind": "tags", "probes": len(probes)}
     for name, align in (("alignment", t.align), ("position", None)):
         exact = article = 0
@@ -332,22 +333,23 @@ def measure_tags(src: list[str], lines: list[str], t: Any, data: Path, lang: str
             article += [w for w in covered if w not in ARTICLES] == [gold]
         out[name] = {"exact": round(exact / len(probes), 3), "with_article": round(article / len(probes), 3)}
         out[name]["seconds"] = round(time.perf_counter() - t0, 1)
-    out["pairs"] = measure_pairs(src, lines, t, data, lang)
+    out["pairs"] = measure_pairs(src, lines, t, found, lang)
     return out
 
 
-def measure_pairs(src: list[str], lines: list[str], t: Any, data: Path, lang: str) -> dict:
-    """Two nouns of one sentence, in <b> and <i>: does each tag hold its own word's translation?"""
+def measure_pairs(src: list[str], lines: list[str], t: Any, found: list[tuple[int, int, str, str]], lang: str) -> dict:
+    """Two nouns of one sentence (of the tags probe's `found`), in <b> and <i>: does each tag hold its own
+    word's translation?"""
     from lxml import html as lxml_html
 
     by_sentence: dict[int, list[tuple[int, str, str]]] = {}
-    for i, k, core, gold in find_probes(src, lines, data):
+    for i, k, core, gold in found:
         by_sentence.setdefault(i, []).append((k, core, gold))
     n = reordered = both = both_reordered = 0
-    for i, found in by_sentence.items():
-        if len(found) < 2:
+    for i, nouns in by_sentence.items():
+        if len(nouns) < 2:
             continue
-        (k1, c1, g1), (k2, c2, g2) = found[:2]
+        (k1, c1, g1), (k2, c2, g2) = nouns[:2]
         words = src[i].split(" ")
         for k, core, tag in ((k2, c2, "i"), (k1, c1, "b")):  # the later first: word k1's index stays
             start = words[k].index(core)

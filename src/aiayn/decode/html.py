@@ -90,10 +90,15 @@ def _marked_no(el: Any) -> bool:
     return (el.get("translate") or "").strip().lower() == "no" or "notranslate" in (el.get("class") or "").split()
 
 
+def _primary(tag: str) -> str:
+    """A language tag's language: "de" of BCP 47 "de-AT" or POSIX "de_AT"."""
+    return tag.strip().replace("_", "-").split("-")[0].lower()
+
+
 def same_language(tag: str, lang: str) -> bool:
-    """Whether the language tag `tag` (BCP 47 "de-AT", or POSIX "de_AT") is of the language `lang`."""
-    primary = tag.strip().replace("_", "-").split("-")[0].lower()
-    return bool(primary) and primary == lang.strip().replace("_", "-").split("-")[0].lower()
+    """Whether the language tag `tag` is of the language `lang`."""
+    primary = _primary(tag)
+    return bool(primary) and primary == _primary(lang)
 
 
 def _runs(root: Any) -> list[_Run]:
@@ -341,10 +346,10 @@ def _in_placed_order(events: list[tuple[str, Any]], placed: dict[int, tuple[int,
         # against the new order; so would anything of the tree the run does not hold (an input in a label)
         lo, hi = at[0], at[-1] + 1
         old = node.children[lo:hi]
-        parent = old[0].el.getparent()
-        first = parent.index(old[0].el)
         if at != list(range(lo, hi)) or not all(whole(c) for c in old):
             return
+        parent = old[0].el.getparent()
+        first = parent.index(old[0].el)
         if list(parent[first : first + len(old)]) != [c.el for c in old]:
             return
         node.children[lo:hi] = [node.children[j] for j in moved]
@@ -471,7 +476,7 @@ class HtmlDocument:
         else:
             self.root = lxml_html.fragment_fromstring(data, create_parent="div", parser=parser)
         self.runs = _runs(self.root)
-        self.lang, self.target = lang, target
+        self.target = target
         elements = [el for el in self.root.iter() if isinstance(el.tag, str)]
         marked = [el for el in elements if _marked_no(el)]
         # translate="no" covers the element's own alt and title, and its descendants'
@@ -483,8 +488,8 @@ class HtmlDocument:
             for name in ATTRIBUTES
             if (el.get(name) or "").strip()
         ]
-        # nor is the language of what is kept as it is (pre, code... and their descendants) changed
-        kept = untouched | {id(x) for el in elements if _kept(el) for x in el.iter()}
+        # nor is the language of what is kept as it is (pre, code, a marked element... and what they hold)
+        kept = {id(x) for el in elements if _kept(el) for x in el.iter()}
         self.langs = [
             (el, name)
             for el in elements
