@@ -12,9 +12,11 @@ BLEU the merged translation is re-split two ways: given whole to its first sente
 others (pessimistic: the second sentence's words match nothing), and cut at the boundaries that
 minimise the word error rate against the covered references (mwerSegmenter's re-segmentation, as
 IWSLT scores speech translation: package mweralign, optional, `pip install mweralign`; with the run's
-own sentencepiece model, so nothing is downloaded). Reports the share of sentences identical to line
-by line, how many of the others ran into their neighbour because a test sentence has no final stop
-(joined by a space, nothing can cut them), and the sacreBLEU scores.
+own sentencepiece model, so nothing is downloaded). A test sentence without a final stop joined to the
+next by a space is cut where the next one starts with one of the run's learnt sentence starts
+(aiayn.data.segment, step 3; `--run-on 0`: not). Reports the share of sentences identical to line by
+line, how many of the others ran into their neighbour because a test sentence has no final stop, and
+the sacreBLEU scores.
 
 HTML: `--html N` snippets, each one to three consecutive test sentences in a <p> with inline tags (b,
 i, a href, span, em, br, a nested block) over random word ranges, translated with aiayn.decode.html.
@@ -58,7 +60,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from aiayn.decode.documents import split_texts  # noqa: E402
+from aiayn.decode.documents import run_sentence_starts, split_texts  # noqa: E402
 from aiayn.decode.html import translate_html  # noqa: E402
 
 VOID = {"br", "img", "wbr", "hr"}
@@ -101,14 +103,21 @@ def mwer_resplit(refs: list[str], merged: str, spm: str | None) -> list[str]:
 
 
 def measure_paragraphs(
-    src: list[str], ref: list[str], lines: list[str], translate: Translate, lang: str, seed: int, spm: str | None = None
+    src: list[str],
+    ref: list[str],
+    lines: list[str],
+    translate: Translate,
+    lang: str,
+    seed: int,
+    spm: str | None = None,
+    sentence_starts: frozenset[str] = frozenset(),
 ) -> dict:
     import sacrebleu
 
     groups = paragraphs(len(src), random.Random(seed))
     texts = [sep.join(src[a:b]) for a, b, sep in groups]
     t0 = time.perf_counter()
-    docs = split_texts(texts, lang)
+    docs = split_texts(texts, lang, starts=sentence_starts)
     outs = translate(docs.sentences)
     seconds = time.perf_counter() - t0
     hyp = [""] * len(src)
@@ -139,6 +148,7 @@ def measure_paragraphs(
         "sentences": len(src),
         "paragraphs": len(groups),
         "segments": len(docs.sentences),
+        "sentence_starts": len(sentence_starts),
         "identical_share": round(sum(same) / len(src), 4),
         "merged_after_no_final_stop": unpunctuated,
         "bleu_lines": round(sacrebleu.corpus_bleu(lines, [ref]).score, 2),
@@ -233,7 +243,14 @@ def seen_text(root: Any) -> str:
 
 
 def measure_html(
-    src: list[str], ref: list[str], lines: list[str], translate: Translate, align: Any, n: int, seed: int
+    src: list[str],
+    ref: list[str],
+    lines: list[str],
+    translate: Translate,
+    align: Any,
+    n: int,
+    seed: int,
+    sentence_starts: frozenset[str] = frozenset(),
 ) -> dict:
     import sacrebleu
     from lxml import html as lxml_html
@@ -248,7 +265,7 @@ def measure_html(
         group = list(range(i, min(len(src), i + k)))
         i = (i + k) % len(src)
         page = snippet([src[j] for j in group], rng)
-        out = translate_html(page, "de", translate, align)
+        out = translate_html(page, "de", translate, align, starts=sentence_starts)
         ok_form += well_formed(out)
         same_tags += tag_multiset(out) == tag_multiset(page)
         hyps.append(seen_text(lxml_html.fragment_fromstring(out, create_parent="div")))
@@ -425,6 +442,7 @@ def main() -> None:
     p.add_argument("--tags", type=int, default=1, help="1: measure where tags land (0: skip)")
     p.add_argument("--docx", type=int, default=1, help="1: translate a Word document of the test set (0: skip)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-on", type=int, default=1, help="1: cut run-on sentences at the run's sentence starts")
     p.add_argument("--data", default=str(ROOT.parent / "shared/data/multi30k"))
     a = p.parse_args()
     from aiayn import Translator
@@ -439,10 +457,12 @@ def main() -> None:
     lines = translate(src)
     base = {"engine": t.engine, "beam": a.beam or t.decode.beam, "seconds_lines": round(time.perf_counter() - t0, 1)}
     spm = Path(a.checkpoint) / "spm.model"
-    para = measure_paragraphs(src, ref, lines, translate, "de", a.seed, str(spm) if spm.is_file() else None)
+    starts = run_sentence_starts(a.checkpoint, "de") if a.run_on else frozenset()
+    para = measure_paragraphs(src, ref, lines, translate, "de", a.seed, str(spm) if spm.is_file() else None, starts)
     print(json.dumps({**base, **para}), flush=True)
     if a.html:
-        print(json.dumps({**base, **measure_html(src, ref, lines, translate, t.align, a.html, a.seed)}), flush=True)
+        html = measure_html(src, ref, lines, translate, t.align, a.html, a.seed, starts)
+        print(json.dumps({**base, **html}), flush=True)
     if a.tags:
         print(json.dumps({**base, **measure_tags(src, lines, t, Path(a.data), "de")}), flush=True)
     if a.docx:

@@ -9,10 +9,19 @@ boundary decision that went wrong counted against it, and `candidates_right`, th
 places (each ., !, ?, ... or line break followed by text, and each gold boundary) decided right.
 `aiayn` is aiayn.data.segment.segment itself. pysbd is measured when it is installed. One JSON line
 per segmenter and mode.
+
+    python bench/segmenters.py --multi30k ../shared/data/multi30k
+
+adds the run-on cut (aiayn.data.segment, step 3) with the sentence starts learnt from each language's
+Multi30k training captions: the gold sets again with them (`aiayn+starts`), and per language how many
+val and test2016 captions that end in a stop are cut (`cut_whole`: should be 0) and how many pairs of
+a caption without a final stop and the next one, joined by a space, are cut where they meet.
 """
 
 from __future__ import annotations
 
+import argparse
+import gzip
 import json
 import sys
 import time
@@ -23,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from aiayn.data.segment import segment  # noqa: E402
+from aiayn.data.segment import learn_sentence_starts, segment  # noqa: E402
 from segment_gold import GOLD, HELD_OUT, HELD_OUT_2, parse  # noqa: E402
 
 
@@ -106,14 +115,51 @@ def measure(
     }
 
 
+def run_on(data: Path, lang: str, starts: frozenset[str]) -> dict:
+    """Multi30k val and test2016 in `lang`: captions with a stop cut anyway, and pairs run together cut right."""
+    whole = cut_whole = joined = right = 0
+    for split in ("val", "test_2016_flickr"):
+        with gzip.open(data / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = [" ".join(x.split()) for x in f]
+        for x in lines:
+            if x[-1:] in ".!?":
+                whole += 1
+                cut_whole += len(segment(x, lang, starts=starts).sentences) > 1
+        for a, b in zip(lines, lines[1:]):
+            if a[-1:].isalnum():  # no final stop: joined by a space, only a run-on cut can part them
+                joined += 1
+                want = segment(a, lang, starts=starts).sentences + segment(b, lang, starts=starts).sentences
+                right += segment(f"{a} {b}", lang, starts=starts).sentences == want
+    return {
+        "lang": lang,
+        "starts": len(starts),
+        "whole": whole,
+        "cut_whole": cut_whole,
+        "joined": joined,
+        "cut_right": right,
+    }
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--multi30k", type=Path, help="a Multi30k directory: also measure the run-on cut")
+    a = ap.parse_args()
     rows = []
+    learnt: dict[str, frozenset[str]] = {}
+    if a.multi30k:
+        for lang in ("de", "en", "fr", "cs"):
+            with gzip.open(a.multi30k / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+                learnt[lang] = frozenset(learn_sentence_starts(x.strip() for x in f))
     ours = {"aiayn": lambda lang: lambda t: segment(t, lang).sentences}
+    with_starts = {"aiayn+starts": lambda lang: lambda t: segment(t, lang, starts=learnt[lang]).sentences}
     for gold_set in (GOLD, HELD_OUT, HELD_OUT_2):
         for name, cut_for in cutters().items():
             for mode in ("raw", "lines"):
                 rows.append(measure(name, mode, cut_for, gold_set))
         rows.append(measure("aiayn", "lines", ours["aiayn"], gold_set))
+        if learnt:
+            rows.append(measure("aiayn+starts", "lines", with_starts["aiayn+starts"], gold_set))
+    rows += [run_on(a.multi30k, lang, starts) for lang, starts in learnt.items()]
     for r in rows:
         print(json.dumps(r, ensure_ascii=False))
 

@@ -71,6 +71,8 @@ def test_multi30k_end_to_end_and_cache(tmp_path, home):
     test_de = [" ".join(x.split()) for x in read_lines(Path(mirror, "test_2016_flickr.de.gz"))]
     assert prep.raw("test")[0] == test_de
     assert prep.splits["train"].src.dtype == np.uint16  # compact arrays
+    starts = set(prep.report["sentence_starts"])
+    assert {"Ein", "Eine", "Zwei", "Der", "Die"} <= starts and not starts & {"Mann", "Frau", "Sie", "Hund"}
 
     t0 = time.perf_counter()
     again = prepare(DataConfig(corpus="multi30k", src_lang="de", tgt_lang="en", data_dir=mirror))
@@ -125,6 +127,25 @@ def test_files_corpus_gz_and_plain_and_optional_test(tmp_path):
     assert prep.raw("test") == ([], [])
 
 
+def test_the_report_keeps_the_source_sides_sentence_starts_for_the_run(tmp_path):
+    """The words a sentence without a final stop may run into (aiayn.data.segment, step 3) are learnt
+    from the training source with the tokenizer and reach the run through its data_report.json."""
+    from aiayn.decode.documents import run_sentence_starts
+
+    src = [f"Ein Hund {i} sieht den Mann" for i in range(30)]
+    src += [f"Sie lesen {i} Bücher" for i in range(25)]
+    src += [f"{'Heute' if i % 2 else 'Morgen'} lesen Sie {i} Bücher" for i in range(25)]
+    src += [f"Zwei Katzen {i} schlafen" for i in range(19)]  # one short of the 20 a start needs
+    tgt = [f"line {i}" for i in range(len(src))]
+    prep = prepare(files_cfg(tmp_path, (src, tgt), (src[:4], tgt[:4]), vocab_size=320), tmp_path / "run")
+    # "Sie" starts 25 lines and follows a word 25 times; "Heute", "Morgen", "Mann": under 20 times first
+    assert prep.report["sentence_starts"] == ["Ein"]
+    assert run_sentence_starts(tmp_path / "run", "de") == {"Ein"}
+    assert run_sentence_starts(tmp_path / "run", "en") == set()  # another language's text: not these
+    assert run_sentence_starts(tmp_path / "run" / "best.safetensors", "de") == {"Ein"}  # beside the weights
+    assert run_sentence_starts(tmp_path / "elsewhere", "de") == set()
+
+
 def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
     a_src, a_tgt = [f"das rote haus {i}" for i in range(60)], [f"the red house {i}" for i in range(60)]
     (tmp_path / "a").mkdir()
@@ -142,6 +163,7 @@ def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
     assert (tmp_path / "run_b" / "spm.model").read_bytes() == model_a
     assert second.tokenizer.vocab_size == first.tokenizer.vocab_size != 999
     assert second.report["key"] != first.report["key"] and second.report["spm_model"] == cfg.spm_model
+    assert "sentence_starts" not in second.report  # learnt with a tokenizer; none is trained here
     ids = first.tokenizer.encode_batch(b_tgt)
     assert [second.splits["train"].pair(i)[1].tolist() for i in range(3)] == ids[:3]
     # the key follows the model's bytes: the same bytes elsewhere hit the cache, other bytes do not

@@ -162,6 +162,37 @@ def test_translate_document_decodes_sentences_and_keeps_the_layout(run_dir, tmp_
     assert r.returncode == 2 and b"--n-best" in r.stderr
 
 
+def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_dir, tmp_path, monkeypatch):
+    """`aiayn translate --document` and `aiayn serve` read the run's sentence starts from its
+    data_report.json (aiayn.data.segment, step 3): a caption without a final stop and the next one, on
+    one line, are translated as two sentences."""
+    import json
+    import shutil
+
+    import uvicorn
+
+    from aiayn import Translator
+    from aiayn.cli import main
+    from aiayn.data.segment import segment
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "data_report.json").write_text(json.dumps({"src_lang": "de", "sentence_starts": ["Zwei"]}))
+    text = "Ein Hund rennt über die Wiese Zwei Männer spielen Fußball im Park.\n"
+    seg = segment(text, "de", starts={"Zwei"})
+    assert seg.sentences == ["Ein Hund rennt über die Wiese", "Zwei Männer spielen Fußball im Park."]
+    t = Translator.load(run, "cpu")
+    want = seg.join([t.translate([s], max_len_b=4)[0] for s in seg.sentences])
+    r = aiayn("translate", "-c", str(run), "--document", *SEARCH, stdin=text.encode())
+    assert r.returncode == 0 and r.stdout.decode() == want
+    r = aiayn("translate", "-c", str(run), "--document", "--source-lang", "en", *SEARCH, stdin=text.encode())
+    assert r.stdout.decode() == t.translate([text.strip()], max_len_b=4)[0] + "\n"  # not the run's language
+    served: list = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(app))  # the app, not a listening server
+    assert main(["serve", "-c", str(run), "--engine", "torch", "--device", "cpu"]) == 0
+    assert served[0].state.settings.sentence_starts == {"Zwei"}
+
+
 def test_translate_format_html(run_dir, tmp_path):
     from aiayn import Translator
     from aiayn.decode.html import translate_html

@@ -399,11 +399,11 @@ PARAGRAPH = "Ein Hund rennt. Eine Frau fährt Fahrrad.\n\nZwei Männer spielen F
 _SENTENCES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad.", "Zwei Männer spielen Fußball.", "Ein Kind schläft."]
 
 
-def _alone(translator, text: str, beam: int = 4) -> str:
+def _alone(translator, text: str, beam: int = 4, starts: frozenset[str] = frozenset()) -> str:
     """`text` translated as the server must: each sentence as it is alone, rejoined in the text's layout."""
     from aiayn.data.segment import segment
 
-    seg = segment(text, "de")
+    seg = segment(text, "de", starts=starts)
     return seg.join([translator.translate([x], beam=beam)[0] for x in seg.sentences])
 
 
@@ -434,6 +434,32 @@ def test_paragraphs_are_cut_into_sentences_and_rejoined_with_their_layout(server
     assert r.json()["translations"][0]["text"] == translator.translate([PARAGRAPH], beam=4)[0]
     r = httpx.post(server.url + "/v1/translate", json={"q": PARAGRAPH, "split": True, "n_best": 2})
     assert r.status_code == 422
+
+
+def test_sentences_run_together_are_cut_at_the_runs_sentence_starts(torch_backend, translator) -> None:
+    """A caption without a final stop and the next one on one line: the server cuts them where the next
+    starts with one of the run's sentence starts (`aiayn serve` reads them from the run's data report),
+    in plain text and in HTML, and keeps them whole without starts."""
+    text = "Ein Hund rennt über die Wiese Zwei Männer spielen Fußball im Park."
+    starts = frozenset({"Zwei"})
+    srv = _serve(torch_backend, sentence_starts=starts)
+    try:
+        cut = _alone(translator, text, starts=starts)
+        assert cut == " ".join(translator.translate([text[:29], text[30:]], beam=4))  # two sentences
+        r = httpx.post(srv.url + "/translate", json={"q": text, "source": "de", "target": "en"})
+        assert r.json() == {"translatedText": cut}
+        r = httpx.post(
+            srv.url + "/translate", json={"q": f"<p>{text}</p>", "source": "de", "target": "en", "format": "html"}
+        )
+        assert r.json()["translatedText"] == f"<p>{cut}</p>"
+    finally:
+        srv.stop()
+    srv = _serve(torch_backend)
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": text, "source": "de", "target": "en"})
+        assert r.json() == {"translatedText": translator.translate([text], beam=4)[0]}
+    finally:
+        srv.stop()
 
 
 def test_html_format(server: ThreadServer, translator) -> None:

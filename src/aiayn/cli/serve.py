@@ -24,6 +24,7 @@ def _serve(a: argparse.Namespace) -> int:
         ) from None
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
+    from aiayn.decode.documents import run_sentence_starts
     from aiayn.hub import resolve_run
     from aiayn.train.tasks import run_spec
 
@@ -37,8 +38,9 @@ def _serve(a: argparse.Namespace) -> int:
     max_batch_tokens = a.max_batch_tokens if a.max_batch_tokens is not None else d.max_tokens
     if beam < 1 or max_batch_tokens < 1 or a.max_wait_ms < 0 or not 0 < a.port < 65536:
         raise AiaynError("need --beam >= 1, --max-batch-tokens >= 1, --max-wait-ms >= 0 and a port in 1..65535")
+    source_lang = a.source_lang or data.src_lang
     settings = ServeSettings(
-        source_lang=a.source_lang or data.src_lang,
+        source_lang=source_lang,
         target_lang=a.target_lang or data.tgt_lang,
         beam=beam,
         length_penalty=d.length_penalty,
@@ -48,6 +50,7 @@ def _serve(a: argparse.Namespace) -> int:
         body_limit=a.max_body_bytes,
         **same_named(a, "max_wait_ms", "adaptive_wait", "batching", "char_limit", "batch_limit", "sentence_limit"),
         **same_named(a, "api_key", "split_sentences"),
+        sentence_starts=run_sentence_starts(run, source_lang),
     )
     if spec.hub_tag != "translation":
         return _serve_task(a, str(run), spec, settings)

@@ -223,8 +223,12 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
 
     if a.n_best != 1:
         raise AiaynError("--n-best works line by line: not with --document or --format html / docx / pptx")
-    run_source, target = run_languages(_members(a)[0] or "")
+    from aiayn.decode.documents import run_sentence_starts
+
+    run = _members(a)[0] or ""
+    run_source, target = run_languages(run)
     lang = a.source_lang or run_source
+    starts = run_sentence_starts(run, lang) if run else frozenset()
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()
@@ -234,7 +238,8 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
         from aiayn.decode.office import OfficeError, translate_office
 
         try:
-            return _write_output(a, translate_office(data, a.format, lang, lambda x: t.translate(x), t.align, target))
+            out_bytes = translate_office(data, a.format, lang, lambda x: t.translate(x), t.align, target, starts)
+            return _write_output(a, out_bytes)
         except OfficeError as e:
             raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
     try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
@@ -245,11 +250,11 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
     if a.format == "html":
         from aiayn.decode.html import translate_html
 
-        out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align, target)
+        out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align, target, starts)
     else:
         from aiayn.decode.documents import translate_texts
 
-        out = translate_texts([text], lang, lambda sentences: t.translate(sentences))[0]
+        out = translate_texts([text], lang, lambda sentences: t.translate(sentences), starts)[0]
     return _write_output(a, out.encode("utf-8"))
 
 

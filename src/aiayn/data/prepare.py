@@ -29,6 +29,7 @@ from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
 from aiayn.data.pipeline import Chunk, ExampleKind, Job, Scan, files_stamp, options, prepare_examples, stamp_key
+from aiayn.data.segment import learn_sentence_starts
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder, collapse_whitespace
 
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
@@ -156,6 +157,9 @@ class SentencePairs(ExampleKind[Prepared]):
 
     cfg: DataConfig
     symbols: Sequence[str] = ()
+    # the source side's sentence starts (aiayn.data.segment.learn_sentence_starts), learnt with the
+    # tokenizer from its sample (None: the tokenizer was given, or a tree pair); the report keeps them
+    sentence_starts: list[str] | None = field(default=None, init=False)
     streams = 2
     unit = "pairs"
     counters = ("empty", "too_long", "ratio")
@@ -218,6 +222,8 @@ class SentencePairs(ExampleKind[Prepared]):
         del pairs
         if not src:
             raise DataError("every training pair has an empty side")
+        if not self.symbols:
+            self.sentence_starts = learn_sentence_starts(src)
         return train_tokenizer(
             src + tgt,
             model_file,
@@ -246,6 +252,7 @@ class SentencePairs(ExampleKind[Prepared]):
             "splits": {},
             "dropped": dict.fromkeys(self.counters, 0),
             "bpe_sample_pairs": sampled,
+            **({"sentence_starts": self.sentence_starts} if self.sentence_starts is not None else {}),
         }
 
     def split_report(

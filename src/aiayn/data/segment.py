@@ -31,12 +31,23 @@ not hold (it would cut after it before a capital letter), that has a vowel ("Nr.
 and is not a capitalised word of under four letters ("Abb.", "Kap.", "Tab."), a street ("Goethestr.
 12") or one of a few abbreviations written before a number ("inkl.", "max.", "Ziff."). German only:
 the capitalisation rule is German's, and English and French cut before a digit already.
+
+3. a sentence without a final stop that runs into the next one on the same line ("... in der Hand Zwei
+   braune Hunde rennen ...") is cut where the next sentence's first word is one that, in the run's own
+   training text, starts sentences and never follows a word inside one ("Ein", "Zwei", "Der", not
+   "Mann" or "Sie"): `learn_sentence_starts` finds them when the data is prepared (the run's
+   data_report.json keeps them) and `segment(..., starts=...)` cuts there. No punctuation rule can, and
+   the model turns two sentences run together into one garbled one. The cut needs a word that ends in
+   a letter or digit before it (any punctuation is sentencex's to judge) and at least three words on
+   each side. A title in quotes stays whole ("den Film „Das Boot“ gesehen"); one without quotes and
+   with three words or more from its article on is cut ("den Film | Das Boot gestern").
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -44,6 +55,8 @@ _STOP_DIGIT = re.compile(r"\.\s+\d")
 # German: a word of letters (not "3.", not part of "z.B." or "Dipl.-Kfm."), a full stop, space, a digit
 _DE_DIGIT_START = re.compile(r"(?<![\w.\-])([^\W\d_]+)\.\s+(?=\d)")
 # German abbreviations written before a number that sentencex's list lacks and the rules let through
+# a run-on cut (step 3) leaves at least this many words on each side
+RUN_ON_MIN_WORDS = 3
 _DE_BEFORE_NUMBER = frozenset(
     "Abschn Aufl Ausg Bestnr Febr Jahrg Ziff Zimm abzgl exkl geb gem gest inkl insg max min mind od".split()
 )
@@ -67,7 +80,50 @@ class Segmented:
         return "".join(out)
 
 
-def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
+def learn_sentence_starts(sentences: Iterable[str], min_count: int = 20, inside_share: float = 0.005) -> list[str]:
+    """The capitalised words that start at least `min_count` of `sentences` (a language's training
+    text, one sentence or caption a line) and follow a word that ends in a letter or digit, inside a
+    line, at most `inside_share` times as often: the words a run-on cut may stand before (step 3 of the
+    module docstring). A later sentence of a line follows a stop, not a letter, so its first word does
+    not count as inside. Sorted."""
+    first: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    for sentence in sentences:
+        words = sentence.split()
+        if not words:
+            continue
+        first[words[0]] += 1
+        for before, word in zip(words, words[1:]):
+            if word[0].isupper() and before[-1].isalnum():  # capitalised words only: the counter stays small
+                inside[word] += 1
+    wanted = (w for w, n in first.items() if n >= min_count and w.isalpha() and w[0].isupper())
+    return sorted(w for w in wanted if inside[w] <= inside_share * first[w])
+
+
+def _run_on_cuts(line: str, a: int, b: int, starts: Collection[str]) -> list[int]:
+    """Offsets in `line[a:b]` (one sentence as sentencex cut it) where a sentence without a final stop
+    ends and the next begins (step 3 of the module docstring)."""
+    words: list[tuple[int, str]] = []  # (offset in line, word)
+    at = a
+    for word in line[a:b].split():
+        at = line.index(word, at)
+        words.append((at, word))
+        at += len(word)
+    cuts, since = [], 0  # words since the last cut
+    for i, (at, word) in enumerate(words):
+        if (
+            word in starts
+            and since >= RUN_ON_MIN_WORDS
+            and len(words) - i >= RUN_ON_MIN_WORDS
+            and words[i - 1][1][-1].isalnum()
+        ):
+            cuts.append(at)
+            since = 0
+        since += 1
+    return cuts
+
+
+def _spans_in_line(line: str, lang: str, starts: Collection[str] = ()) -> list[tuple[int, int]]:
     """(start, end) of each sentence of one line (no line break in it), as sentencex cuts it, whitespace
     around it left out."""
     import sentencex  # the serve / documents extra; imported here so aiayn.data loads without it
@@ -97,7 +153,15 @@ def _spans_in_line(line: str, lang: str) -> list[tuple[int, int]]:
             lead = len(piece) - len(piece.lstrip())
             spans.append((at + lead, at + lead + len(piece.strip())))
         at = end
-    return spans
+    if not starts:
+        return spans
+    out = []
+    for a, b in spans:
+        for cut in _run_on_cuts(line, a, b, starts):
+            out.append((a, len(line[a:cut].rstrip()) + a))
+            a = cut
+        out.append((a, b))
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -114,10 +178,11 @@ def _ends_de_sentence(word: str) -> bool:
     return len(list(sentencex.segment("de", f"Das ist {word}. Der Rest"))) > 1
 
 
-def segment(text: str, lang: str, lines: bool = True) -> Segmented:
+def segment(text: str, lang: str, lines: bool = True, starts: Collection[str] = ()) -> Segmented:
     """`text` cut into sentences (see the module docstring); `lang` is an ISO 639-1 code ("de"), which
     picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
-    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one."""
+    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one.
+    `starts`: the words a sentence without a final stop may run into (`learn_sentence_starts`)."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap_start = 0  # where the whitespace before the next sentence begins
@@ -125,7 +190,7 @@ def segment(text: str, lang: str, lines: bool = True) -> Segmented:
     # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
     shown = "".join(" " if c.isspace() else c for c in text) if not lines else text
     for line in shown.splitlines(keepends=True) if lines else [shown]:  # every line break Python knows
-        for a, b in _spans_in_line(line, lang) if line.strip() else []:
+        for a, b in _spans_in_line(line, lang, starts) if line.strip() else []:
             gaps.append(text[gap_start : line_start + a])
             sentences.append(text[line_start + a : line_start + b])
             gap_start = line_start + b

@@ -10,14 +10,35 @@ The model was trained on single sentences; a paragraph handed to it whole loses 
 
 The split and the join are separate so that a caller decodes the sentences its own way (the server
 through its batcher, asynchronously; the CLI through `Translator`). HTML lives in aiayn.decode.html.
+`starts`, the words a sentence without a final stop may run into, come from the run
+(`run_sentence_starts`): what its training text taught (aiayn.data.segment, step 3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+import os
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from aiayn.checkpoint import find_in_run
 from aiayn.data.segment import Segmented, segment
+
+
+def run_sentence_starts(run: str | os.PathLike, lang: str) -> frozenset[str]:
+    """The sentence starts the run learnt from its training source text (its data_report.json), if that
+    text is in `lang`; empty for a run prepared before they were learnt, with a given tokenizer, or in
+    another language (then no run-on cut is made)."""
+    found = find_in_run(run, "data_report.json")
+    if found is None:
+        return frozenset()
+    try:
+        report = json.loads(found.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()  # a damaged report costs the run-on cuts, not the translation
+    if not isinstance(report, dict) or report.get("src_lang") != lang:
+        return frozenset()
+    return frozenset(w for w in report.get("sentence_starts") or () if isinstance(w, str))
 
 
 @dataclass(frozen=True)
@@ -42,15 +63,17 @@ class SplitTexts:
         return out
 
 
-def split_texts(texts: Sequence[str], lang: str, lines: bool = True) -> SplitTexts:
+def split_texts(texts: Sequence[str], lang: str, lines: bool = True, starts: Collection[str] = ()) -> SplitTexts:
     """Each text cut into sentences (aiayn.data.segment) in the source language `lang`; `lines` False:
-    line breaks are plain whitespace (HTML)."""
-    return SplitTexts([segment(t, lang, lines) for t in texts])
+    line breaks are plain whitespace (HTML); `starts`: see the module docstring."""
+    return SplitTexts([segment(t, lang, lines, starts) for t in texts])
 
 
-def translate_texts(texts: Sequence[str], lang: str, translate: Callable[[list[str]], list[str]]) -> list[str]:
+def translate_texts(
+    texts: Sequence[str], lang: str, translate: Callable[[list[str]], list[str]], starts: Collection[str] = ()
+) -> list[str]:
     """Texts (paragraphs, blank lines, any whitespace) translated sentence by sentence with one call of
     `translate` (a list of sentences -> their translations), rejoined in the source's layout."""
-    docs = split_texts(texts, lang)
+    docs = split_texts(texts, lang, starts=starts)
     sentences = docs.sentences
     return docs.join(translate(sentences) if sentences else [])

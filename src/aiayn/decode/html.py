@@ -38,7 +38,7 @@ import contextlib
 import html
 import math
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -460,9 +460,10 @@ class HtmlDocument:
     block's, then every alt's and title's); `render(translations)` gives the translated HTML. Split
     in two so that a caller decodes the sentences its own way (the server: with other requests')."""
 
-    def __init__(self, document: str, lang: str, target: str | None = None) -> None:
+    def __init__(self, document: str, lang: str, target: str | None = None, starts: Collection[str] = ()) -> None:
         """`lang`: the source language (to cut sentences by); `target`: the translation's, which `lang`
-        attributes naming `lang` are given (None: they are left as they are)."""
+        attributes naming `lang` are given (None: they are left as they are); `starts`: the words a
+        sentence without a final stop may run into (aiayn.decode.documents.run_sentence_starts)."""
         from lxml import html as lxml_html
 
         # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
@@ -498,7 +499,7 @@ class HtmlDocument:
             if same_language(el.get(name) or "", lang)
         ]
         texts = [r.text for r in self.runs] + [el.get(name) for el, name in self.attrs]
-        self.docs: SplitTexts = split_texts(texts, lang, lines=False)
+        self.docs: SplitTexts = split_texts(texts, lang, lines=False, starts=starts)
         # HTML whitespace (line breaks and indentation inside a paragraph) is one space to the model
         self.sentences = [" ".join(x.split()) for x in self.docs.sentences]
 
@@ -572,10 +573,12 @@ def translate_html(
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
     target: str | None = None,
+    starts: Collection[str] = (),
 ) -> str:
     """`document` (a whole page or a fragment) with its text translated (see the module docstring):
     every sentence of every block, and every alt and title, decoded in one call of `translate`; the
     sentences that hold tags aligned with their translations in one call of `align` (sources,
     translations -> word links, e.g. Translator.align), or tags placed by position without it. `target`:
-    the translation's language, written into the `lang` attributes that name `lang`."""
-    return HtmlDocument(document, lang, target).translated(translate, align)
+    the translation's language, written into the `lang` attributes that name `lang`; `starts`: see
+    HtmlDocument."""
+    return HtmlDocument(document, lang, target, starts).translated(translate, align)

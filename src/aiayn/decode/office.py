@@ -41,7 +41,7 @@ import html
 import io
 import locale
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,9 +296,11 @@ class OfficeDocument:
     HtmlDocument: its sentences to translate, its tagged ones to align); `rebuild(page.render(...))`
     writes the translated document."""
 
-    def __init__(self, data: bytes, kind: str, lang: str, target: str | None = None) -> None:
+    def __init__(
+        self, data: bytes, kind: str, lang: str, target: str | None = None, starts: Collection[str] = ()
+    ) -> None:
         """`lang`: the source language; `target`: the translation's, given to the language marks that name
-        `lang` (None: they are left as they are)."""
+        `lang` (None: they are left as they are); `starts`: as HtmlDocument's."""
         from lxml import etree
 
         self.kind = k = KINDS[kind]
@@ -333,7 +335,7 @@ class OfficeDocument:
                 in_field = para.in_field
                 if para.has_text:
                     self.paragraphs.append(para)
-        self.page = HtmlDocument("".join(p.html for p in self.paragraphs), lang)
+        self.page = HtmlDocument("".join(p.html for p in self.paragraphs), lang, starts=starts)
 
     def _read(self, name: str, parser: Any) -> Any:
         from lxml import etree
@@ -392,9 +394,11 @@ def translate_office(
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
     target: str | None = None,
+    starts: Collection[str] = (),
 ) -> bytes:
     """The .docx or .pptx `data` with its text translated (see the module docstring): every sentence in
     one call of `translate`, the sentences that hold formatting aligned in one call of `align` (as
-    translate_html); `target`, the translation's language, for the language marks."""
-    doc = OfficeDocument(data, kind, lang, target)
+    translate_html); `target`, the translation's language, for the language marks; `starts`: as
+    HtmlDocument's."""
+    doc = OfficeDocument(data, kind, lang, target, starts)
     return doc.rebuild(doc.page.translated(translate, align))

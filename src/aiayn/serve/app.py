@@ -108,6 +108,8 @@ class ServeSettings:
     # Texts are cut into sentences (aiayn.data.segment), all decoded in one batch and rejoined with their
     # whitespace, as LibreTranslate does: the model was trained on single sentences (issue #47).
     split_sentences: bool = True
+    # the words a sentence without a final stop may run into (aiayn.decode.documents.run_sentence_starts)
+    sentence_starts: frozenset[str] = frozenset()
 
 
 class ApiError(Exception):
@@ -450,7 +452,7 @@ class Service(Requests):
         sentences' k-th (their last when a sentence has fewer) in the text's layout."""
         if not split:
             return None, await self.run(texts, opts)
-        docs = split_texts(texts, self.settings.source_lang)
+        docs = split_texts(texts, self.settings.source_lang, starts=self.settings.sentence_starts)
         nbest = await self.run(docs.sentences, opts)
         per_k = [docs.join([h[min(k, len(h) - 1)][0] for h in nbest]) for k in range(opts.n_best)]
         joined = [[(per_k[k][i], math.nan, 0) for k in range(opts.n_best)] for i in range(len(texts))]
@@ -458,7 +460,8 @@ class Service(Requests):
 
     def parse_html(self, texts: list[str]) -> list[HtmlDocument]:
         try:
-            return [HtmlDocument(t, self.settings.source_lang, self.settings.target_lang) for t in texts]
+            s = self.settings
+            return [HtmlDocument(t, s.source_lang, s.target_lang, s.sentence_starts) for t in texts]
         except (ValueError, LxmlError) as e:
             raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
 
@@ -638,7 +641,7 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
     opts = svc.default_options()
     if FILE_TYPES[ext] in KINDS:
         try:
-            doc = OfficeDocument(data, FILE_TYPES[ext], s.source_lang, s.target_lang)
+            doc = OfficeDocument(data, FILE_TYPES[ext], s.source_lang, s.target_lang, s.sentence_starts)
         except (OfficeError, LxmlError) as e:
             raise ApiError(400, f"Invalid request: cannot read the {ext} ({_one_line(e)})") from None
         text = " ".join(doc.page.sentences)
@@ -709,7 +712,7 @@ async def v1_translate(request: Request, svc: Svc) -> JSONResponse:
             for h in await svc.run(texts, opts)
         ]
     else:  # each text's sentences and the whitespace between them: the page shows and links them
-        docs = split_texts(texts, svc.settings.source_lang)
+        docs = split_texts(texts, svc.settings.source_lang, starts=svc.settings.sentence_starts)
         nbest = await svc.run(docs.sentences, opts)
         joined, at, translations = docs.join([h[0][0] for h in nbest]), 0, []
         for text, part in zip(joined, docs.parts):
