@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import time
 from pathlib import Path
 
@@ -144,6 +145,14 @@ def test_the_report_keeps_the_source_sides_sentence_starts_for_the_run(tmp_path)
     assert run_sentence_starts(tmp_path / "run", "en") == set()  # another language's text: not these
     assert run_sentence_starts(tmp_path / "run" / "best.safetensors", "de") == {"Ein"}  # beside the weights
     assert run_sentence_starts(tmp_path / "elsewhere", "de") == set()
+    # a cache built before the starts were learnt, and a given tokenizer: learnt from the encoded text
+    report = prep.cache_dir / "report.json"
+    report.write_text(json.dumps({k: v for k, v in prep.report.items() if k != "sentence_starts"}))
+    again = prepare(files_cfg(tmp_path, (src, tgt), (src[:4], tgt[:4]), vocab_size=320), tmp_path / "run2")
+    assert again.report["cached"] is True and again.report["sentence_starts"] == ["Ein"]
+    assert run_sentence_starts(tmp_path / "run2", "de") == {"Ein"}
+    given = files_cfg(tmp_path, (src, tgt), (src[:4], tgt[:4]), spm_model=str(tmp_path / "run"))
+    assert prepare(given).report["sentence_starts"] == ["Ein"]
 
 
 def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
@@ -163,7 +172,6 @@ def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):
     assert (tmp_path / "run_b" / "spm.model").read_bytes() == model_a
     assert second.tokenizer.vocab_size == first.tokenizer.vocab_size != 999
     assert second.report["key"] != first.report["key"] and second.report["spm_model"] == cfg.spm_model
-    assert "sentence_starts" not in second.report  # learnt with a tokenizer; none is trained here
     ids = first.tokenizer.encode_batch(b_tgt)
     assert [second.splits["train"].pair(i)[1].tolist() for i in range(3)] == ids[:3]
     # the key follows the model's bytes: the same bytes elsewhere hit the cache, other bytes do not

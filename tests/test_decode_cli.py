@@ -187,10 +187,32 @@ def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_
     assert r.returncode == 0 and r.stdout.decode() == want
     r = aiayn("translate", "-c", str(run), "--document", "--source-lang", "en", *SEARCH, stdin=text.encode())
     assert r.stdout.decode() == t.translate([text.strip()], max_len_b=4)[0] + "\n"  # not the run's language
+    r = aiayn("translate", "-c", str(run), "--document", "--no-run-on-cuts", *SEARCH, stdin=text.encode())
+    assert r.stdout.decode() == t.translate([text.strip()], max_len_b=4)[0] + "\n"  # punctuation only
+    # HTML and Word documents too
+    r = aiayn("translate", "-c", str(run), "--format", "html", *SEARCH, stdin=f"<p>{text.strip()}</p>".encode())
+    assert r.stdout.decode() == f"<p>{want.strip()}</p>"
+    docx = pytest.importorskip("docx")
+    d = docx.Document()
+    d.add_paragraph(text.strip())
+    d.save(str(tmp_path / "in.docx"))
+    r = aiayn(
+        "translate",
+        "-c",
+        str(run),
+        "--input",
+        str(tmp_path / "in.docx"),
+        "--output",
+        str(tmp_path / "out.docx"),
+        *SEARCH,
+    )
+    assert r.returncode == 0 and docx.Document(str(tmp_path / "out.docx")).paragraphs[0].text == want.strip()
     served: list = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(app))  # the app, not a listening server
     assert main(["serve", "-c", str(run), "--engine", "torch", "--device", "cpu"]) == 0
     assert served[0].state.settings.sentence_starts == {"Zwei"}
+    assert main(["serve", "-c", str(run), "--engine", "torch", "--device", "cpu", "--no-run-on-cuts"]) == 0
+    assert served[1].state.settings.sentence_starts == set()
 
 
 def test_translate_format_html(run_dir, tmp_path):

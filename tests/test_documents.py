@@ -155,6 +155,7 @@ _SPACE = st.sampled_from([" ", "  ", "\n", "\n\n", "\r\n", "\t", " \n ", "\u2028
     st.sampled_from([frozenset(), frozenset({"Ein", "Mai"})]),
     st.booleans(),
 )
+@example([("Ein", " "), ("Hund", " "), ("rennt", "  ")] * 3, "de", frozenset({"Ein", "Mai"}), True)  # a start again
 def test_any_text_is_sentences_and_whitespace_that_rejoin_to_it(
     parts: list[tuple[str, str]], lang: str, starts: frozenset[str], lines: bool
 ) -> None:

@@ -452,6 +452,18 @@ def test_sentences_run_together_are_cut_at_the_runs_sentence_starts(torch_backen
             srv.url + "/translate", json={"q": f"<p>{text}</p>", "source": "de", "target": "en", "format": "html"}
         )
         assert r.json()["translatedText"] == f"<p>{cut}</p>"
+        r = httpx.post(srv.url + "/v1/translate", json={"q": text, "split": True})
+        assert [x["source"] for x in r.json()["translations"][0]["sentences"]] == [text[:29], text[30:]]
+        docx = pytest.importorskip("docx")
+        word = io.BytesIO()
+        d = docx.Document()
+        d.add_paragraph(text)
+        d.save(word)
+        form = {"source": "de", "target": "en"}
+        files = {"file": ("brief.docx", word.getvalue(), "application/octet-stream")}
+        r = httpx.post(srv.url + "/translate_file", data=form, files=files)
+        got = httpx.get(r.json()["translatedFileUrl"]).content
+        assert docx.Document(io.BytesIO(got)).paragraphs[0].text == cut
     finally:
         srv.stop()
     srv = _serve(torch_backend)

@@ -50,7 +50,7 @@ def _serve(a: argparse.Namespace) -> int:
         body_limit=a.max_body_bytes,
         **same_named(a, "max_wait_ms", "adaptive_wait", "batching", "char_limit", "batch_limit", "sentence_limit"),
         **same_named(a, "api_key", "split_sentences"),
-        sentence_starts=run_sentence_starts(run, source_lang),
+        sentence_starts=run_sentence_starts(run, source_lang) if a.run_on_cuts else frozenset(),
     )
     if spec.hub_tag != "translation":
         return _serve_task(a, str(run), spec, settings)
@@ -186,6 +186,13 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="hand each text of /translate to the model whole (default: cut into sentences, decoded in one batch, "
         "rejoined with the text's whitespace, as LibreTranslate does)",
+    )
+    p.add_argument(
+        "--no-run-on-cuts",
+        dest="run_on_cuts",
+        action="store_false",
+        help="cut sentences at punctuation and line breaks only (default: also where a sentence without a final "
+        "stop runs into one that starts with a word the run learnt to start sentences; docs/serving.md)",
     )
     p.add_argument("--source-lang", help="language code reported and accepted (default: the run's data.src_lang)")
     p.add_argument("--target-lang", help="(default: the run's data.tgt_lang)")

@@ -228,7 +228,7 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
     run = _members(a)[0] or ""
     run_source, target = run_languages(run)
     lang = a.source_lang or run_source
-    starts = run_sentence_starts(run, lang) if run else frozenset()
+    starts = run_sentence_starts(run, lang) if run and a.run_on_cuts else frozenset()
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()
@@ -375,6 +375,13 @@ def _add_document_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--source-lang",
         help="language of the input for sentence splitting with --document (default: the run's data.src_lang)",
+    )
+    p.add_argument(
+        "--no-run-on-cuts",
+        dest="run_on_cuts",
+        action="store_false",
+        help="--document / --format: cut sentences at punctuation and line breaks only (default: also where a "
+        "sentence without a final stop runs into one that starts with a word the run learnt to start sentences)",
     )
 
 

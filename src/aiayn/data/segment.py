@@ -8,7 +8,7 @@ whitespace between them, so translations rejoin into the source's paragraphs, li
                     # 'A dog runs. A woman reads.\n\nSecond paragraph.'
 
 The model was trained on single sentences, so a paragraph handed to it whole comes back garbled
-(issue #47); LibreTranslate splits first as well. Two steps:
+(issue #47); LibreTranslate splits first as well. Three steps:
 1. lines: a line break always ends a sentence. Headings, list items and lines without final
    punctuation are sentences of their own, and every newline stays where it was. (Text hard-wrapped
    inside a sentence is therefore cut at its line ends: `aiayn translate --document` says so.)
@@ -34,8 +34,8 @@ the capitalisation rule is German's, and English and French cut before a digit a
 
 3. a sentence without a final stop that runs into the next one on the same line ("... in der Hand Zwei
    braune Hunde rennen ...") is cut where the next sentence's first word is one that, in the run's own
-   training text, starts sentences and never follows a word inside one ("Ein", "Zwei", "Der", not
-   "Mann" or "Sie"): `learn_sentence_starts` finds them when the data is prepared (the run's
+   training text, starts sentences and almost never follows a word inside one ("Ein", "Zwei", "Der",
+   not "Mann" or "Sie"): `learn_sentence_starts` finds them when the data is prepared (the run's
    data_report.json keeps them) and `segment(..., starts=...)` cuts there. No punctuation rule can, and
    the model turns two sentences run together into one garbled one. The cut needs a word that ends in
    a letter or digit before it (any punctuation is sentencex's to judge) and at least three words on
@@ -55,11 +55,11 @@ _STOP_DIGIT = re.compile(r"\.\s+\d")
 # German: a word of letters (not "3.", not part of "z.B." or "Dipl.-Kfm."), a full stop, space, a digit
 _DE_DIGIT_START = re.compile(r"(?<![\w.\-])([^\W\d_]+)\.\s+(?=\d)")
 # German abbreviations written before a number that sentencex's list lacks and the rules let through
-# a run-on cut (step 3) leaves at least this many words on each side
-RUN_ON_MIN_WORDS = 3
 _DE_BEFORE_NUMBER = frozenset(
     "Abschn Aufl Ausg Bestnr Febr Jahrg Ziff Zimm abzgl exkl geb gem gest inkl insg max min mind od".split()
 )
+# a run-on cut (step 3) leaves at least this many words on each side
+RUN_ON_MIN_WORDS = 3
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def learn_sentence_starts(sentences: Iterable[str], min_count: int = 20, inside_
             continue
         first[words[0]] += 1
         for before, word in zip(words, words[1:]):
-            if word[0].isupper() and before[-1].isalnum():  # capitalised words only: the counter stays small
+            if word[0].isupper() and before[-1].isalnum():  # only capitalised words can be starts
                 inside[word] += 1
     wanted = (w for w, n in first.items() if n >= min_count and w.isalpha() and w[0].isupper())
     return sorted(w for w in wanted if inside[w] <= inside_share * first[w])

@@ -21,14 +21,15 @@ import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from aiayn.checkpoint import find_in_run
 from aiayn.data.segment import Segmented, segment
 
 
 def run_sentence_starts(run: str | os.PathLike, lang: str) -> frozenset[str]:
     """The sentence starts the run learnt from its training source text (its data_report.json), if that
-    text is in `lang`; empty for a run prepared before they were learnt, with a given tokenizer, or in
-    another language (then no run-on cut is made)."""
+    text is in `lang`; empty for a run whose directory has no report with them (a run trained before
+    they were learnt, a model from the Hub) or of another language: then no run-on cut is made."""
+    from aiayn.checkpoint import find_in_run  # it loads torch: not for every importer of this module
+
     found = find_in_run(run, "data_report.json")
     if found is None:
         return frozenset()
