@@ -60,6 +60,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from aiayn.data.segment import SentenceStarts  # noqa: E402
 from aiayn.decode.documents import run_sentence_starts, split_texts  # noqa: E402
 from aiayn.decode.html import translate_html  # noqa: E402
 
@@ -110,7 +111,7 @@ def measure_paragraphs(
     lang: str,
     seed: int,
     spm: str | None = None,
-    sentence_starts: frozenset[str] = frozenset(),
+    sentence_starts: SentenceStarts | None = None,
 ) -> dict:
     import sacrebleu
 
@@ -148,7 +149,7 @@ def measure_paragraphs(
         "sentences": len(src),
         "paragraphs": len(groups),
         "segments": len(docs.sentences),
-        "sentence_starts": len(sentence_starts),
+        "sentence_starts": len(sentence_starts.words) if sentence_starts else 0,
         "identical_share": round(sum(same) / len(src), 4),
         "merged_after_no_final_stop": unpunctuated,
         "bleu_lines": round(sacrebleu.corpus_bleu(lines, [ref]).score, 2),
@@ -250,7 +251,7 @@ def measure_html(
     align: Any,
     n: int,
     seed: int,
-    sentence_starts: frozenset[str] = frozenset(),
+    sentence_starts: SentenceStarts | None = None,
 ) -> dict:
     import sacrebleu
     from lxml import html as lxml_html
@@ -457,7 +458,7 @@ def main() -> None:
     lines = translate(src)
     base = {"engine": t.engine, "beam": a.beam or t.decode.beam, "seconds_lines": round(time.perf_counter() - t0, 1)}
     spm = Path(a.checkpoint) / "spm.model"
-    starts = run_sentence_starts(a.checkpoint, "de") if a.run_on else frozenset()
+    starts = run_sentence_starts(a.checkpoint, "de") if a.run_on else SentenceStarts()
     para = measure_paragraphs(src, ref, lines, translate, "de", a.seed, str(spm) if spm.is_file() else None, starts)
     print(json.dumps({**base, **para}), flush=True)
     if a.html:

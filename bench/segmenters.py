@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from aiayn.data.segment import learn_sentence_starts, segment  # noqa: E402
+from aiayn.data.segment import SentenceStarts, learn_sentence_starts, segment  # noqa: E402
 from segment_gold import GOLD, HELD_OUT, HELD_OUT_2, parse  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def measure(
     }
 
 
-def run_on(data: Path, lang: str, starts: frozenset[str]) -> dict:
+def run_on(data: Path, lang: str, starts: SentenceStarts) -> dict:
     """Multi30k val and test2016 in `lang`: captions with a stop cut anyway, and pairs run together cut right."""
     whole = cut_whole = joined = right = 0
     for split in ("val", "test_2016_flickr"):
@@ -132,7 +132,8 @@ def run_on(data: Path, lang: str, starts: frozenset[str]) -> dict:
                 right += segment(f"{a} {b}", lang, starts=starts).sentences == want
     return {
         "lang": lang,
-        "starts": len(starts),
+        "starts": len(starts.words),
+        "never_last": len(starts.never_last),
         "whole": whole,
         "cut_whole": cut_whole,
         "joined": joined,
@@ -145,11 +146,11 @@ def main() -> None:
     ap.add_argument("--multi30k", type=Path, help="a Multi30k directory: also measure the run-on cut")
     a = ap.parse_args()
     rows = []
-    learnt: dict[str, frozenset[str]] = {}
+    learnt: dict[str, SentenceStarts] = {}
     if a.multi30k:
         for lang in ("de", "en", "fr", "cs"):
             with gzip.open(a.multi30k / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
-                learnt[lang] = frozenset(learn_sentence_starts(x.strip() for x in f))
+                learnt[lang] = learn_sentence_starts(x.strip() for x in f)
     ours = {"aiayn": lambda lang: lambda t: segment(t, lang).sentences}
     with_starts = {"aiayn+starts": lambda lang: lambda t: segment(t, lang, starts=learnt[lang]).sentences}
     for gold_set in (GOLD, HELD_OUT, HELD_OUT_2):

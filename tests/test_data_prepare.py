@@ -72,7 +72,7 @@ def test_multi30k_end_to_end_and_cache(tmp_path, home):
     test_de = [" ".join(x.split()) for x in read_lines(Path(mirror, "test_2016_flickr.de.gz"))]
     assert prep.raw("test")[0] == test_de
     assert prep.splits["train"].src.dtype == np.uint16  # compact arrays
-    starts = set(prep.report["sentence_starts"])
+    starts = set(prep.report["sentence_starts"]["words"])
     assert {"Ein", "Eine", "Zwei", "Der", "Die"} <= starts and not starts & {"Mann", "Frau", "Sie", "Hund"}
 
     t0 = time.perf_counter()
@@ -140,19 +140,19 @@ def test_the_report_keeps_the_source_sides_sentence_starts_for_the_run(tmp_path)
     tgt = [f"line {i}" for i in range(len(src))]
     prep = prepare(files_cfg(tmp_path, (src, tgt), (src[:4], tgt[:4]), vocab_size=320), tmp_path / "run")
     # "Sie" starts 25 lines and follows a word 25 times; "Heute", "Morgen", "Mann": under 20 times first
-    assert prep.report["sentence_starts"] == ["Ein"]
-    assert run_sentence_starts(tmp_path / "run", "de") == {"Ein"}
-    assert run_sentence_starts(tmp_path / "run", "en") == set()  # another language's text: not these
-    assert run_sentence_starts(tmp_path / "run" / "best.safetensors", "de") == {"Ein"}  # beside the weights
-    assert run_sentence_starts(tmp_path / "elsewhere", "de") == set()
+    assert prep.report["sentence_starts"]["words"] == ["Ein"]
+    assert run_sentence_starts(tmp_path / "run", "de").words == {"Ein"}
+    assert not run_sentence_starts(tmp_path / "run", "en")  # another language's text: not these
+    assert run_sentence_starts(tmp_path / "run" / "best.safetensors", "de").words == {"Ein"}  # beside the weights
+    assert not run_sentence_starts(tmp_path / "elsewhere", "de")
     # a cache built before the starts were learnt, and a given tokenizer: learnt from the encoded text
     report = prep.cache_dir / "report.json"
     report.write_text(json.dumps({k: v for k, v in prep.report.items() if k != "sentence_starts"}))
     again = prepare(files_cfg(tmp_path, (src, tgt), (src[:4], tgt[:4]), vocab_size=320), tmp_path / "run2")
-    assert again.report["cached"] is True and again.report["sentence_starts"] == ["Ein"]
-    assert run_sentence_starts(tmp_path / "run2", "de") == {"Ein"}
+    assert again.report["cached"] is True and again.report["sentence_starts"] == prep.report["sentence_starts"]
+    assert run_sentence_starts(tmp_path / "run2", "de").words == {"Ein"}
     given = files_cfg(tmp_path, (src, tgt), (src[:4], tgt[:4]), spm_model=str(tmp_path / "run"))
-    assert prepare(given).report["sentence_starts"] == ["Ein"]
+    assert prepare(given).report["sentence_starts"] == prep.report["sentence_starts"]
 
 
 def test_spm_model_reuses_a_tokenizer_byte_for_byte(tmp_path):

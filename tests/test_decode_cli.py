@@ -173,13 +173,14 @@ def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_
 
     from aiayn import Translator
     from aiayn.cli import main
-    from aiayn.data.segment import segment
+    from aiayn.data.segment import SentenceStarts, segment
 
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
-    (run / "data_report.json").write_text(json.dumps({"src_lang": "de", "sentence_starts": ["Zwei"]}))
+    learnt = {"words": ["Zwei"], "never_last": ["zu"]}
+    (run / "data_report.json").write_text(json.dumps({"src_lang": "de", "sentence_starts": learnt}))
     text = "Ein Hund rennt über die Wiese Zwei Männer spielen Fußball im Park.\n"
-    seg = segment(text, "de", starts={"Zwei"})
+    seg = segment(text, "de", starts=SentenceStarts(frozenset({"Zwei"}), frozenset({"zu"})))
     assert seg.sentences == ["Ein Hund rennt über die Wiese", "Zwei Männer spielen Fußball im Park."]
     t = Translator.load(run, "cpu")
     want = seg.join([t.translate([s], max_len_b=4)[0] for s in seg.sentences])
@@ -210,9 +211,9 @@ def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_
     served: list = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(app))  # the app, not a listening server
     assert main(["serve", "-c", str(run), "--engine", "torch", "--device", "cpu"]) == 0
-    assert served[0].state.settings.sentence_starts == {"Zwei"}
+    assert served[0].state.settings.sentence_starts == SentenceStarts(frozenset({"Zwei"}), frozenset({"zu"}))
     assert main(["serve", "-c", str(run), "--engine", "torch", "--device", "cpu", "--no-run-on-cuts"]) == 0
-    assert served[1].state.settings.sentence_starts == set()
+    assert not served[1].state.settings.sentence_starts
 
 
 def test_translate_format_html(run_dir, tmp_path):

@@ -399,7 +399,7 @@ PARAGRAPH = "Ein Hund rennt. Eine Frau fährt Fahrrad.\n\nZwei Männer spielen F
 _SENTENCES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad.", "Zwei Männer spielen Fußball.", "Ein Kind schläft."]
 
 
-def _alone(translator, text: str, beam: int = 4, starts: frozenset[str] = frozenset()) -> str:
+def _alone(translator, text: str, beam: int = 4, starts=None) -> str:
     """`text` translated as the server must: each sentence as it is alone, rejoined in the text's layout."""
     from aiayn.data.segment import segment
 
@@ -441,7 +441,9 @@ def test_sentences_run_together_are_cut_at_the_runs_sentence_starts(torch_backen
     starts with one of the run's sentence starts (`aiayn serve` reads them from the run's data report),
     in plain text and in HTML, and keeps them whole without starts."""
     text = "Ein Hund rennt über die Wiese Zwei Männer spielen Fußball im Park."
-    starts = frozenset({"Zwei"})
+    from aiayn.data.segment import SentenceStarts
+
+    starts = SentenceStarts(frozenset({"Zwei"}))
     srv = _serve(torch_backend, sentence_starts=starts)
     try:
         cut = _alone(translator, text, starts=starts)

@@ -24,6 +24,7 @@ def _serve(a: argparse.Namespace) -> int:
         ) from None
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
+    from aiayn.data.segment import SentenceStarts
     from aiayn.decode.documents import run_sentence_starts
     from aiayn.hub import resolve_run
     from aiayn.train.tasks import run_spec
@@ -50,7 +51,7 @@ def _serve(a: argparse.Namespace) -> int:
         body_limit=a.max_body_bytes,
         **same_named(a, "max_wait_ms", "adaptive_wait", "batching", "char_limit", "batch_limit", "sentence_limit"),
         **same_named(a, "api_key", "split_sentences"),
-        sentence_starts=run_sentence_starts(run, source_lang) if a.run_on_cuts else frozenset(),
+        sentence_starts=run_sentence_starts(run, source_lang) if a.run_on_cuts else SentenceStarts(),
     )
     if spec.hub_tag != "translation":
         return _serve_task(a, str(run), spec, settings)

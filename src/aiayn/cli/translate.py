@@ -223,12 +223,13 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
 
     if a.n_best != 1:
         raise AiaynError("--n-best works line by line: not with --document or --format html / docx / pptx")
+    from aiayn.data.segment import SentenceStarts
     from aiayn.decode.documents import run_sentence_starts
 
     run = _members(a)[0] or ""
     run_source, target = run_languages(run)
     lang = a.source_lang or run_source
-    starts = run_sentence_starts(run, lang) if run and a.run_on_cuts else frozenset()
+    starts = run_sentence_starts(run, lang) if run and a.run_on_cuts else SentenceStarts()
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()

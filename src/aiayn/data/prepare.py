@@ -29,7 +29,7 @@ from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
 from aiayn.data.pipeline import Chunk, ExampleKind, Job, Scan, files_stamp, options, prepare_examples, stamp_key
-from aiayn.data.segment import learn_sentence_starts
+from aiayn.data.segment import SentenceStarts, learn_sentence_starts
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder, collapse_whitespace
 
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
@@ -159,7 +159,7 @@ class SentencePairs(ExampleKind[Prepared]):
     symbols: Sequence[str] = ()
     # the source side's sentence starts (aiayn.data.segment.learn_sentence_starts), learnt with the
     # tokenizer from its sample and kept in the report (None: a given tokenizer, learnt at load, or a tree pair)
-    sentence_starts: list[str] | None = field(default=None, init=False)
+    sentence_starts: dict[str, list[str]] | None = field(default=None, init=False)
     streams = 2
     unit = "pairs"
     counters = ("empty", "too_long", "ratio")
@@ -223,7 +223,7 @@ class SentencePairs(ExampleKind[Prepared]):
         if not src:
             raise DataError("every training pair has an empty side")
         if not self.symbols:
-            self.sentence_starts = learn_sentence_starts(src)
+            self.sentence_starts = learn_sentence_starts(src).as_json()
         return train_tokenizer(
             src + tgt,
             model_file,
@@ -277,11 +277,11 @@ class SentencePairs(ExampleKind[Prepared]):
         report = json.loads((directory / "report.json").read_text())
         if "sentence_starts" not in report and not self.symbols:
             # a cache built before they were learnt, or with a given tokenizer: from its encoded source side
-            report["sentence_starts"] = _encoded_sentence_starts(splits["train"], tok)
+            report["sentence_starts"] = _encoded_sentence_starts(splits["train"], tok).as_json()
         return Prepared(tokenizer=tok, splits=splits, report=report, cache_dir=directory, cfg=self.cfg)
 
 
-def _encoded_sentence_starts(split: EncodedSplit, tok: Tokenizer, most: int = 100_000) -> list[str]:
+def _encoded_sentence_starts(split: EncodedSplit, tok: Tokenizer, most: int = 100_000) -> SentenceStarts:
     """learn_sentence_starts on the decoded source side of `split`: every pair, or `most` evenly spread
     (about a second for 100,000 on one core)."""
     step = max(1, -(-len(split) // most))

@@ -38,16 +38,17 @@ the capitalisation rule is German's, and English and French cut before a digit a
    not "Mann" or "Sie"): `learn_sentence_starts` finds them when the data is prepared (the run's
    data_report.json keeps them) and `segment(..., starts=...)` cuts there. No punctuation rule can, and
    the model turns two sentences run together into one garbled one. The cut needs a word that ends in
-   a letter or digit before it (any punctuation is sentencex's to judge) and at least three words on
-   each side. A title in quotes stays whole ("den Film „Das Boot“ gesehen"); one without quotes and
-   with three words or more from its article on is cut ("den Film | Das Boot gestern").
+   a letter or digit before it (any punctuation is sentencex's to judge), one that the training text
+   does end sentences with (not "to", "der", "à"), and at least three words on each side. A title in
+   quotes stays whole ("den Film „Das Boot“ gesehen"); one without quotes, after a word that can end a
+   sentence and with three words or more from its article on, is cut ("den Film | Das Boot gestern").
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -60,6 +61,8 @@ _DE_BEFORE_NUMBER = frozenset(
 )
 # a run-on cut (step 3) leaves at least this many words on each side
 RUN_ON_MIN_WORDS = 3
+# what may close a sentence after its last word (a stop, quotes, brackets), for counting last words
+_CLOSING = ".!?\u2026\"'\u201c\u201d\u2019\u00bb\u00ab)]"
 
 
 @dataclass(frozen=True)
@@ -80,27 +83,71 @@ class Segmented:
         return "".join(out)
 
 
-def learn_sentence_starts(sentences: Iterable[str], min_count: int = 20, inside_share: float = 0.005) -> list[str]:
-    """The capitalised words that start at least `min_count` of `sentences` (a language's training
-    text, one sentence or caption a line) and follow a word that ends in a letter or digit, inside a
-    line, at most `inside_share` times as often: the words a run-on cut may stand before (step 3 of the
-    module docstring). A later sentence of a line follows a stop, not a letter, so its first word does
-    not count as inside. Sorted."""
+@dataclass(frozen=True)
+class SentenceStarts:
+    """What a run's training source text says of where its sentences begin and end (step 3 of the
+    module docstring). `words`: capitalised words that start sentences and almost never follow a word
+    inside one ("Ein", "Zwei"; not "Mann" or "Sie"). `never_last`: frequent words, in lower case, that
+    almost never end a sentence ("to", "der", "à"); no cut is made after one ("listened to | The
+    Beatles")."""
+
+    words: frozenset[str] = frozenset()
+    never_last: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.words)
+
+    def as_json(self) -> dict[str, list[str]]:
+        return {"words": sorted(self.words), "never_last": sorted(self.never_last)}
+
+    @classmethod
+    def from_json(cls, value: object) -> SentenceStarts:
+        """From `as_json`'s dict; anything else (a damaged report) is no starts."""
+        if not isinstance(value, dict):
+            return cls()
+
+        def strings(key: str) -> frozenset[str]:
+            v = value.get(key)
+            return frozenset(w for w in v if isinstance(w, str)) if isinstance(v, list) else frozenset()
+
+        return cls(strings("words"), strings("never_last"))
+
+
+def learn_sentence_starts(
+    sentences: Iterable[str],
+    min_count: int = 20,
+    inside_share: float = 0.005,
+    last_min_count: int = 100,
+    last_share: float = 0.002,
+) -> SentenceStarts:
+    """From `sentences` (a language's training text, one sentence or caption a line): the capitalised
+    words that start at least `min_count` of them and follow a word that ends in a letter or digit,
+    inside a line, at most `inside_share` times as often; and the words seen at least `last_min_count`
+    times that end at most `last_share` of their lines (case and closing punctuation aside). A later
+    sentence of a line follows a stop, not a letter, so its first word does not count as inside."""
     first: Counter[str] = Counter()
     inside: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    last: Counter[str] = Counter()
     for sentence in sentences:
         words = sentence.split()
         if not words:
             continue
         first[words[0]] += 1
+        last[words[-1].rstrip(_CLOSING).lower()] += 1
+        seen.update(w.rstrip(_CLOSING).lower() for w in words)
         for before, word in zip(words, words[1:]):
             if word[0].isupper() and before[-1].isalnum():  # only capitalised words can be starts
                 inside[word] += 1
     wanted = (w for w, n in first.items() if n >= min_count and w.isalpha() and w[0].isupper())
-    return sorted(w for w in wanted if inside[w] <= inside_share * first[w])
+    return SentenceStarts(
+        frozenset(w for w in wanted if inside[w] <= inside_share * first[w]),
+        # a word that ends in punctuation ("Mann,") is never cut after anyway
+        frozenset(w for w, n in seen.items() if n >= last_min_count and w[-1:].isalnum() and last[w] <= last_share * n),
+    )
 
 
-def _run_on_cuts(line: str, a: int, b: int, starts: Collection[str]) -> list[int]:
+def _run_on_cuts(line: str, a: int, b: int, starts: SentenceStarts) -> list[int]:
     """Offsets in `line[a:b]` (one sentence as sentencex cut it) where a sentence without a final stop
     ends and the next begins (step 3 of the module docstring)."""
     words: list[tuple[int, str]] = []  # (offset in line, word)
@@ -112,10 +159,11 @@ def _run_on_cuts(line: str, a: int, b: int, starts: Collection[str]) -> list[int
     cuts, since = [], 0  # words since the last cut
     for i, (at, word) in enumerate(words):
         if (
-            word in starts
+            word in starts.words
             and since >= RUN_ON_MIN_WORDS
             and len(words) - i >= RUN_ON_MIN_WORDS
             and words[i - 1][1][-1].isalnum()
+            and words[i - 1][1].lower() not in starts.never_last
         ):
             cuts.append(at)
             since = 0
@@ -123,7 +171,7 @@ def _run_on_cuts(line: str, a: int, b: int, starts: Collection[str]) -> list[int
     return cuts
 
 
-def _spans_in_line(line: str, lang: str, starts: Collection[str] = ()) -> list[tuple[int, int]]:
+def _spans_in_line(line: str, lang: str, starts: SentenceStarts | None = None) -> list[tuple[int, int]]:
     """(start, end) of each sentence of one line (no line break in it), as sentencex cuts it, whitespace
     around it left out."""
     import sentencex  # the serve / documents extra; imported here so aiayn.data loads without it
@@ -178,11 +226,11 @@ def _ends_de_sentence(word: str) -> bool:
     return len(list(sentencex.segment("de", f"Das ist {word}. Der Rest"))) > 1
 
 
-def segment(text: str, lang: str, lines: bool = True, starts: Collection[str] = ()) -> Segmented:
+def segment(text: str, lang: str, lines: bool = True, starts: SentenceStarts | None = None) -> Segmented:
     """`text` cut into sentences (see the module docstring); `lang` is an ISO 639-1 code ("de"), which
     picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
     `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one.
-    `starts`: the words a sentence without a final stop may run into (`learn_sentence_starts`)."""
+    `starts`: where a sentence without a final stop may run into the next (`learn_sentence_starts`)."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap_start = 0  # where the whitespace before the next sentence begins

@@ -10,7 +10,7 @@ The model was trained on single sentences; a paragraph handed to it whole loses 
 
 The split and the join are separate so that a caller decodes the sentences its own way (the server
 through its batcher, asynchronously; the CLI through `Translator`). HTML lives in aiayn.decode.html.
-`starts`, the words a sentence without a final stop may run into, come from the run
+`starts`, where a sentence without a final stop may run into the next, come from the run
 (`run_sentence_starts`): what its training text taught (aiayn.data.segment, step 3).
 """
 
@@ -18,28 +18,28 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aiayn.data.segment import Segmented, segment
+from aiayn.data.segment import Segmented, SentenceStarts, segment
 
 
-def run_sentence_starts(run: str | os.PathLike, lang: str) -> frozenset[str]:
-    """The sentence starts the run learnt from its training source text (its data_report.json), if that
-    text is in `lang`; empty for a run whose directory has no report with them (a run trained before
-    they were learnt, a model from the Hub) or of another language: then no run-on cut is made."""
+def run_sentence_starts(run: str | os.PathLike, lang: str) -> SentenceStarts:
+    """What the run learnt of where its training source sentences start (its data_report.json), if
+    that text is in `lang`; none for a run whose directory has no report with them (a model from the
+    Hub) or of another language: then no run-on cut is made."""
     from aiayn.checkpoint import find_in_run  # it loads torch: not for every importer of this module
 
     found = find_in_run(run, "data_report.json")
     if found is None:
-        return frozenset()
+        return SentenceStarts()
     try:
         report = json.loads(found.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return frozenset()  # a damaged report costs the run-on cuts, not the translation
+        return SentenceStarts()  # a damaged report costs the run-on cuts, not the translation
     if not isinstance(report, dict) or report.get("src_lang") != lang:
-        return frozenset()
-    return frozenset(w for w in report.get("sentence_starts") or () if isinstance(w, str))
+        return SentenceStarts()
+    return SentenceStarts.from_json(report.get("sentence_starts"))
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,19 @@ class SplitTexts:
         return out
 
 
-def split_texts(texts: Sequence[str], lang: str, lines: bool = True, starts: Collection[str] = ()) -> SplitTexts:
+def split_texts(
+    texts: Sequence[str], lang: str, lines: bool = True, starts: SentenceStarts | None = None
+) -> SplitTexts:
     """Each text cut into sentences (aiayn.data.segment) in the source language `lang`; `lines` False:
     line breaks are plain whitespace (HTML); `starts`: see the module docstring."""
     return SplitTexts([segment(t, lang, lines, starts) for t in texts])
 
 
 def translate_texts(
-    texts: Sequence[str], lang: str, translate: Callable[[list[str]], list[str]], starts: Collection[str] = ()
+    texts: Sequence[str],
+    lang: str,
+    translate: Callable[[list[str]], list[str]],
+    starts: SentenceStarts | None = None,
 ) -> list[str]:
     """Texts (paragraphs, blank lines, any whitespace) translated sentence by sentence with one call of
     `translate` (a list of sentences -> their translations), rejoined in the source's layout."""

@@ -38,11 +38,12 @@ import contextlib
 import html
 import math
 import unicodedata
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
+from aiayn.data.segment import SentenceStarts
 from aiayn.data.tokenizer import replace_lone_surrogates
 from aiayn.decode.documents import SplitTexts, split_texts
 
@@ -460,10 +461,12 @@ class HtmlDocument:
     block's, then every alt's and title's); `render(translations)` gives the translated HTML. Split
     in two so that a caller decodes the sentences its own way (the server: with other requests')."""
 
-    def __init__(self, document: str, lang: str, target: str | None = None, starts: Collection[str] = ()) -> None:
+    def __init__(
+        self, document: str, lang: str, target: str | None = None, starts: SentenceStarts | None = None
+    ) -> None:
         """`lang`: the source language (to cut sentences by); `target`: the translation's, which `lang`
         attributes naming `lang` are given (None: they are left as they are); `starts`: the words a
-        sentence without a final stop may run into (aiayn.decode.documents.run_sentence_starts)."""
+        sentence without a final stop may run into the next (aiayn.decode.documents.run_sentence_starts)."""
         from lxml import html as lxml_html
 
         # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
@@ -573,7 +576,7 @@ def translate_html(
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
     target: str | None = None,
-    starts: Collection[str] = (),
+    starts: SentenceStarts | None = None,
 ) -> str:
     """`document` (a whole page or a fragment) with its text translated (see the module docstring):
     every sentence of every block, and every alt and title, decoded in one call of `translate`; the

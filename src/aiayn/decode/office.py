@@ -41,10 +41,11 @@ import html
 import io
 import locale
 import zipfile
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.data.segment import SentenceStarts
 from aiayn.decode.html import HtmlDocument, Links, same_language
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -297,7 +298,7 @@ class OfficeDocument:
     writes the translated document."""
 
     def __init__(
-        self, data: bytes, kind: str, lang: str, target: str | None = None, starts: Collection[str] = ()
+        self, data: bytes, kind: str, lang: str, target: str | None = None, starts: SentenceStarts | None = None
     ) -> None:
         """`lang`: the source language; `target`: the translation's, given to the language marks that name
         `lang` (None: they are left as they are); `starts`: as HtmlDocument's."""
@@ -394,7 +395,7 @@ def translate_office(
     translate: Callable[[list[str]], list[str]],
     align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
     target: str | None = None,
-    starts: Collection[str] = (),
+    starts: SentenceStarts | None = None,
 ) -> bytes:
     """The .docx or .pptx `data` with its text translated (see the module docstring): every sentence in
     one call of `translate`, the sentences that hold formatting aligned in one call of `align` (as

@@ -26,7 +26,7 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aiayn.config import DecodeConfig
 from aiayn.data.language import detect
+from aiayn.data.segment import SentenceStarts
 from aiayn.decode.documents import SplitTexts, split_texts
 from aiayn.decode.html import HtmlDocument
 from aiayn.decode.office import KINDS, OfficeDocument, OfficeError
@@ -108,8 +109,8 @@ class ServeSettings:
     # Texts are cut into sentences (aiayn.data.segment), all decoded in one batch and rejoined with their
     # whitespace, as LibreTranslate does: the model was trained on single sentences (issue #47).
     split_sentences: bool = True
-    # the words a sentence without a final stop may run into (aiayn.decode.documents.run_sentence_starts)
-    sentence_starts: frozenset[str] = frozenset()
+    # where a sentence without a final stop may run into the next (aiayn.decode.documents.run_sentence_starts)
+    sentence_starts: SentenceStarts = field(default_factory=SentenceStarts)
 
 
 class ApiError(Exception):
