@@ -48,7 +48,9 @@ def random_split(rows: int, vocab: int, seed: int, pairs: bool = False) -> Encod
 # -- masking ----------------------------------------------------------------------------------------
 
 
-@settings(max_examples=12, deadline=None)
+# derandomized: shares checked at 4 sigma on examples drawn afresh each run fail now and then by
+# chance alone; the same examples every run keep the check without the flake
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**31), pairs=st.booleans(), probs=st.sampled_from([(0.15, 0.8, 0.1), (0.3, 0.5, 0.25)]))
 def test_masking_follows_berts_proportions_never_picks_specials_and_is_seeded(seed, pairs, probs):
     vocab, p_choose, p_mask, p_random = 500, *probs
