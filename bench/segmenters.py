@@ -152,14 +152,17 @@ def main() -> None:
             with gzip.open(a.multi30k / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
                 learnt[lang] = learn_sentence_starts(x.strip() for x in f)
     ours = {"aiayn": lambda lang: lambda t: segment(t, lang).sentences}
-    with_starts = {"aiayn+starts": lambda lang: lambda t: segment(t, lang, starts=learnt[lang]).sentences}
+
+    def with_starts(lang: str) -> Callable[[str], list[str]]:
+        return lambda t: segment(t, lang, starts=learnt[lang]).sentences
+
     for gold_set in (GOLD, HELD_OUT, HELD_OUT_2):
         for name, cut_for in cutters().items():
             for mode in ("raw", "lines"):
                 rows.append(measure(name, mode, cut_for, gold_set))
         rows.append(measure("aiayn", "lines", ours["aiayn"], gold_set))
         if learnt:
-            rows.append(measure("aiayn+starts", "lines", with_starts["aiayn+starts"], gold_set))
+            rows.append(measure("aiayn+starts", "lines", with_starts, gold_set))
     rows += [run_on(a.multi30k, lang, starts) for lang, starts in learnt.items()]
     for r in rows:
         print(json.dumps(r, ensure_ascii=False))

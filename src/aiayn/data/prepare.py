@@ -282,8 +282,7 @@ class SentencePairs(ExampleKind[Prepared]):
 
 
 def _encoded_sentence_starts(split: EncodedSplit, tok: Tokenizer, most: int = 100_000) -> SentenceStarts:
-    """learn_sentence_starts on the decoded source side of `split`: every pair, or `most` evenly spread
-    (about a second for 100,000 on one core)."""
+    """learn_sentence_starts on the decoded source side of `split`: every pair, or `most` evenly spread."""
     step = max(1, -(-len(split) // most))
     return learn_sentence_starts(tok.decode(split.pair(i)[0].tolist()) for i in range(0, len(split), step))
 
