@@ -134,6 +134,17 @@ def test_a_validation_text_shorter_than_a_block_is_scored_and_one_without_a_next
         train(doc_config(document, {"text_valid": str(short)}), tmp_path / "one")
 
 
+def test_tokens_per_update_counts_a_block_batchs_tokens(home, document, capfd):
+    """optim.tokens_per_update is divided by what one micro-batch holds: 4 blocks of 16 tokens here
+    (the batches' own max_tokens), not data.max_tokens, so 192 tokens an update are 3 micro-batches."""
+    cfg = doc_config(document, max_steps=1, eval_every=1, save_every=1)
+    d = cfg.to_dict()
+    cfg = Config.from_dict({**d, "optim": {**d["optim"], "tokens_per_update": 192}})
+    train(cfg, home / "accumulated")
+    out = capfd.readouterr()
+    assert "update = 3 x 1 x 64 tokens (<= 192, update_freq 3 from optim.tokens_per_update 192)" in out.out + out.err
+
+
 def test_lm_training_resumes_exactly_and_learns(home, document):
     full = train(doc_config(document), home / "full")
     half = train(doc_config(document, max_steps=6), home / "half")

@@ -16,7 +16,6 @@ from aiayn.config import Config, DataConfig
 from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.train.tasks import TaskSpec, TranslationTask, register, task_options
-from aiayn.train.tasks.spec import sentence_batches
 from aiayn.train.tasks.translate import translations
 
 
@@ -61,15 +60,14 @@ class ReverseTask(TranslationTask):
 SPEC = register(
     TaskSpec(
         name="reverse",
+        summary="writing a sequence of letters backwards (a toy)",
         model_kind="encoder-decoder",
-        prepare=prepare_reversal,
-        train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
-        build=ReverseTask,
-        longest_row=lambda cfg: (cfg.data.max_len + 1, "data.max_len letters + EOS", "data.max_len"),
-        default_metric=lambda cfg: "exact",
         settings=ReverseSettings,
         measures={"exact": True},
+        default_metric="exact",
+        prepare=prepare_reversal,
+        longest_row=lambda cfg: (cfg.data.max_len + 1, "data.max_len letters + EOS", "data.max_len"),
+        build=ReverseTask,
         predictor=translations,
-        summary="writing a sequence of letters backwards (a toy)",
     )
 )

@@ -230,6 +230,7 @@ class BlockIterator:
                 f"the text has {len(stream)} tokens, fewer than one block of task.block_size={block_size} + 1"
             )
         self.stream, self.block_size, self.batch_size = stream, int(block_size), int(batch_size)
+        self.max_tokens = self.block_size * self.batch_size  # a batch's tokens: its windows' inputs
         self.seed, self.rank, self.world_size = int(seed), rank, world_size
         self.epoch, self.position = 0, 0
 

@@ -165,15 +165,13 @@ class Trainer:
         one dict, `self.states`, that checkpoints save and a resume restores (torchtitan's shape); its
         names are those of the state file."""
         cfg, c, o = self.cfg, self.cfg.train, self.cfg.optim
+        self.iterator = self.spec.train_batches(cfg, self.prepared, self.dist, self.device)
         self.update_freq = o.update_freq
         if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
-            self.update_freq = derive_update_freq(
-                o.tokens_per_update, self.spec.micro_batch_tokens(cfg), self.dist.world_size
-            )
+            self.update_freq = derive_update_freq(o.tokens_per_update, self.iterator.max_tokens, self.dist.world_size)
         self.optimizer, self.scheduler, self.scaler = build_optimizer(
             self.model, o, self.model_config.d_model, self.device, self.amp, c.max_steps
         )
-        self.iterator = self.spec.train_batches(cfg, self.prepared, self.dist, self.device)
         self.batches = Batches(self.iterator, c.max_epochs)
         self.task = self.spec.build(
             cfg, self.model_config, self.prepared, self.device, autocast_factory(self.amp, self.device)
@@ -207,7 +205,7 @@ class Trainer:
 
     def _banner(self, n_params: int, weights: Path | None) -> None:
         cfg, o, world = self.cfg, self.cfg.optim, self.dist.world_size
-        micro = self.spec.micro_batch_tokens(cfg)
+        micro = self.iterator.max_tokens
         eff = micro * self.update_freq * world
         derived = (
             f", update_freq {self.update_freq} from optim.tokens_per_update {o.tokens_per_update:,}"

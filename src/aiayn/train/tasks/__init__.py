@@ -25,6 +25,7 @@ from aiayn.train.tasks.spec import (
     higher_is_better,
     patience_metric,
     register,
+    require_validation_examples,
     resolved,
     spec_for,
     task_names,
@@ -37,7 +38,7 @@ def prepare_data(spec: TaskSpec, cfg: Config, data: DataConfig, run_dir: Path | 
     """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`.
     A validation split with nothing to measure is a DataError here, before any training."""
     prepared = spec.prepare(cfg, data, run_dir)
-    spec.check_prepared(cfg, prepared)
+    require_validation_examples(prepared)
     return prepared
 
 

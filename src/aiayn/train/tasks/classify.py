@@ -21,7 +21,7 @@ from aiayn.distributed import DistInfo
 from aiayn.fileio import atomic_write
 from aiayn.scoring import class_scores, confusion_matrix
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
-from aiayn.train.tasks.spec import TEXT_CORPORA, Predict, TaskBase, TaskSpec, TrainBatches, register, sentence_batches
+from aiayn.train.tasks.spec import TEXT_CORPORA, Predict, TaskBase, TaskSpec, register, sentence_batches
 
 
 class ClassifyTask(TaskBase[PreparedText]):
@@ -88,7 +88,7 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText
     return prepared
 
 
-def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
+def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> BatchIterator:
     collate = encoder_collate(prepared.tokenizer, prepared.labels["train"])
     return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
 
@@ -110,17 +110,17 @@ def labels(run: str, device: str | None) -> Predict:
 SPEC = register(
     TaskSpec(
         name="classify",
+        summary="text classification (encoder-only with a pooled head, usually from an mlm run)",
+        hub_tag="text-classification",
         model_kind="encoder-only",
+        measures={"accuracy": True},
+        default_metric="accuracy",
+        corpora=TEXT_CORPORA,
         prepare=prepare,
         train_batches=train_batches,
-        build=ClassifyTask,
         longest_row=encoder_row,
-        default_metric=lambda cfg: "accuracy",
-        corpora=TEXT_CORPORA,
-        measures={"accuracy": True},
-        predictor=labels,
-        hub_tag="text-classification",
-        summary="text classification (encoder-only with a pooled head, usually from an mlm run)",
+        build=ClassifyTask,
         find_unused_parameters=True,  # the masked-token head stays unused under DDP
+        predictor=labels,
     )
 )

@@ -19,17 +19,7 @@ from aiayn.data.text import PreparedText, prepare_text
 from aiayn.data.text_batching import BlockIterator, TextBatch, TextCollate, stream_blocks
 from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import (
-    TEXT_CORPORA,
-    Predict,
-    TaskBase,
-    TaskSpec,
-    TrainBatches,
-    register,
-    require_validation_examples,
-    sentence_batches,
-    task_options,
-)
+from aiayn.train.tasks.spec import TEXT_CORPORA, Predict, TaskBase, TaskSpec, register, sentence_batches, task_options
 
 
 @dataclasses.dataclass
@@ -111,10 +101,19 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText
             "task.block_size draws blocks from running text: set data.text_unit: document "
             "(or task.block_size: null for one sentence per example)"
         )
-    return prepare_text(data, run_dir)
+    prepared = prepare_text(data, run_dir)
+    valid = prepared.splits["valid"]
+    if settings(cfg).block_size is not None and len(valid) > 0 and len(document_stream(valid)) < 2:
+        raise DataError(
+            "the validation text has fewer than 2 tokens, so there is no next token to predict: "
+            "give data.text_valid more text (or raise data.valid_fraction)"
+        )
+    return prepared
 
 
-def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
+def train_batches(
+    cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device
+) -> BlockIterator | BatchIterator:
     own = settings(cfg)
     if own.block_size is None:
         return sentence_batches(cfg, prepared, dist, device, collate_fn=TextCollate())
@@ -129,26 +128,6 @@ def longest_row(cfg: Config) -> tuple[int, str, str]:
     return cfg.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
 
 
-def micro_batch_tokens(cfg: Config) -> int:
-    """Blocks x block size, or the token budget of sentence batches."""
-    own = settings(cfg)
-    if own.block_size is not None:
-        return own.batch_size * own.block_size
-    return cfg.data.max_tokens
-
-
-def check_prepared(cfg: Config, prepared: PreparedText) -> None:
-    if settings(cfg).block_size is None:
-        require_validation_examples(cfg, prepared)
-        return
-    valid = prepared.splits["valid"]
-    if len(valid) == 0 or len(document_stream(valid)) < 2:
-        raise DataError(
-            "the validation text has fewer than 2 tokens, so there is no next token to predict: "
-            "give data.text_valid more text (or raise data.valid_fraction)"
-        )
-
-
 def continuations(run: str, device: str | None) -> Predict:
     """Each line's greedy continuation, on one line (`aiayn generate` samples and streams)."""
     from aiayn.decode.lm import LanguageModel
@@ -161,18 +140,15 @@ def continuations(run: str, device: str | None) -> Predict:
 SPEC = register(
     TaskSpec(
         name="lm",
+        summary="language modelling (decoder-only, next token)",
+        hub_tag="text-generation",
         model_kind="decoder-only",
-        prepare=prepare,
-        train_batches=train_batches,
-        build=LMTask,
-        longest_row=longest_row,
-        default_metric=lambda cfg: "loss",
         settings=LMSettings,
         corpora=TEXT_CORPORA,
+        prepare=prepare,
+        train_batches=train_batches,
+        longest_row=longest_row,
+        build=LMTask,
         predictor=continuations,
-        hub_tag="text-generation",
-        summary="language modelling (decoder-only, next token)",
-        micro_batch_tokens=micro_batch_tokens,
-        check_prepared=check_prepared,
     )
 )

@@ -18,16 +18,7 @@ from aiayn.data.text_batching import MaskedBatch, MaskingCollate
 from aiayn.data.tokenizer import ENCODER_SPECIALS
 from aiayn.distributed import DistInfo
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import (
-    TEXT_CORPORA,
-    Predict,
-    TaskBase,
-    TaskSpec,
-    TrainBatches,
-    register,
-    sentence_batches,
-    task_options,
-)
+from aiayn.train.tasks.spec import TEXT_CORPORA, Predict, TaskBase, TaskSpec, register, sentence_batches, task_options
 
 
 @dataclasses.dataclass
@@ -123,7 +114,7 @@ def encoder_row(cfg: Config) -> tuple[int, str, str]:
     return cfg.data.max_len + 2, "[CLS] a [SEP] b [SEP] with a, EOS and b within data.max_len", "data.max_len"
 
 
-def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> TrainBatches:
+def train_batches(cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device) -> BatchIterator:
     collate = masking_collate(prepared, task_options(cfg, MLMSettings), cfg.train.seed)
     return sentence_batches(cfg, prepared, dist, device, collate_fn=collate)
 
@@ -140,17 +131,16 @@ def filled_masks(run: str, device: str | None) -> Predict:
 SPEC = register(
     TaskSpec(
         name="mlm",
+        summary="masked-token pre-training (encoder-only, BERT)",
+        hub_tag="fill-mask",
         model_kind="encoder-only",
+        settings=MLMSettings,
+        measures={"accuracy": True},
+        corpora=TEXT_CORPORA,
         prepare=prepare_lines,
         train_batches=train_batches,
-        build=MLMTask,
         longest_row=encoder_row,
-        default_metric=lambda cfg: "loss",
-        settings=MLMSettings,
-        corpora=TEXT_CORPORA,
-        measures={"accuracy": True},
+        build=MLMTask,
         predictor=filled_masks,
-        hub_tag="fill-mask",
-        summary="masked-token pre-training (encoder-only, BERT)",
     )
 )

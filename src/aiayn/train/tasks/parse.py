@@ -25,7 +25,7 @@ from aiayn.decode import Translator
 from aiayn.decode.parser import PARSE_META, WORD_START, Parser, TreeConstraint, parse_lines, score_trees
 from aiayn.fileio import atomic_write
 from aiayn.train.tasks import translate
-from aiayn.train.tasks.spec import Predict, TaskSpec, register, sentence_batches, task_options
+from aiayn.train.tasks.spec import Predict, TaskSpec, register, task_options
 from aiayn.train.tasks.translate import TranslationTask
 
 # Validation's output limit, in tokens a source piece and more: a tree is at most 3 tokens a leaf (the leaf,
@@ -157,16 +157,15 @@ def trees(run: str, device: str | None) -> Predict:
 SPEC = register(
     TaskSpec(
         name="parse",
-        model_kind="encoder-decoder",
-        prepare=prepare_parse,
-        train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
-        build=ParseTask,
-        longest_row=translate.SPEC.longest_row,
-        default_metric=lambda cfg: "f1",
-        settings=ParseSettings,
-        corpora=("craft", "wsj", "trees"),
-        measures={"f1": True},
-        predictor=trees,
         summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
+        model_kind="encoder-decoder",
+        settings=ParseSettings,
+        measures={"f1": True},
+        default_metric="f1",
+        corpora=("craft", "wsj", "trees"),
+        prepare=prepare_parse,
+        longest_row=translate.SPEC.longest_row,
+        build=ParseTask,
+        predictor=trees,
     )
 )

@@ -77,6 +77,7 @@ class TrainBatches(Protocol):
     """The training batches: a stateful part (its position is checkpointed), sharded over the ranks."""
 
     epoch: int  # passes over the training data so far
+    max_tokens: int  # tokens of one micro-batch at most (what optim.tokens_per_update is divided by)
 
     def __iter__(self) -> Iterator[Any]: ...
 
@@ -93,11 +94,8 @@ PARALLEL_CORPORA = ("multi30k", "files", "embedded", "wmt14")
 TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
 
 
-def max_tokens_per_batch(cfg: Config) -> int:
-    return cfg.data.max_tokens
-
-
-def require_validation_examples(cfg: Config, prepared: PreparedData) -> None:
+def require_validation_examples(prepared: PreparedData) -> None:
+    """Every task's check of its prepared data, before any training: validation needs an example."""
     if len(prepared.splits["valid"]) == 0:
         raise DataError(
             "the validation split has no examples (its lines are all empty, or it is missing): "
@@ -105,43 +103,70 @@ def require_validation_examples(cfg: Config, prepared: PreparedData) -> None:
         )
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    """Everything aiayn asks of one task.
+def sentence_batches(
+    cfg: Config,
+    prepared: PreparedData,
+    dist: DistInfo,
+    device: torch.device,
+    collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None,
+) -> BatchIterator:
+    """Token-budget batches of whole examples from the training split (length-bucketed, shuffled,
+    rank-sharded); without `collate_fn` a batch is collated during the update."""
+    return BatchIterator(
+        prepared.splits["train"],
+        cfg.data.max_tokens,
+        seed=cfg.train.seed,
+        shuffle=True,
+        collate_fn=collate_fn,
+        prefetch=2,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        pin_memory=device.type == "cuda",
+    )
 
-    prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory.
-    train_batches: the stateful iterator of training batches for this rank.
-    build: the Task (loss of a batch, validation) for the built model.
-    longest_row: (positions one training row can take, its layout, the setting that bounds it).
-    default_metric: what train.patience_metric=auto watches for this run.
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    """Everything aiayn asks of one task, in the order a task declares it.
+
+    name: what `task.name` says.
+    summary: one line for `aiayn train --help` and the model card ("... trained for <summary>").
+    hub_tag: the Hugging Face Hub's pipeline tag for its model card.
+    model_kind: the stack it trains: encoder-decoder | decoder-only | encoder-only.
     settings: the task's own settings, a dataclass: the `task:` section's keys besides `name`
       (`--task.KEY VALUE` on the command line), read with `task_options`.
-    corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
     measures: its validation numbers besides loss (lower is better), each with True where higher is
       better; train.patience_metric may name them, and the best checkpoint is judged by them.
+    default_metric: what train.patience_metric=auto watches: a measure's name, or a function of the
+      config where that depends on it.
+    corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
+    prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory. It
+      refuses data the task cannot train on (every task's data needs a validation example besides).
+    train_batches: the stateful iterator of training batches for this rank (its `max_tokens` bounds a
+      micro-batch); whole examples under data.max_tokens unless the task says otherwise.
+    longest_row: (positions one training row can take, its layout, the setting that bounds it).
+    build: the Task (loss of a batch, validation) for the built model.
+    find_unused_parameters: DDP's flag, for a model some of whose parameters get no gradient in some
+      updates.
     predictor: (run directory or weights, device) -> a function from input lines to one output each, a
       line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict for a task whose
       hub_tag is not translation); None for a task without one.
-    hub_tag: the Hugging Face Hub's pipeline tag for its model card.
-    summary: one line for `aiayn train --help` and the model card ("... trained for <summary>").
     """
 
     name: str
-    model_kind: str  # the stack it trains: encoder-decoder | decoder-only | encoder-only
-    prepare: Callable[[Config, DataConfig, Path | None], PreparedData]
-    train_batches: Callable[[Config, Any, DistInfo, torch.device], TrainBatches]
-    build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
-    longest_row: Callable[[Config], tuple[int, str, str]]
-    default_metric: Callable[[Config], str]
-    settings: type | None = None
-    corpora: tuple[str, ...] = ()
-    measures: dict[str, bool] = dataclasses.field(default_factory=dict)
-    predictor: Callable[[str, str | None], Predict] | None = None
-    hub_tag: str = "text2text-generation"
     summary: str = ""
-    micro_batch_tokens: Callable[[Config], int] = max_tokens_per_batch  # tokens of one micro-batch at most
-    check_prepared: Callable[[Config, Any], None] = require_validation_examples  # before any training
-    find_unused_parameters: bool = False  # DDP: some parameters get no gradient in some updates
+    hub_tag: str = "text2text-generation"
+    model_kind: str
+    settings: type | None = None
+    measures: dict[str, bool] = dataclasses.field(default_factory=dict)
+    default_metric: str | Callable[[Config], str] = "loss"
+    corpora: tuple[str, ...] = ()
+    prepare: Callable[[Config, DataConfig, Path | None], PreparedData]
+    train_batches: Callable[[Config, Any, DistInfo, torch.device], TrainBatches] = sentence_batches
+    longest_row: Callable[[Config], tuple[int, str, str]]
+    build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
+    find_unused_parameters: bool = False
+    predictor: Callable[[str, str | None], Predict] | None = None
 
 
 _REGISTRY: dict[str, TaskSpec] = {}
@@ -218,7 +243,7 @@ def patience_metric(cfg: Config, spec: TaskSpec) -> str:
     """What early stopping watches: train.patience_metric, or the task's default for `auto`."""
     metric = cfg.train.patience_metric
     if metric == "auto":
-        return spec.default_metric(cfg)
+        return spec.default_metric if isinstance(spec.default_metric, str) else spec.default_metric(cfg)
     if metric != "loss" and metric not in spec.measures:
         having = [n for n in task_names() if metric in get_spec(n).measures]
         raise ConfigError(
@@ -231,25 +256,3 @@ def patience_metric(cfg: Config, spec: TaskSpec) -> str:
 def higher_is_better(spec: TaskSpec, metric: str) -> bool:
     """The direction of one of the task's validation measures (loss: lower is better)."""
     return metric != "loss" and spec.measures[metric]
-
-
-def sentence_batches(
-    cfg: Config,
-    prepared: PreparedData,
-    dist: DistInfo,
-    device: torch.device,
-    collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None,
-) -> BatchIterator:
-    """Token-budget batches of whole examples from the training split (length-bucketed, shuffled,
-    rank-sharded); without `collate_fn` a batch is collated during the update."""
-    return BatchIterator(
-        prepared.splits["train"],
-        cfg.data.max_tokens,
-        seed=cfg.train.seed,
-        shuffle=True,
-        collate_fn=collate_fn,
-        prefetch=2,
-        rank=dist.rank,
-        world_size=dist.world_size,
-        pin_memory=device.type == "cuda",
-    )

@@ -15,7 +15,7 @@ from aiayn.data.prepare import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import PARALLEL_CORPORA, Predict, TaskBase, TaskSpec, register, sentence_batches
+from aiayn.train.tasks.spec import PARALLEL_CORPORA, Predict, TaskBase, TaskSpec, register
 
 
 class TranslationTask(TaskBase[Prepared]):
@@ -87,20 +87,19 @@ def translations(run: str, device: str | None) -> Predict:
 SPEC = register(
     TaskSpec(
         name="translate",
+        summary="translation (the paper's encoder-decoder)",
+        hub_tag="translation",
         model_kind="encoder-decoder",
+        measures={"bleu": True},
+        default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
+        corpora=PARALLEL_CORPORA,
         prepare=lambda cfg, data, run_dir: prepare(data, run_dir),
-        train_batches=lambda cfg, prepared, dist, device: sentence_batches(cfg, prepared, dist, device),
-        build=TranslationTask,
         longest_row=lambda cfg: (
             cfg.data.max_len + 1,
             "data.max_len subwords + EOS, or BOS + data.max_len",
             "data.max_len",
         ),
-        default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
-        corpora=PARALLEL_CORPORA,
-        measures={"bleu": True},
+        build=TranslationTask,
         predictor=translations,
-        hub_tag="translation",
-        summary="translation (the paper's encoder-decoder)",
     )
 )
