@@ -129,9 +129,10 @@ def test_a_validation_text_shorter_than_a_block_is_scored_and_one_without_a_next
     valid = [json.loads(x) for x in (tmp_path / "short/metrics.jsonl").read_text().splitlines()]
     valid = [r for r in valid if r["kind"] == "valid"]
     assert result["step"] == 2 and len(valid) == 1 and np.isfinite(valid[0]["loss"])
-    short.write_text("A")
-    with pytest.raises(DataError, match="fewer than 2 tokens"):
-        train(doc_config(document, {"text_valid": str(short)}), tmp_path / "one")
+    for text in ("A", ""):  # one token, none
+        short.write_text(text)
+        with pytest.raises(DataError, match="fewer than 2 tokens"):
+            train(doc_config(document, {"text_valid": str(short)}), tmp_path / "one")
 
 
 def test_tokens_per_update_counts_a_block_batchs_tokens(home, document, capfd):

@@ -105,6 +105,22 @@ def test_a_task_from_one_file_trains(home, tmp_path):
     assert (run / "reverse-data" / "train.src").is_file() and (run / "best.safetensors").is_file()
 
 
+def test_batches_without_max_tokens_are_named_before_training(home, tmp_path):
+    """A task whose training batches do not say their micro-batch size (TrainBatches.max_tokens) is
+    refused in one message naming the task, on every rank alike, before the first update."""
+    import toy_task
+    from aiayn.train.tasks import spec
+
+    spec.register(dataclasses.replace(toy_task.SPEC, name="sizeless", train_batches=lambda *args: object()))
+    over = {"task.name": "sizeless", "model.preset": "tiny", "data.vocab_size": 300, "train.max_steps": 1}
+    try:
+        with pytest.raises(TypeError, match="task sizeless's train_batches gave a object without max_tokens"):
+            train(Config.load(None, over), tmp_path / "run")
+    finally:
+        del spec._REGISTRY["sizeless"]
+    assert not list((tmp_path / "run").glob("checkpoints/*"))
+
+
 def install_toy_distribution(where: Path) -> Path:
     """tests/toy_task.py and toy_task_cli.py as an installed distribution of their own: the modules plus a
     dist-info whose entry_points.txt declares the task and its command module, as pip would leave them."""

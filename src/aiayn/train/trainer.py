@@ -166,6 +166,11 @@ class Trainer:
         names are those of the state file."""
         cfg, c, o = self.cfg, self.cfg.train, self.cfg.optim
         self.iterator = self.spec.train_batches(cfg, self.prepared, self.dist, self.device)
+        if getattr(self.iterator, "max_tokens", None) is None:  # every rank raises alike: none waits in a collective
+            raise TypeError(
+                f"task {self.spec.name}'s train_batches gave a {type(self.iterator).__name__} without max_tokens "
+                "(the tokens of one micro-batch at most: see aiayn.train.tasks.spec.TrainBatches)"
+            )
         self.update_freq = o.update_freq
         if o.tokens_per_update is not None:  # derived per launch: a resume on another world size keeps the batch
             self.update_freq = derive_update_freq(o.tokens_per_update, self.iterator.max_tokens, self.dist.world_size)

@@ -103,7 +103,7 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText
         )
     prepared = prepare_text(data, run_dir)
     valid = prepared.splits["valid"]
-    if settings(cfg).block_size is not None and len(valid) > 0 and len(document_stream(valid)) < 2:
+    if settings(cfg).block_size is not None and (len(valid) == 0 or len(document_stream(valid)) < 2):
         raise DataError(
             "the validation text has fewer than 2 tokens, so there is no next token to predict: "
             "give data.text_valid more text (or raise data.valid_fraction)"

@@ -77,7 +77,11 @@ class TrainBatches(Protocol):
     """The training batches: a stateful part (its position is checkpointed), sharded over the ranks."""
 
     epoch: int  # passes over the training data so far
-    max_tokens: int  # tokens of one micro-batch at most (what optim.tokens_per_update is divided by)
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens of one micro-batch at most (what optim.tokens_per_update is divided by); an attribute
+        will do."""
 
     def __iter__(self) -> Iterator[Any]: ...
 
