@@ -96,14 +96,15 @@ class LMTask(TaskBase[PreparedText]):
 
 
 def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText:
-    if settings(cfg).block_size is not None and data.text_unit != "document":
+    blocks = settings(cfg).block_size is not None
+    if blocks and data.text_unit != "document":
         raise ConfigError(
             "task.block_size draws blocks from running text: set data.text_unit: document "
             "(or task.block_size: null for one sentence per example)"
         )
     prepared = prepare_text(data, run_dir)
     valid = prepared.splits["valid"]
-    if settings(cfg).block_size is not None and (len(valid) == 0 or len(document_stream(valid)) < 2):
+    if blocks and (len(valid) == 0 or len(document_stream(valid)) < 2):
         raise DataError(
             "the validation text has fewer than 2 tokens, so there is no next token to predict: "
             "give data.text_valid more text (or raise data.valid_fraction)"
