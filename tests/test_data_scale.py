@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from aiayn.config import Config, DataConfig
 from aiayn.data import Tokenizer, prepare
+from aiayn.data.pipeline import Options
 from aiayn.data.tokenizer import NEWLINE, WordCacheEncoder
 from local_http import free_port
 
@@ -61,9 +62,9 @@ def same_arrays(a, b) -> bool:
 def test_worker_processes_write_exactly_what_one_process_writes(tmp_path, monkeypatch):
     cfg = corpus(tmp_path / "c", 6000)
     monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "h1"))
-    one = prepare(cfg, workers=1, chunk_pairs=700)
+    one = prepare(cfg, options=Options(workers=1, chunk_lines=700))
     monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "h2"))
-    two = prepare(cfg, workers=2, chunk_pairs=700)
+    two = prepare(cfg, options=Options(workers=2, chunk_lines=700))
     assert one.report["workers"] == 1 and two.report["workers"] == 2
     assert one.report["dropped"] == two.report["dropped"] and one.report["dropped"]["empty"] == 15
     assert one.report["dropped"]["too_long"] == 12
@@ -101,9 +102,9 @@ def test_the_line_kind_writes_in_worker_processes_exactly_what_one_process_write
     for cfg, kw in ((labelled, {"labelled": True}), (document, {})):
         cfg.vocab_size, cfg.max_len = 300, 12
         monkeypatch.setenv("AIAYN_HOME", str(tmp_path / f"h1{cfg.text_unit}"))
-        one = prepare_text(cfg, workers=1, chunk_lines=100, **kw)
+        one = prepare_text(cfg, options=Options(workers=1, chunk_lines=100), **kw)
         monkeypatch.setenv("AIAYN_HOME", str(tmp_path / f"h2{cfg.text_unit}"))
-        two = prepare_text(cfg, workers=2, chunk_lines=100, **kw)
+        two = prepare_text(cfg, options=Options(workers=2, chunk_lines=100), **kw)
         assert one.report["workers"] == 1 and two.report["workers"] == 2
         assert one.report["splits"] == two.report["splits"]
         assert all(
@@ -117,7 +118,9 @@ def test_the_line_kind_writes_in_worker_processes_exactly_what_one_process_write
     text = (tmp_path / "a.txt").read_text() + (tmp_path / "b.txt").read_text()
     assert ids.count(tok.piece_id(NEWLINE)) == 799  # between the 800 lines of the two files
     assert tok.decode(ids).split() == text.split()
-    lab = prepare_text(labelled, labelled=True, workers=1, chunk_lines=100)  # cached: what the workers wrote
+    lab = prepare_text(
+        labelled, labelled=True, options=Options(workers=1, chunk_lines=100)
+    )  # cached: what the workers wrote
     assert lab.report["splits"]["train"]["empty"] == 1 and lab.report["splits"]["train"]["truncated"] > 0
     for k in (0, 5, 6, 799):  # blank line 5 is no example: line 6 is the sixth
         label, a, b = rows[k].split("\t") if rows[k] else ("", "", "")
@@ -138,13 +141,13 @@ def test_bpe_sample_is_seeded_bounded_and_whole_below_its_size(tmp_path, monkeyp
     models = []
     for home in ("h1", "h2"):  # two machines with node-local caches
         monkeypatch.setenv("AIAYN_HOME", str(tmp_path / home))
-        prep = prepare(cfg, workers=1)
+        prep = prepare(cfg, options=Options(workers=1))
         assert prep.report["bpe_sample_pairs"] == 500
         models.append((prep.cache_dir / "spm.model").read_bytes())
     assert models[0] == models[1]
     # a sample as large as the corpus is the whole training text: the model trained on it directly
     cfg.bpe_sample_pairs = 10_000
-    prep = prepare(cfg, workers=1)
+    prep = prepare(cfg, options=Options(workers=1))
     src, tgt = (open(p).read().splitlines() for p in (cfg.train_src, cfg.train_tgt))
     keep = [i for i in range(len(src)) if src[i].split() and tgt[i].split()]
     direct = Tokenizer.train(
@@ -188,32 +191,33 @@ def test_word_cache_encodes_exactly_like_sentencepiece(sp_model, lines):
 def test_cache_key_comes_from_file_metadata_and_content_hash(tmp_path, monkeypatch):
     monkeypatch.setenv("AIAYN_HOME", str(tmp_path / "home"))
     cfg = corpus(tmp_path / "c", 1500)
-    first = prepare(cfg, workers=1)
+    first = prepare(cfg, options=Options(workers=1))
     train = Path(cfg.train_tgt)
     st0 = train.stat()
     original = train.read_bytes()
     # same size and modification time, other bytes: the cache is taken without reading the corpus
     train.write_bytes(original.replace(b"the", b"THE"))
     os.utime(train, ns=(st0.st_atime_ns, st0.st_mtime_ns))
-    again = prepare(cfg, workers=1)
+    again = prepare(cfg, options=Options(workers=1))
     assert again.report["cached"] is True and again.cache_dir == first.cache_dir
     # the original bytes, touched: read and hashed once more, found by content, nothing rebuilt
     train.write_bytes(original)
     os.utime(train, ns=(st0.st_atime_ns, st0.st_mtime_ns + 10**9))
-    touched = prepare(cfg, workers=1)
+    touched = prepare(cfg, options=Options(workers=1))
     assert touched.report["cached"] is True and touched.cache_dir == first.cache_dir
     assert len(list((tmp_path / "home" / "prepared").iterdir())) == 1
     assert len(list((tmp_path / "home" / "stamps").iterdir())) == 2
     # new content: a new cache
     train.write_bytes(original.replace(b"the", b"THE"))
-    changed = prepare(cfg, workers=1)
+    changed = prepare(cfg, options=Options(workers=1))
     assert changed.report["cached"] is False and changed.cache_dir != first.cache_dir
 
 
 def _prepare_in_subprocess(cfg: DataConfig, home: Path, workers: int = 1) -> subprocess.Popen:
     code = (
         "import json, sys; from aiayn.config import DataConfig; from aiayn.data import prepare; "
-        "p = prepare(DataConfig(**json.loads(sys.argv[1])), workers=int(sys.argv[2])); "
+        "from aiayn.data.pipeline import Options; "
+        "p = prepare(DataConfig(**json.loads(sys.argv[1])), options=Options(workers=int(sys.argv[2]))); "
         "print(json.dumps({'cached': p.report['cached'], 'dir': str(p.cache_dir)}))"
     )
     env = {**os.environ, "AIAYN_HOME": str(home)}
@@ -318,7 +322,7 @@ def test_ranks_wait_for_a_build_outside_collectives_longer_than_their_timeout(tm
     timeout: both ranks wait on the lock, not in a collective, so neither times out; then they train."""
     import fcntl
 
-    from aiayn.data.prepare import build_lock
+    from aiayn.data.pairs import build_lock
 
     cfg = corpus(tmp_path / "c", 2000)
     home = tmp_path / "home"

@@ -226,7 +226,7 @@ def test_no_module_reaches_for_another_modules_private_names():
 def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
     f = tmp_path / "m.py"
     f.write_text(
-        "import aiayn.data.batching\nimport aiayn.data.prepare as p\nfrom aiayn.data import io, multi30k as m\n"
+        "import aiayn.data.batching\nimport aiayn.data.pairs as p\nfrom aiayn.data import io, multi30k as m\n"
         "from aiayn.data.tokenizer import Tokenizer, _hidden\nfrom aiayn._lazy import lazy_exports\n"
         "from ..data.cache import _x\nfrom aiayn.model.m import _own\n"
         "aiayn.data.batching._gather, p._sources, io._GZIP_MAGIC, m._sha256_gz, m.__name__, io.x._y, self._z\n"
@@ -237,13 +237,13 @@ def test_the_private_name_checker_sees_imports_and_attributes(tmp_path):
         (8, "aiayn.data.batching._gather"),
         (8, "aiayn.data.io._GZIP_MAGIC"),
         (8, "aiayn.data.multi30k._sha256_gz"),
-        (8, "aiayn.data.prepare._sources"),
+        (8, "aiayn.data.pairs._sources"),
     ]
 
 
 # The modules that turn corpora into prepared caches. Decoding reads a run's tokenizer and weights, never
 # a corpus: the constants it shares with preparation (piece names) live in aiayn.data.tokenizer.
-DATA_PREPARATION = ("aiayn.data.prepare", "aiayn.data.text", "aiayn.data.cache", "aiayn.data.pipeline")
+DATA_PREPARATION = ("aiayn.data.pairs", "aiayn.data.text", "aiayn.data.cache", "aiayn.data.pipeline")
 
 
 def test_decoding_does_not_import_data_preparation():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from aiayn.config import Config
+from aiayn.data.pipeline import Options
 from aiayn.decode.parser import Parser
 from aiayn.errors import AiaynError
 from aiayn.train import train
@@ -218,7 +219,7 @@ def test_the_loss_without_forced_positions_ignores_their_logits(tmp_path):
         over = {"task.name": "parse", "task.tree_leaves": "words", "task.loss_on_forced": on_forced}
         over |= {"data.corpus": "wsj", "data.ptb_root": str(root), "data.vocab_size": 300, "model.preset": "tiny"}
         cfg = Config.load(None, over)
-        prepared = prepare_parse(cfg, cfg.data, tmp_path / f"run{on_forced}")
+        prepared = prepare_parse(cfg, cfg.data, tmp_path / f"run{on_forced}", Options())
         return ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu")), cfg
 
     free, cfg = task(False)
@@ -254,7 +255,7 @@ def test_validation_f1_parses_only_the_capped_sentences(parse_run, monkeypatch):
     from aiayn.train.validate import validate
 
     cfg = Config.load(str(parse_run / "config.yaml"), {"task.eval_max_words": 3, "train.eval_max_sentences": 4})
-    prepared = parse.prepare_parse(cfg, cfg.data, None)
+    prepared = parse.prepare_parse(cfg, cfg.data, None, Options())
     task = parse.ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
     parsed, real = [], parse.parse_lines
 
@@ -277,7 +278,7 @@ def test_the_validation_loss_covers_the_first_eval_max_sentences_pairs(tmp_path)
     write_wsj(tmp_path / "wsj", n=2)
     over = {"task.name": "parse", "data.corpus": "wsj", "data.ptb_root": str(tmp_path / "wsj"), "data.vocab_size": 300}
     cfg = Config.load(None, {**over, "model.preset": "tiny", "train.eval_max_sentences": 3})
-    prepared = prepare_parse(cfg, cfg.data, tmp_path / "run")
+    prepared = prepare_parse(cfg, cfg.data, tmp_path / "run", Options())
     task = ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
     seen, forward = [], task._forward
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from aiayn.config import Config, DataConfig
-from aiayn.data.prepare import Prepared, prepare
+from aiayn.data.pairs import Prepared, prepare
+from aiayn.data.pipeline import Options
 from aiayn.decode import Translator
 from aiayn.train.tasks import TaskSpec, TranslationTask, register, task_options
 from aiayn.train.tasks.translate import translations
@@ -24,7 +25,7 @@ class ReverseSettings:
     letters: str = "abcdefgh"  # the alphabet of the sequences (`--task.letters abc`)
 
 
-def prepare_reversal(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepared:
+def prepare_reversal(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> Prepared:
     """Writes its own parallel text (letters -> the letters reversed) next to the run, then prepares it
     as any pair of files."""
     letters = task_options(cfg, ReverseSettings).letters
@@ -39,7 +40,7 @@ def prepare_reversal(cfg: Config, data: DataConfig, run_dir: Path | None) -> Pre
             path.write_text("".join(x + "\n" for x in lines))
             files[f"{split}_{side}"] = str(path)
     own = DataConfig(**{**vars(data), "corpus": "files", **files})
-    return prepare(own, run_dir)
+    return prepare(own, run_dir, options=options)
 
 
 def exact_match(hyps: list[str], refs: list[str]) -> float:

@@ -31,7 +31,7 @@ def _run_data_config(run_dir: Path):
 
 def _split_data(run_dir: Path, split: str, lang: str | None, tokenized: bool):
     """(src lines, ref lines, tokenized refs or None, target language) of one of the run's splits."""
-    from aiayn.data.prepare import prepare, with_run_tokenizer  # torch: not for a --hyp file only scored
+    from aiayn.data.pairs import prepare, with_run_tokenizer  # torch: not for a --hyp file only scored
 
     cfg = with_run_tokenizer(_run_data_config(run_dir), run_dir)
     key = {"val": "valid", "validation": "valid", "test_2016_flickr": "test"}.get(split, split)

@@ -75,14 +75,13 @@ def _prepare(a: argparse.Namespace) -> int:
     import json
 
     from aiayn.config import Config
-    from aiayn.data.pipeline import preparing
+    from aiayn.data.pipeline import Options
     from aiayn.train import tasks
 
     cfg = Config.load(a.config, a.overrides)
     spec = tasks.spec_for(cfg)  # the task's own checks, as `aiayn train` makes them
     cfg = tasks.resolved(cfg, spec)
-    with preparing(workers=a.workers, progress=not a.no_progress):
-        prep = tasks.prepare_data(spec, cfg, cfg.data, None)
+    prep = tasks.prepare_data(spec, cfg, cfg.data, None, Options(workers=a.workers, progress=not a.no_progress))
     r = prep.report
     unit, dropped = ("pairs", f", dropped {json.dumps(r['dropped'])}") if "dropped" in r else ("examples", "")
     splits = ", ".join(f"{s} {len(v):,}" for s, v in prep.splits.items())

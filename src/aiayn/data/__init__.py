@@ -5,8 +5,6 @@
     for batch in it: ...   # Batch(src (B,S), tgt_in (B,T), tgt_out (B,T), ids, src_tokens, tgt_tokens)
 
 The torch-dependent batching names load lazily (PEP 562) so `aiayn --help` does not import torch.
-`prepare` is imported eagerly on purpose: it shares its name with its module, and an eager import keeps
-`aiayn.data.prepare` the function while `from aiayn.data.prepare import prepare` still works.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from aiayn._lazy import lazy_exports
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines, read_parallel
-from aiayn.data.prepare import Prepared, prepare
+from aiayn.data.pairs import Prepared, prepare
 from aiayn.data.tokenizer import Tokenizer
 
 _EXPORTS = {"batching": ("Batch", "BatchIterator", "collate")}  # submodule -> the names it gives, lazily

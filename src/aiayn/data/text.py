@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,21 @@ from aiayn.data.cache import SPLITS, Reservoir, given_tokenizer, spm_model_bytes
 from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_blob
-from aiayn.data.pipeline import Chunk, ExampleKind, Job, Scan, files_stamp, options, prepare_examples
+from aiayn.data.pipeline import (
+    Chunk,
+    Encoded,
+    ExampleKind,
+    Job,
+    Options,
+    Scan,
+    Source,
+    files_stamp,
+    prepare_examples,
+    refuse_empty_training,
+)
 from aiayn.data.tokenizer import NEWLINE, Tokenizer, collapse_whitespace
 
 _FORMAT = 1
-CHUNK_LINES = 20_000
-
-# a split's text: files read line by line in turn, or a document already in memory, or None (no split)
-TextSource = list[Path] | str | None
 
 
 @dataclass
@@ -60,22 +68,66 @@ def prepare_text(
     *,
     labelled: bool = False,
     specials: Sequence[str] = (),
-    workers: int | None = None,
-    progress: bool | None = None,
-    chunk_lines: int = CHUNK_LINES,
+    options: Options | None = None,
 ) -> PreparedText:
     """Validate, tokenize and cache the text `cfg` describes; copy spm.model into `run_dir`.
 
     `labelled`: lines are LABEL<TAB>TEXT[<TAB>TEXT_B] (classification). `specials`: pieces the tokenizer
-    must have (ENCODER_SPECIALS for the encoder-only tasks). Safe to call from many processes at once."""
-    kind = TextLines(cfg, labelled, tuple(specials))
-    return prepare_examples(kind, run_dir, options(workers, progress, chunk_lines))
+    must have (ENCODER_SPECIALS for the encoder-only tasks). `options`: worker processes, progress bars,
+    chunk size (aiayn.data.pipeline.Options). Safe to call from many processes at once."""
+    return prepare_examples(text_lines(cfg, labelled, tuple(specials)), run_dir, options or Options())
 
 
 # -- sources ----------------------------------------------------------------------------------------
 
 
-def text_sources(cfg: DataConfig) -> dict[str, TextSource]:
+@dataclass(frozen=True)
+class TextFiles:
+    """A split's text as files read line by line, in turn."""
+
+    paths: list[Path]
+
+    def stamp(self) -> Any:
+        return files_stamp(self.paths)
+
+    def size(self) -> int:
+        return sum(p.stat().st_size for p in self.paths)
+
+    def chunks(self, n: int) -> Iterator[Chunk]:
+        """Chunks of n lines of one file, the split's last one marked."""
+        before = 0  # bytes of the split's earlier files
+        for k, path in enumerate(self.paths):
+            with LineStream(path) as stream:
+                first = 0
+                chunk = stream.take(n)
+                while chunk:
+                    nxt = stream.take(n)
+                    last = not nxt and k == len(self.paths) - 1
+                    yield Chunk((str(path),), first, (chunk,), last, before + stream.position)
+                    first += len(chunk)
+                    chunk = nxt
+            before += path.stat().st_size
+
+
+@dataclass(frozen=True)
+class MemoryText:
+    """A split's text already in memory: a document cut by data.valid_fraction."""
+
+    text: str
+
+    def stamp(self) -> Any:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def size(self) -> int:
+        return 0
+
+    def chunks(self, n: int) -> Iterator[Chunk]:
+        lines = [x.encode() for x in self.text.split("\n")]
+        for i in range(0, len(lines), n):
+            yield Chunk(("text",), i, (lines[i : i + n],), i + n >= len(lines))
+
+
+def text_sources(cfg: DataConfig) -> dict[str, Source | None]:
     """Each split's text: files (line by line, in turn) or an in-memory document (the valid_fraction split)."""
     if cfg.corpus == "tinyshakespeare":
         path = tinyshakespeare.locate(cfg.data_dir)
@@ -83,7 +135,7 @@ def text_sources(cfg: DataConfig) -> dict[str, TextSource]:
     if cfg.corpus == "multi30k":
         langs = cfg.text_langs or [cfg.tgt_lang]
         d = multi30k.locate_langs(langs, cfg.data_dir)
-        return {s: [d / f"{multi30k.split_name(s)}.{lang}.gz" for lang in langs] for s in SPLITS}
+        return {s: TextFiles([d / f"{multi30k.split_name(s)}.{lang}.gz" for lang in langs]) for s in SPLITS}
     if cfg.corpus != "text":
         raise DataError(
             f"corpus {cfg.corpus!r} is parallel text; the lm, mlm and classify tasks read "
@@ -101,16 +153,17 @@ def text_sources(cfg: DataConfig) -> dict[str, TextSource]:
     if not files["valid"]:
         if cfg.text_unit != "document" or len(files["train"]) != 1:
             raise DataError("data.text_valid is missing (only a single-file document is split by data.valid_fraction)")
-        return {**_fraction_split(files["train"][0], cfg.valid_fraction), "test": files["test"] or None}
-    return {s: f or None for s, f in files.items()}
+        test = TextFiles(files["test"]) if files["test"] else None
+        return {**_fraction_split(files["train"][0], cfg.valid_fraction), "test": test}
+    return {s: TextFiles(f) if f else None for s, f in files.items()}
 
 
-def _fraction_split(path: Path, valid_fraction: float) -> dict[str, TextSource]:
+def _fraction_split(path: Path, valid_fraction: float) -> dict[str, Source | None]:
     """The first (1 - valid_fraction) of the characters train, the rest validate (read whole: a document
     split this way is small, like Tiny Shakespeare's 1.1 MB)."""
     text = decode_blob(path, path.read_bytes())
     cut = int(len(text) * (1.0 - valid_fraction))
-    return {"train": text[:cut], "valid": text[cut:], "test": None}
+    return {"train": MemoryText(text[:cut]), "valid": MemoryText(text[cut:]), "test": None}
 
 
 def _settings(cfg: DataConfig, labelled: bool, specials: Sequence[str]) -> dict[str, Any]:
@@ -160,161 +213,121 @@ def _fields(name: str, first: int, lines: list[str], labelled: bool) -> tuple[li
 # -- the example kind -------------------------------------------------------------------------------
 
 
-@dataclass
-class TextLines(ExampleKind[PreparedText]):
+def text_lines(cfg: DataConfig, labelled: bool = False, specials: tuple[str, ...] = ()) -> ExampleKind[PreparedText]:
     """A line (`labelled`: a labelled line, LABEL<TAB>TEXT[<TAB>TEXT_B]), or with data.text_unit
     document a split's lines as one example of running text; `specials`: pieces the tokenizer must have."""
+    document = cfg.text_unit == "document"
+    sources = text_sources(cfg)  # missing files and wrong settings fail here, first
+    return ExampleKind(
+        settings=_settings(cfg, labelled, specials),
+        sources=sources,
+        tokenizer=partial(_tokenizer, cfg, labelled, list(specials) + ([NEWLINE] if document else [])),
+        encoder=partial(LineEncoder, cfg.tokenizer == "bpe", cfg.max_len, labelled, document),
+        arrays=dict(src=None, tgt=None, index=np.int64, src_lengths=np.int32, tgt_lengths=np.int32, labels=np.int64),
+        report={
+            "corpus": cfg.corpus,
+            "unit": cfg.text_unit,
+            "tokenizer": cfg.tokenizer,
+            "spm_model": cfg.spm_model,
+        },
+        finish=_finish,
+        load=partial(_load, cfg),
+        counters=("empty", "truncated"),
+        sample_size=cfg.bpe_sample_pairs,  # the scan reads the labels even with a given tokenizer
+        sample=partial(_sample, labelled),
+        tail=_document_end if document else None,
+        parallel=partial(_worth_workers, sources),
+        stamp_field="text",
+        stamp_prefix="t",
+    )
 
-    cfg: DataConfig
-    labelled: bool = False
-    specials: tuple[str, ...] = ()
-    stamp_field = "text"
-    stamp_prefix = "t"
-    counters = ("empty", "truncated")
 
-    @property
-    def document(self) -> bool:
-        return self.cfg.text_unit == "document"
+def _sample(labelled: bool, chunk: Chunk, sample: Reservoir, labels: set[str]) -> None:
+    """One training chunk's texts into the tokenizer sample, its labels into the label set."""
+    name = chunk.names[0]
+    text = decode_blob(name, b"\n".join(chunk.lines[0]), chunk.first + 1).split("\n")
+    lab, a, b = _fields(name, chunk.first, text, labelled)
+    labels.update(x for x in lab if x)  # a blank line has none
+    enc = [x.encode() for x in a + [y for y in b if y]]
+    sample.add(enc, enc)
 
-    def sources(self) -> dict[str, Any]:
-        return dict(text_sources(self.cfg))
 
-    def settings(self) -> dict[str, Any]:
-        return _settings(self.cfg, self.labelled, self.specials)
-
-    def source_stamp(self, source: TextSource) -> Any:
-        if isinstance(source, str):
-            return hashlib.sha256(source.encode()).hexdigest()
-        return files_stamp(source) if source else None
-
-    def source_bytes(self, source: TextSource) -> int:
-        return sum(p.stat().st_size for p in source) if isinstance(source, list) else 0
-
-    def chunks(self, source: TextSource, n: int) -> Iterator[Chunk]:
-        """Chunks of n lines of one file (or of the in-memory document), the split's last one marked."""
-        if source is None:
-            return
-        if isinstance(source, str):
-            lines = [x.encode() for x in source.split("\n")]
-            for i in range(0, len(lines), n):
-                yield Chunk(("text",), i, (lines[i : i + n],), i + n >= len(lines))
-            return
-        before = 0  # bytes of the split's earlier files
-        for k, path in enumerate(source):
-            with LineStream(path) as stream:
-                first = 0
-                chunk = stream.take(n)
-                while chunk:
-                    nxt = stream.take(n)
-                    last = not nxt and k == len(source) - 1
-                    yield Chunk((str(path),), first, (chunk,), last, before + stream.position)
-                    first += len(chunk)
-                    chunk = nxt
-            before += path.stat().st_size
-
-    def reservoir(self) -> Reservoir | None:
-        return Reservoir(self.cfg.bpe_sample_pairs)  # the scan reads the labels even with a given tokenizer
-
-    def sample(self, chunk: Chunk, sample: Reservoir | None, labels: set[str]) -> None:
-        assert sample is not None
-        name = chunk.names[0]
-        text = decode_blob(name, b"\n".join(chunk.lines[0]), chunk.first + 1).split("\n")
-        lab, a, b = _fields(name, chunk.first, text, self.labelled)
-        labels.update(x for x in lab if x)  # a blank line has none
-        enc = [x.encode() for x in a + [y for y in b if y]]
-        sample.add(enc, enc)
-
-    def check_scan(self, scan: Scan) -> None:
-        if scan.counts["train"] == 0:
-            raise DataError("the training text is empty")
-        if self.labelled and len(scan.labels) < 2:
-            raise DataError(f"classification needs at least 2 labels in the training text, found {scan.labels}")
-
-    def tokenizer(self, source: TextSource, sample: Reservoir | None, model_file: Path) -> Tokenizer:
-        symbols = list(self.specials) + ([NEWLINE] if self.document else [])
-        if self.cfg.spm_model is not None:
-            tok = given_tokenizer(self.cfg, model_file)
-        else:
-            assert sample is not None
-            lines = [s.decode() for _, s, _ in sample.pairs()]
-            sample.items = []
-            tok = train_tokenizer(
-                lines,
-                model_file,
-                self.cfg.vocab_size,
-                max_sentences=max(2_000_000, len(lines)),
-                model_type=self.cfg.tokenizer,
-                user_symbols=symbols,
-            )
-        missing = [p for p in symbols if tok.piece_id(p) is None]
-        if missing:
-            raise DataError(f"the tokenizer {self.cfg.spm_model} lacks the pieces {missing} this task needs")
-        return tok
-
-    def worthwhile(self, scan: Scan, sources: dict[str, Any], chunk_lines: int) -> bool:
-        return sum(_approx_lines(s) for s in sources.values()) > 2 * chunk_lines
-
-    def encoder(self, model: bytes, labels: list[str]) -> LineEncoder:
-        label_ids = {n: i for i, n in enumerate(labels)} if self.labelled else None
-        return LineEncoder(model, self.cfg.tokenizer == "bpe", self.cfg.max_len, label_ids, self.document)
-
-    def arrays(self, dtype: type) -> dict[str, type]:
-        return dict(src=dtype, tgt=dtype, index=np.int64, src_lengths=np.int32, tgt_lengths=np.int32, labels=np.int64)
-
-    def tail(self, ends: dict[str, int], lines: int) -> dict[str, Any] | None:
-        if not (self.document and lines):
-            return None
-        return {  # one example: the whole split, then EOS
-            "src": np.asarray([EOS_ID]),
-            "tgt": np.zeros(0),
-            "src_lengths": np.asarray([ends["src"] + 1]),
-            "tgt_lengths": np.zeros(1),
-            "index": np.zeros(1),
-            "labels": np.full(1, -1),
-        }
-
-    def report(self, key: str, tok: Tokenizer, sampled: int | None, labels: list[str]) -> dict[str, Any]:
-        return {
-            "corpus": self.cfg.corpus,
-            "key": key,
-            "vocab_size": tok.vocab_size,
-            "unit": self.cfg.text_unit,
-            "tokenizer": self.cfg.tokenizer,
-            "spm_model": self.cfg.spm_model,
-            "labels": labels,
-            "splits": {},
-        }
-
-    def split_report(
-        self, report: dict[str, Any], counts: dict[str, int], examples: int, ends: dict[str, int]
-    ) -> dict[str, Any]:
-        return {**counts, "examples": examples, "tokens": ends["src"] + ends["tgt"]}
-
-    def check_report(self, report: dict[str, Any], scan: Scan) -> None:
-        if report["splits"]["train"]["examples"] == 0:
-            raise DataError("every training line is empty")
-
-    def load(self, directory: Path) -> PreparedText:
-        report = json.loads((directory / "report.json").read_text())
-        splits = {s: EncodedSplit.load(directory, s) for s in SPLITS}
-        labels = {s: np.load(directory / f"{s}.labels.npy", mmap_mode="r") for s in SPLITS} if report["labels"] else {}
-        return PreparedText(
-            tokenizer=Tokenizer(directory / "spm.model"),
-            splits=splits,
-            labels=labels,
-            label_names=list(report["labels"]),
-            report=report,
-            cache_dir=directory,
-            cfg=self.cfg,
+def _tokenizer(
+    cfg: DataConfig, labelled: bool, symbols: list[str], scan: Scan, model_file: Path
+) -> tuple[Tokenizer, dict[str, Any]]:
+    """Sentencepiece (BPE or one piece per character) trained on the sampled texts, or `data.spm_model`;
+    either must have the task's special pieces. The report gets the training split's labels."""
+    refuse_empty_training(scan, "the training text is empty")
+    if labelled and len(scan.labels) < 2:
+        raise DataError(f"classification needs at least 2 labels in the training text, found {scan.labels}")
+    sample = scan.sample
+    assert sample is not None
+    if cfg.spm_model is not None:
+        sample.items = []
+        tok = given_tokenizer(cfg, model_file)
+    else:
+        lines = [s.decode() for _, s, _ in sample.pairs()]
+        sample.items = []
+        tok = train_tokenizer(
+            lines,
+            model_file,
+            cfg.vocab_size,
+            max_sentences=max(2_000_000, len(lines)),
+            model_type=cfg.tokenizer,
+            user_symbols=symbols,
         )
+    missing = [p for p in symbols if tok.piece_id(p) is None]
+    if missing:
+        raise DataError(f"the tokenizer {cfg.spm_model} lacks the pieces {missing} this task needs")
+    return tok, {"labels": scan.labels}
 
 
-def _approx_lines(source: TextSource) -> int:
-    if source is None:
-        return 0
-    if isinstance(source, str):
-        return source.count("\n")
-    return sum(p.stat().st_size for p in source) // 40  # about a caption's bytes a line
+def _worth_workers(sources: dict[str, Source | None], scan: Scan, chunk_lines: int) -> bool:
+    """Worker processes pay for their start past about two chunks of lines in all (files: a caption's
+    40 bytes a line)."""
+    return sum(_approx_lines(s) for s in sources.values()) > 2 * chunk_lines
+
+
+def _approx_lines(source: Source | None) -> int:
+    if isinstance(source, MemoryText):
+        return source.text.count("\n")
+    return 0 if source is None else source.size() // 40
+
+
+def _document_end(ends: dict[str, int], lines: int) -> dict[str, Any] | None:
+    """Running text's one example: the whole split, then EOS (appended after its last chunk)."""
+    if not lines:
+        return None
+    return {
+        "src": np.asarray([EOS_ID]),
+        "tgt": np.zeros(0),
+        "src_lengths": np.asarray([ends["src"] + 1]),
+        "tgt_lengths": np.zeros(1),
+        "index": np.zeros(1),
+        "labels": np.full(1, -1),
+    }
+
+
+def _finish(report: dict[str, Any], encoded: dict[str, Encoded]) -> None:
+    for split, e in encoded.items():
+        report["splits"][split] = {**e.counts, "examples": e.examples, "tokens": e.ends["src"] + e.ends["tgt"]}
+    if encoded["train"].examples == 0:
+        raise DataError("every training line is empty")
+
+
+def _load(cfg: DataConfig, directory: Path) -> PreparedText:
+    report = json.loads((directory / "report.json").read_text())
+    splits = {s: EncodedSplit.load(directory, s) for s in SPLITS}
+    labels = {s: np.load(directory / f"{s}.labels.npy", mmap_mode="r") for s in SPLITS} if report["labels"] else {}
+    return PreparedText(
+        tokenizer=Tokenizer(directory / "spm.model"),
+        splits=splits,
+        labels=labels,
+        label_names=list(report["labels"]),
+        report=report,
+        cache_dir=directory,
+        cfg=cfg,
+    )
 
 
 # -- the encoding worker ----------------------------------------------------------------------------
@@ -324,8 +337,11 @@ class LineEncoder:
     """Decodes and encodes one chunk of lines: examples truncated to `max_len` pieces with EOS (the
     longer text of a pair first, as BERT's pairs), or running text with a newline piece between lines."""
 
-    def __init__(self, model: bytes, bpe: bool, max_len: int, label_ids: dict[str, int] | None, document: bool) -> None:
+    def __init__(
+        self, bpe: bool, max_len: int, labelled: bool, document: bool, model: bytes, labels: list[str]
+    ) -> None:
         self.sp = sentencepiece.SentencePieceProcessor(model_proto=model)
+        label_ids = {n: i for i, n in enumerate(labels)} if labelled else None
         self.bpe, self.max_len, self.label_ids, self.document = bpe, max_len, label_ids, document
         self.newline = self.sp.piece_to_id(NEWLINE)
         self.dtype = id_dtype(self.sp.get_piece_size())

@@ -13,7 +13,7 @@ from typing import Any, cast
 from aiayn import distributed
 from aiayn.checkpoint import list_checkpoints
 from aiayn.config import Config, ModelConfig
-from aiayn.data.prepare import prepare
+from aiayn.data.pairs import prepare
 from aiayn.fileio import atomic_write
 from aiayn.train.runtime import TrainingError
 

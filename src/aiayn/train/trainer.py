@@ -27,7 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from aiayn import distributed
 from aiayn.config import Config
-from aiayn.data.prepare import with_run_tokenizer
+from aiayn.data.pairs import with_run_tokenizer
+from aiayn.data.pipeline import Options
 from aiayn.devices import resolve_device
 from aiayn.model import build_model
 from aiayn.train import rundir, tasks
@@ -132,7 +133,7 @@ class Trainer:
         distributed.barrier()
         data = with_run_tokenizer(cfg.data, run_dir) if self.resume else cfg.data  # config.yaml keeps the original
         self.prepared = rundir.prepare_keeping_tokenizer(
-            data, run_dir, self.main, self.resume, lambda d, r: tasks.prepare_data(self.spec, cfg, d, r)
+            data, run_dir, self.main, self.resume, lambda d, r: tasks.prepare_data(self.spec, cfg, d, r, Options())
         )
         rundir.check_ranks_agree_on_data(self.prepared)
         vocab = self.prepared.tokenizer.vocab_size

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.config import Config, DataConfig
+from aiayn.data.pipeline import Options
 from aiayn.train.tasks.spec import (
     Predict,
     PreparedData,
@@ -34,10 +35,13 @@ from aiayn.train.tasks.spec import (
 from aiayn.train.tasks.translate import TranslationTask
 
 
-def prepare_data(spec: TaskSpec, cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedData:
-    """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`.
-    A validation split with nothing to measure is a DataError here, before any training."""
-    prepared = spec.prepare(cfg, data, run_dir)
+def prepare_data(
+    spec: TaskSpec, cfg: Config, data: DataConfig, run_dir: Path | None, options: Options | None = None
+) -> PreparedData:
+    """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`;
+    `options`: how to prepare (default: all cores, bars when stderr is a terminal). A validation split
+    with nothing to measure is a DataError here, before any training."""
+    prepared = spec.prepare(cfg, data, run_dir, options or Options())
     require_validation_examples(prepared)
     return prepared
 

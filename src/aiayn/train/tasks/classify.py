@@ -14,6 +14,7 @@ from torch import Tensor
 
 from aiayn.config import Config, DataConfig
 from aiayn.data.batching import BatchIterator
+from aiayn.data.pipeline import Options
 from aiayn.data.text import PreparedText
 from aiayn.data.text_batching import TextBatch
 from aiayn.decode.classifier import classify_logits, encoder_collate
@@ -81,8 +82,8 @@ def save_label_names(run_dir: Path, prepared: PreparedText) -> None:
     atomic_write(Path(run_dir) / "labels.json", lambda tmp: Path(tmp).write_text(text))
 
 
-def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText:
-    prepared = prepare_lines(cfg, data, run_dir, labelled=True)
+def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> PreparedText:
+    prepared = prepare_lines(cfg, data, run_dir, options, labelled=True)
     if run_dir is not None:  # what the classify command needs to name its predictions
         save_label_names(run_dir, prepared)
     return prepared

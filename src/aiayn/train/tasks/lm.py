@@ -15,6 +15,7 @@ from torch import Tensor
 from aiayn.config import BOS_ID, Config, ConfigError, DataConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
+from aiayn.data.pipeline import Options
 from aiayn.data.text import PreparedText, prepare_text
 from aiayn.data.text_batching import BlockIterator, TextBatch, TextCollate, stream_blocks
 from aiayn.distributed import DistInfo
@@ -95,14 +96,14 @@ class LMTask(TaskBase[PreparedText]):
         return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
 
 
-def prepare(cfg: Config, data: DataConfig, run_dir: Path | None) -> PreparedText:
+def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> PreparedText:
     blocks = settings(cfg).block_size is not None
     if blocks and data.text_unit != "document":
         raise ConfigError(
             "task.block_size draws blocks from running text: set data.text_unit: document "
             "(or task.block_size: null for one sentence per example)"
         )
-    prepared = prepare_text(data, run_dir)
+    prepared = prepare_text(data, run_dir, options=options)
     valid = prepared.splits["valid"]
     if blocks and (len(valid) == 0 or len(document_stream(valid)) < 2):
         raise DataError(

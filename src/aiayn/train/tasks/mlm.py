@@ -13,6 +13,7 @@ from torch import Tensor
 from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.batching import BatchIterator
 from aiayn.data.errors import DataError
+from aiayn.data.pipeline import Options
 from aiayn.data.text import PreparedText, prepare_text
 from aiayn.data.text_batching import MaskedBatch, MaskingCollate
 from aiayn.data.tokenizer import ENCODER_SPECIALS
@@ -103,11 +104,13 @@ class MLMTask(TaskBase[PreparedText]):
         }
 
 
-def prepare_lines(cfg: Config, data: DataConfig, run_dir: Path | None, labelled: bool = False) -> PreparedText:
+def prepare_lines(
+    cfg: Config, data: DataConfig, run_dir: Path | None, options: Options, labelled: bool = False
+) -> PreparedText:
     """One example a line, encoded with the encoder's specials ([CLS], [SEP], [MASK]): mlm and classify."""
     if data.text_unit != "line":
         raise ConfigError(f"task {cfg.task.name} reads one example a line: set data.text_unit: line")
-    return prepare_text(data, run_dir, labelled=labelled, specials=ENCODER_SPECIALS)
+    return prepare_text(data, run_dir, labelled=labelled, specials=ENCODER_SPECIALS, options=options)
 
 
 def encoder_row(cfg: Config) -> tuple[int, str, str]:

@@ -19,7 +19,8 @@ from torch import Tensor
 from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.io import read_lines
-from aiayn.data.prepare import Prepared, prepare
+from aiayn.data.pairs import Prepared, prepare
+from aiayn.data.pipeline import Options
 from aiayn.data.treebank import markup_tokens, split_words, treebank_dir, write_parallel
 from aiayn.decode import Translator
 from aiayn.decode.parser import PARSE_META, WORD_START, Parser, TreeConstraint, parse_lines, score_trees
@@ -48,7 +49,7 @@ class ParseSettings:
     eval_max_words: int = 40
 
 
-def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepared:
+def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> Prepared:
     """The treebank written once as words / linearised trees / gold trees, then prepared as parallel
     text (joint BPE, encoded splits, cached) like any translation corpus."""
     own = task_options(cfg, ParseSettings)
@@ -72,7 +73,7 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None) -> Prepar
     # Each markup token one piece of the joint BPE: given with sentencepiece's word-start mark, so
     # "(NP" is one piece rather than "▁" and "(NP"; left to itself, sentencepiece cuts "(NP" at the
     # change of script (docs/parsing.md, Linearisation).
-    return prepare(as_files, run_dir, symbols=[WORD_START + t for t in markup])
+    return prepare(as_files, run_dir, options=options, symbols=[WORD_START + t for t in markup])
 
 
 class ParseTask(TranslationTask):

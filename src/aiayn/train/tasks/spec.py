@@ -25,6 +25,7 @@ from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfi
 from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
+from aiayn.data.pipeline import Options
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.distributed import DistInfo
 
@@ -36,7 +37,7 @@ P = TypeVar("P")
 
 
 class PreparedData(Protocol):
-    """A task's prepared data (data.prepare.Prepared, data.text.PreparedText): the tokenizer and the
+    """A task's prepared data (data.pairs.Prepared, data.text.PreparedText): the tokenizer and the
     encoded splits, found again in the cache by `cache_dir` and described by `report`."""
 
     tokenizer: Tokenizer
@@ -57,7 +58,7 @@ class Task(Protocol):
 
 
 class TaskBase(Generic[P]):
-    """What every built-in task holds: the model's config, the prepared data (P: data.prepare.Prepared or
+    """What every built-in task holds: the model's config, the prepared data (P: data.pairs.Prepared or
     data.text.PreparedText), the device, the autocast context, and the optimisation settings its loss
     reads; a TaskSpec's `build` may be a subclass itself."""
 
@@ -92,7 +93,7 @@ class TrainBatches(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-# The corpora of the data pipeline's two example kinds (aiayn.data.prepare: sentence pairs; aiayn.data.text: lines or
+# The corpora of the data pipeline's two example kinds (aiayn.data.pairs: sentence pairs; aiayn.data.text: lines or
 # running text), for the tasks that read them.
 PARALLEL_CORPORA = ("multi30k", "files", "embedded", "wmt14")
 TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
@@ -144,8 +145,9 @@ class TaskSpec:
     default_metric: what train.patience_metric=auto watches: a measure's name, or a function of the
       config where that depends on it.
     corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
-    prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory. It
-      refuses data the task cannot train on (every task's data needs a validation example besides).
+    prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory; how
+      to prepare (worker processes, progress bars) is the caller's `Options`. It refuses data the task
+      cannot train on (every task's data needs a validation example besides).
     train_batches: the stateful iterator of training batches for this rank (its `max_tokens` bounds a
       micro-batch); whole examples under data.max_tokens unless the task says otherwise.
     longest_row: (positions one training row can take, its layout, the setting that bounds it).
@@ -165,7 +167,7 @@ class TaskSpec:
     measures: dict[str, bool] = dataclasses.field(default_factory=dict)
     default_metric: str | Callable[[Config], str] = "loss"
     corpora: tuple[str, ...] = ()
-    prepare: Callable[[Config, DataConfig, Path | None], PreparedData]
+    prepare: Callable[[Config, DataConfig, Path | None, Options], PreparedData]
     train_batches: Callable[[Config, Any, DistInfo, torch.device], TrainBatches] = sentence_batches
     longest_row: Callable[[Config], tuple[int, str, str]]
     build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself

@@ -11,7 +11,7 @@ from torch import Tensor
 from aiayn.config import Config
 from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
-from aiayn.data.prepare import Prepared, prepare
+from aiayn.data.pairs import Prepared, prepare
 from aiayn.decode import Translator
 from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
@@ -93,7 +93,7 @@ SPEC = register(
         measures={"bleu": True},
         default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
         corpora=PARALLEL_CORPORA,
-        prepare=lambda cfg, data, run_dir: prepare(data, run_dir),
+        prepare=lambda cfg, data, run_dir, options: prepare(data, run_dir, options=options),
         longest_row=lambda cfg: (
             cfg.data.max_len + 1,
             "data.max_len subwords + EOS, or BOS + data.max_len",

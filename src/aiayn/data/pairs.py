@@ -1,11 +1,12 @@
 """Raw parallel text -> validated, filtered, joint-BPE-encoded splits cached on disk (paper §5.1).
 
 `prepare(cfg, run_dir)` runs the one preparation pipeline (`aiayn.data.pipeline`) over sentence pairs:
-this module is what a pair is to it (`SentencePairs`): its sources (Multi30k mirror/cache/download, WMT14,
-user files, or the embedded corpus), its settings, chunks of aligned lines, the joint BPE trained on a
-sample of source + target text (shared vocabulary, §5.1; or `data.spm_model` copied in), the training
-filters (empty, over-long and extreme-ratio pairs, counted) and the encoder, which appends EOS to every
-source sentence. A task whose targets carry markup (bracket symbols) names it, and the BPE keeps it whole.
+this module says what a pair is to it (`sentence_pairs`, an `ExampleKind`): its sources (Multi30k
+mirror/cache/download, WMT14, user files, or the embedded corpus), its settings, the joint BPE trained
+on a sample of source + target text (shared vocabulary, §5.1; or `data.spm_model` copied in), the
+training filters (empty, over-long and extreme-ratio pairs, counted) and the encoder, which appends EOS
+to every source sentence. A task whose targets carry markup (bracket symbols) names it, and the BPE
+keeps it whole.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +26,28 @@ import sentencepiece
 
 from aiayn.config import EOS_ID, DataConfig
 from aiayn.data import embedded, multi30k, wmt14
-from aiayn.data.cache import SPLITS, Reservoir, given_tokenizer, lock_path, spm_model_bytes, train_tokenizer
+from aiayn.data.cache import SPLITS, given_tokenizer, lock_path, spm_model_bytes, train_tokenizer
 from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
-from aiayn.data.io import LineStream, check_counts, decode_blob, read_parallel
-from aiayn.data.pipeline import Chunk, ExampleKind, Job, Scan, files_stamp, options, prepare_examples, stamp_key
+from aiayn.data.io import LineStream, check_counts, decode_blob
+from aiayn.data.pipeline import (
+    Chunk,
+    Encoded,
+    ExampleKind,
+    Job,
+    Options,
+    Scan,
+    Source,
+    chunks_of,
+    files_stamp,
+    prepare_examples,
+    refuse_empty_training,
+    stamp_key,
+)
 from aiayn.data.segment import SentenceStarts, learn_sentence_starts
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder, collapse_whitespace
 
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
-CHUNK_PAIRS = 20_000  # lines per side handed to a worker at once
-
-# a split's text: (source path, target path), in-memory lines (the embedded corpus), or None (no test set)
-Source = tuple[Path, Path] | tuple[list[bytes], list[bytes]] | None
 
 
 @dataclass
@@ -66,19 +77,18 @@ def prepare(
     cfg: DataConfig,
     run_dir: str | os.PathLike | None = None,
     *,
-    workers: int | None = None,
-    progress: bool | None = None,
-    chunk_pairs: int = CHUNK_PAIRS,
+    options: Options | None = None,
     symbols: Sequence[str] = (),
 ) -> Prepared:
     """Validate, encode and cache the corpus described by `cfg`; copy spm.model into `run_dir`.
 
-    `workers` encoding processes (default: all cores; 1 encodes in this process); `progress` shows
-    bars on stderr (default: when stderr is a terminal); `symbols`: pieces the trained BPE keeps whole
-    (sentencepiece's user_defined_symbols; a task's markup, such as a tree's brackets). Safe to
-    call from many processes at once: one builds a cache, the others wait for it and load it.
+    `options`: worker processes, progress bars, chunk size (aiayn.data.pipeline.Options; default: all
+    cores, bars when stderr is a terminal); `symbols`:
+    pieces the trained BPE keeps whole (sentencepiece's user_defined_symbols; a task's markup, such as
+    a tree's brackets). Safe to call from many processes at once: one builds a cache, the others wait
+    for it and load it.
     """
-    return prepare_examples(SentencePairs(cfg, tuple(symbols)), run_dir, options(workers, progress, chunk_pairs))
+    return prepare_examples(sentence_pairs(cfg, symbols), run_dir, options or Options())
 
 
 def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfig:
@@ -89,6 +99,54 @@ def with_run_tokenizer(cfg: DataConfig, run_dir: str | os.PathLike) -> DataConfi
 
 
 # -- sources ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinePair:
+    """A split's text as two line-aligned files, plain or gzipped."""
+
+    src: Path
+    tgt: Path
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return str(self.src), str(self.tgt)
+
+    def stamp(self) -> Any:
+        return files_stamp((self.src, self.tgt))
+
+    def size(self) -> int:
+        return self.src.stat().st_size + self.tgt.stat().st_size
+
+    def chunks(self, n: int) -> Iterator[Chunk]:
+        """Chunks of n aligned lines; a line-count mismatch raises DataError with both counts."""
+        with LineStream(self.src) as a, LineStream(self.tgt) as b:
+            while True:
+                s, t = a.take(n), b.take(n)
+                if len(s) != len(t):
+                    check_counts(self.src, a.count_rest(), self.tgt, b.count_rest())
+                if not s:
+                    return
+                yield Chunk(self.names, a.lines_read - len(s), (s, t), pos=a.position + b.position)
+
+
+@dataclass(frozen=True)
+class MemoryPairs:
+    """A split's text already in memory (the embedded corpus), as UTF-8 lines."""
+
+    src: list[bytes]
+    tgt: list[bytes]
+    names: tuple[str, str] = ("train source", "train target")
+
+    def stamp(self) -> Any:
+        return None  # the settings that made the text decide it
+
+    def size(self) -> int:
+        return 0
+
+    def chunks(self, n: int) -> Iterator[Chunk]:
+        for i in range(0, len(self.src), n):
+            yield Chunk(self.names, i, (self.src[i : i + n], self.tgt[i : i + n]))
 
 
 def _file_pairs(cfg: DataConfig) -> dict[str, tuple[Path, Path] | None]:
@@ -124,161 +182,119 @@ def _check_lang_hint(path: Path, lang: str, role: str) -> None:
         raise DataError(f"{path} looks like {m.group(1)!r} text but the {role} language is {lang!r}")
 
 
-def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Source]:
+def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, LinePair | MemoryPairs | None]:
+    """Each split's text; a missing file fails here, before anything is read."""
     if cfg.corpus == "embedded":
         text = embedded.corpus(cfg.src_lang, cfg.tgt_lang, cfg.embedded_size)
-        return {s: ([x.encode() for x in text[s][0]], [x.encode() for x in text[s][1]]) for s in splits}
+        return {s: MemoryPairs([x.encode() for x in text[s][0]], [x.encode() for x in text[s][1]]) for s in splits}
     pairs = {s: p for s, p in _file_pairs(cfg).items() if s in splits}
     for pair in pairs.values():
         for path in pair or ():
             if not path.is_file():
                 raise DataError(f"file not found: {path}")
-    return dict(pairs)  # dict[str, Source]: a copy typed as the wider value
+    return {s: None if p is None else LinePair(*p) for s, p in pairs.items()}
 
 
-def _split_text(source: Source) -> tuple[list[str], list[str]]:
-    if source is None:
-        return [], []
-    if isinstance(source[0], Path):
-        src, tgt = read_parallel(*source)
-    else:
-        src, tgt = [x.decode() for x in source[0]], [x.decode() for x in source[1]]
+def _split_text(source: Source | None) -> tuple[list[str], list[str]]:
+    """A split's lines, decoded and whitespace-collapsed as the encoder sees them."""
+    src: list[str] = []
+    tgt: list[str] = []
+    for c in chunks_of(source, 1 << 16):
+        src += decode_blob(c.names[0], b"\n".join(c.lines[0]), c.first + 1).split("\n") if c.lines[0] else []
+        tgt += decode_blob(c.names[1], b"\n".join(c.lines[1]), c.first + 1).split("\n") if c.lines[1] else []
     return [collapse_whitespace(x) for x in src], [collapse_whitespace(x) for x in tgt]
 
 
 # -- the example kind -------------------------------------------------------------------------------
 
 
-@dataclass
-class SentencePairs(ExampleKind[Prepared]):
+def sentence_pairs(cfg: DataConfig, symbols: Sequence[str] = ()) -> ExampleKind[Prepared]:
     """A sentence pair: aligned lines of two files (or of the embedded corpus) encoded with one joint
     BPE; training pairs with an empty side, over `max_len` pieces or past `max_len_ratio` are dropped
     (counted; never valid/test). `symbols` makes a tree pair: the tree's markup kept whole by the BPE."""
+    symbols = tuple(symbols)
+    sources = _sources(cfg)  # missing files and unknown settings fail here, first
+    train = sources["train"]
+    assert train is not None  # a training split always has a source
+    return ExampleKind(
+        settings=_settings(cfg, symbols),
+        sources=dict(sources),
+        tokenizer=partial(_tokenizer, cfg, symbols, train.names),
+        encoder=partial(PairEncoder, cfg.spm_model is None, cfg.max_len, cfg.max_len_ratio),
+        arrays=dict(src=None, tgt=None, index=np.int64, src_lengths=np.int32, tgt_lengths=np.int32),
+        report={"corpus": cfg.corpus, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "spm_model": cfg.spm_model},
+        finish=_finish,
+        load=partial(_load, cfg, symbols),
+        counters=COUNTERS,
+        sample_size=cfg.bpe_sample_pairs if cfg.spm_model is None else None,
+        streams=2,
+        unit="pairs",
+    )
 
-    cfg: DataConfig
-    symbols: Sequence[str] = ()
-    # the source side's sentence starts (aiayn.data.segment.learn_sentence_starts), learnt with the
-    # tokenizer from its sample and kept in the report (None: a given tokenizer, learnt at load, or a tree pair)
-    sentence_starts: dict[str, list[str]] | None = field(default=None, init=False)
-    streams = 2
-    unit = "pairs"
-    counters = ("empty", "too_long", "ratio")
 
-    def sources(self) -> dict[str, Any]:
-        return dict(_sources(self.cfg))
+COUNTERS = ("empty", "too_long", "ratio")
 
-    def settings(self) -> dict[str, Any]:
-        return _settings(self.cfg, self.symbols)
 
-    def source_stamp(self, source: Source) -> Any:
-        return files_stamp(source) if source is not None and isinstance(source[0], Path) else None
+def _tokenizer(
+    cfg: DataConfig, symbols: tuple[str, ...], names: tuple[str, str], scan: Scan, model_file: Path
+) -> tuple[Tokenizer, dict[str, Any]]:
+    """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target; the
+    source side's sentence starts (aiayn.data.segment.learn_sentence_starts) learnt from the same sample
+    and kept in the report (a given tokenizer learns them at load; a tree pair has none)."""
+    refuse_empty_training(scan)
+    sample = scan.sample
+    if sample is None:
+        return given_tokenizer(cfg, model_file), {"bpe_sample_pairs": None}
+    src, tgt = [], []
+    pairs, sample.items = sample.pairs(), []  # the encoding pass runs beside the workers: hold no corpus
+    sampled = len(pairs)
+    for i, s, t in pairs:
+        s_text = collapse_whitespace(decode_blob(names[0], s, i + 1))
+        t_text = collapse_whitespace(decode_blob(names[1], t, i + 1))
+        if s_text and t_text:
+            src.append(s_text)
+            tgt.append(t_text)
+    del pairs
+    if not src:
+        raise DataError("every training pair has an empty side")
+    fields: dict[str, Any] = {"bpe_sample_pairs": sampled}
+    if not symbols:
+        fields["sentence_starts"] = learn_sentence_starts(src).as_json()
+    tok = train_tokenizer(
+        src + tgt, model_file, cfg.vocab_size, max_sentences=max(2_000_000, 2 * len(src)), user_symbols=symbols
+    )
+    return tok, fields
 
-    def source_bytes(self, source: Source) -> int:
-        return sum(p.stat().st_size for p in source) if source is not None and isinstance(source[0], Path) else 0
 
-    def chunks(self, source: Source, n: int) -> Iterator[Chunk]:
-        """Chunks of n aligned lines; a line-count mismatch raises DataError with both counts."""
-        if source is None:
-            return
-        if not isinstance(source[0], Path):
-            for i in range(0, len(source[0]), n):
-                yield Chunk(("train source", "train target"), i, (source[0][i : i + n], source[1][i : i + n]))
-            return
-        names = (str(source[0]), str(source[1]))
-        with LineStream(source[0]) as a, LineStream(source[1]) as b:
-            while True:
-                s, t = a.take(n), b.take(n)
-                if len(s) != len(t):
-                    check_counts(source[0], a.count_rest(), source[1], b.count_rest())
-                if not s:
-                    return
-                yield Chunk(names, a.lines_read - len(s), (s, t), pos=a.position + b.position)
-
-    def reservoir(self) -> Reservoir | None:
-        return Reservoir(self.cfg.bpe_sample_pairs) if self.cfg.spm_model is None else None
-
-    def sample(self, chunk: Chunk, sample: Reservoir | None, labels: set[str]) -> None:
-        if sample is not None:
-            sample.add(*chunk.lines)
-
-    def check_scan(self, scan: Scan) -> None:
-        if scan.counts["train"] == 0:
-            raise DataError("the training split is empty")
-
-    def tokenizer(self, source: Source, sample: Reservoir | None, model_file: Path) -> Tokenizer:
-        """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target."""
-        if sample is None:
-            return given_tokenizer(self.cfg, model_file)
-        src, tgt = [], []
-        assert source is not None  # a training split always has a source
-        names = (str(source[0]), str(source[1])) if isinstance(source[0], Path) else ("train source", "train target")
-        pairs, sample.items = sample.pairs(), []  # the encoding pass runs beside the workers: hold no corpus
-        for i, s, t in pairs:
-            s_text = collapse_whitespace(decode_blob(names[0], s, i + 1))
-            t_text = collapse_whitespace(decode_blob(names[1], t, i + 1))
-            if s_text and t_text:
-                src.append(s_text)
-                tgt.append(t_text)
-        del pairs
-        if not src:
-            raise DataError("every training pair has an empty side")
-        if not self.symbols:
-            self.sentence_starts = learn_sentence_starts(src).as_json()
-        return train_tokenizer(
-            src + tgt,
-            model_file,
-            self.cfg.vocab_size,
-            max_sentences=max(2_000_000, 2 * len(src)),
-            user_symbols=self.symbols,
-        )
-
-    def worthwhile(self, scan: Scan, sources: dict[str, Any], chunk_lines: int) -> bool:
-        return scan.counts["train"] > chunk_lines  # one chunk: starting processes costs more
-
-    def encoder(self, model: bytes, labels: list[str]) -> PairEncoder:
-        return PairEncoder(model, self.cfg.spm_model is None, self.cfg.max_len, self.cfg.max_len_ratio)
-
-    def arrays(self, dtype: type) -> dict[str, type]:
-        return dict(src=dtype, tgt=dtype, index=np.int64, src_lengths=np.int32, tgt_lengths=np.int32)
-
-    def report(self, key: str, tok: Tokenizer, sampled: int | None, labels: list[str]) -> dict[str, Any]:
-        return {
-            "corpus": self.cfg.corpus,
-            "src_lang": self.cfg.src_lang,
-            "tgt_lang": self.cfg.tgt_lang,
-            "key": key,
-            "vocab_size": tok.vocab_size,
-            "spm_model": self.cfg.spm_model,
-            "splits": {},
-            "dropped": dict.fromkeys(self.counters, 0),
-            "bpe_sample_pairs": sampled,
-            **({"sentence_starts": self.sentence_starts} if self.sentence_starts is not None else {}),
+def _finish(report: dict[str, Any], encoded: dict[str, Encoded]) -> None:
+    """Each split's line (lines read, pairs kept, ids each side), the dropped pairs by reason, their total;
+    a build that kept no training pair is refused, naming why."""
+    report["dropped"] = {k: encoded["train"].counts[k] for k in COUNTERS}
+    for split, e in encoded.items():
+        report["splits"][split] = {
+            "lines": e.counts["lines"],
+            "pairs": e.examples,
+            "src_tokens": e.ends["src"],
+            "tgt_tokens": e.ends["tgt"],
         }
+    train = encoded["train"]
+    if train.examples == 0:
+        raise DataError(
+            "every training pair has an empty side"
+            if train.counts["empty"] == train.counts["lines"]
+            else "every training pair was dropped (length / ratio filters)"
+        )
+    report["dropped"]["total"] = sum(report["dropped"].values())
 
-    def split_report(
-        self, report: dict[str, Any], counts: dict[str, int], examples: int, ends: dict[str, int]
-    ) -> dict[str, Any]:
-        for k in self.counters:
-            report["dropped"][k] += counts[k]
-        return {"lines": counts["lines"], "pairs": examples, "src_tokens": ends["src"], "tgt_tokens": ends["tgt"]}
 
-    def check_report(self, report: dict[str, Any], scan: Scan) -> None:
-        if report["splits"]["train"]["pairs"] == 0:
-            raise DataError(
-                "every training pair has an empty side"
-                if report["dropped"]["empty"] == scan.counts["train"]
-                else "every training pair was dropped (length / ratio filters)"
-            )
-        report["dropped"]["total"] = sum(report["dropped"].values())
-
-    def load(self, directory: Path) -> Prepared:
-        tok = Tokenizer(directory / "spm.model")
-        splits = {s: EncodedSplit.load(directory, s) for s in SPLITS}
-        report = json.loads((directory / "report.json").read_text())
-        if "sentence_starts" not in report and not self.symbols:
-            # a cache built before they were learnt, or with a given tokenizer: from its encoded source side
-            report["sentence_starts"] = _encoded_sentence_starts(splits["train"], tok).as_json()
-        return Prepared(tokenizer=tok, splits=splits, report=report, cache_dir=directory, cfg=self.cfg)
+def _load(cfg: DataConfig, symbols: tuple[str, ...], directory: Path) -> Prepared:
+    tok = Tokenizer(directory / "spm.model")
+    splits = {s: EncodedSplit.load(directory, s) for s in SPLITS}
+    report = json.loads((directory / "report.json").read_text())
+    if "sentence_starts" not in report and not symbols:
+        # a cache built before they were learnt, or with a given tokenizer: from its encoded source side
+        report["sentence_starts"] = _encoded_sentence_starts(splits["train"], tok).as_json()
+    return Prepared(tokenizer=tok, splits=splits, report=report, cache_dir=directory, cfg=cfg)
 
 
 def _encoded_sentence_starts(split: EncodedSplit, tok: Tokenizer, most: int = 100_000) -> SentenceStarts:
@@ -312,8 +328,7 @@ def _settings(cfg: DataConfig, symbols: Sequence[str] = ()) -> dict[str, Any]:
 def build_lock(cfg: DataConfig) -> Path:
     """The file whose exclusive lock (fcntl.flock) the builder of `cfg`'s cache holds; the other
     processes preparing the same data wait on it."""
-    kind = SentencePairs(cfg)
-    return lock_path(stamp_key(kind, kind.settings(), kind.sources()))
+    return lock_path(stamp_key(sentence_pairs(cfg)))
 
 
 # -- the encoding worker (a process of its own, or this one) ----------------------------------------
@@ -322,7 +337,7 @@ def build_lock(cfg: DataConfig) -> Path:
 class PairEncoder:
     """Decodes, encodes and (training split) filters one chunk of aligned lines."""
 
-    def __init__(self, model: bytes, trained_here: bool, max_len: int, max_len_ratio: float) -> None:
+    def __init__(self, trained_here: bool, max_len: int, max_len_ratio: float, model: bytes, labels: list[str]) -> None:
         self.sp = sentencepiece.SentencePieceProcessor(model_proto=model)
         self.words = WordCacheEncoder(self.sp) if trained_here else None
         self.max_len, self.ratio = max_len, max_len_ratio
