@@ -3,6 +3,7 @@ cached start and batch-plan time, on a synthetic WMT-like corpus.
 
     python bench/data_scale.py --pairs 500000 4500000 --corpus-dir /tmp/synth --json bench/results/data_scale.json
     python bench/data_scale.py --pairs 500000 --src /tmp/old/src     # the same on another checkout's code
+    python bench/data_scale.py --pairs 4500000 --clean --corpus-dir /tmp/synth    # `aiayn data clean`, rules
 
 The corpus joins Multi30k training captions two by two (about 24 words and 270 bytes a pair, like
 WMT14 news sentences); Multi30k comes through the data layer ($AIAYN_DATA_DIR, else the cache, else a
@@ -34,7 +35,12 @@ from aiayn.data import prepare
 from aiayn.data.batching import BatchIterator
 fields = json.loads(sys.argv[1])
 cfg = DataConfig(**{k: v for k, v in fields.items() if k in DataConfig.__dataclass_fields__})
-kw = {"workers": int(sys.argv[2]) or None} if "workers" in inspect.signature(prepare).parameters else {}
+params = inspect.signature(prepare).parameters
+if "options" in params:
+    from aiayn.data.pipeline import Options
+    kw = {"options": Options(workers=int(sys.argv[2]) or None)}
+else:
+    kw = {"workers": int(sys.argv[2]) or None} if "workers" in params else {}
 prep = prepare(cfg, **kw)
 t1 = time.perf_counter()
 out = {"prepare_s": round(t1 - t0, 3), "report": prep.report}
@@ -112,16 +118,21 @@ def tree_rss(pid: int) -> int:
 
 
 def run_child(cfg: dict, home: str, workers: int, plan: bool, src: str | None) -> dict:
+    out, wall, peak = run_sampled(
+        [sys.executable, "-c", CHILD, json.dumps(cfg), str(workers), "plan" if plan else "-"], home, src
+    )
+    res = json.loads(out.strip().splitlines()[-1])
+    res.update(wall_s=round(wall, 2), peak_rss_mb=round(peak / 2**20))
+    return res
+
+
+def run_sampled(cmd: list[str], home: str, src: str | None) -> tuple[str, float, int]:
+    """(stdout, wall seconds, peak RSS of the process tree in bytes) of a command."""
     env = {**os.environ, "AIAYN_HOME": home}
     if src:
         env["PYTHONPATH"] = src
     t0 = time.perf_counter()
-    p = subprocess.Popen(
-        [sys.executable, "-c", CHILD, json.dumps(cfg), str(workers), "plan" if plan else "-"],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     peak = 0
     stop = threading.Event()
 
@@ -139,9 +150,7 @@ def run_child(cfg: dict, home: str, workers: int, plan: bool, src: str | None) -
     th.join()
     if p.returncode:
         raise SystemExit(f"child failed ({p.returncode})")
-    res = json.loads(out.strip().splitlines()[-1])
-    res.update(wall_s=round(wall, 2), peak_rss_mb=round(peak / 2**20))
-    return res
+    return out, wall, peak
 
 
 def main() -> None:
@@ -154,6 +163,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--sentences", choices=["multi30k", "embedded"], default="multi30k", help="what to join")
     ap.add_argument("--src", default=None, help="import aiayn from this directory (e.g. an older checkout's src)")
+    ap.add_argument("--clean", action="store_true", help="measure `aiayn data clean` (default rules) instead")
     a = ap.parse_args()
     text = sentences(a.sentences)
     with tempfile.TemporaryDirectory(prefix="aiayn-scale-") as scratch:  # removed at the end, corpora kept only
@@ -168,6 +178,9 @@ def measure(a: argparse.Namespace, text: dict, base: Path, scratch: Path) -> lis
     rows = []
     for n in a.pairs:
         files = make_corpus(n, base / f"pairs{n}", text)
+        if a.clean:
+            rows.append(measure_clean(a, n, files, scratch))
+            continue
         cfg = {
             "corpus": "files",
             "src_lang": "en",
@@ -201,6 +214,28 @@ def measure(a: argparse.Namespace, text: dict, base: Path, scratch: Path) -> lis
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
+
+
+def measure_clean(a: argparse.Namespace, n: int, files: dict[str, str], scratch: Path) -> dict:
+    """`aiayn data clean` of the training pairs with the default rules, in a fresh process."""
+    out_dir = scratch / f"clean{n}"
+    cmd = [sys.executable, "-m", "aiayn", "data", "clean", files["train_src"], files["train_tgt"], "--src-lang",
+           "en", "--tgt-lang", "de", "-o", str(out_dir), "--no-progress"]  # fmt: skip
+    if a.workers:
+        cmd += ["--workers", str(a.workers)]
+    _, wall, peak = run_sampled(cmd, str(scratch / f"home-clean{n}"), a.src)
+    report = json.loads((out_dir / "report.json").read_text())["sources"][0]
+    row = {
+        "pairs": n,
+        "clean_wall_s": round(wall, 1),
+        "pairs_per_s": round(n / wall),
+        "peak_rss_mb": round(peak / 2**20),
+        "kept": report["kept"],
+        "removed": {k: v for k, v in report["removed"].items() if v},
+        "cpu_count": os.cpu_count(),
+    }
+    print(json.dumps(row), flush=True)
+    return row
 
 
 if __name__ == "__main__":

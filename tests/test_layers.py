@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "aiayn.evaluate",
         "aiayn.publish",
         "aiayn.argos",
+        "aiayn.dual_scores",
     ),
     # 7 the command line: every parser (aiayn.cli.*), which reaches across packages, e.g.
     #   `aiayn evaluate` -> aiayn.evaluate

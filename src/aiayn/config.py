@@ -114,7 +114,7 @@ class DataConfig:
 
     # Which corpus: one the task reads (its TaskSpec.corpora; another is refused before any data work).
     # The two pipelines of aiayn.data read:
-    # parallel text: multi30k | files | embedded | wmt14 (`aiayn data get wmt14` first);
+    # parallel text: multi30k | files | sources | embedded | wmt14 (`aiayn data get wmt14` first);
     # text (one example a line, or running text): text (files) | multi30k (data.text_langs) | tinyshakespeare
     corpus: str = "multi30k"
     src_lang: str = "de"
@@ -122,7 +122,14 @@ class DataConfig:
     data_dir: str | None = None  # offline mirror laid out like Multi30k; else $AIAYN_DATA_DIR, cache, download
     #   (wmt14: where the downloaded archives are, as `aiayn data get wmt14 --data-dir`; the prepared
     #   files are always read from $AIAYN_HOME/wmt14/<pair>/)
-    # corpus == "files": plain or gzipped line-aligned text
+    # corpus == "sources": the user's own parallel text, several files, formats and OPUS corpora, each
+    #   with a weight and filters (aiayn.data.sources has the keys; docs/data.md the guide)
+    sources: list[Any] | None = None
+    # rule filters for the training pairs (aiayn.data.filters: names, `default`, {name: {settings}});
+    #   null: only empty pairs and data.max_len / max_len_ratio are dropped
+    filters: list[Any] | None = None
+    # corpus == "files": plain or gzipped line-aligned text (corpus sources: the validation and test
+    #   pairs, when no source says split: valid / test)
     train_src: str | None = None
     train_tgt: str | None = None
     valid_src: str | None = None

@@ -213,6 +213,13 @@ class BatchIterator:
     Batches, order and state are the same as without: the position counts batches handed out only.
     Closing the generator (or exhausting it) stops the thread.
 
+    `mix` draws the epoch from several sources of the split, stored one after another: (pairs, weight)
+    each, in order (aiayn.data.sources: a weight multiplies how often a source's pairs are drawn). A
+    source takes round(weight x pairs) draws an epoch, walking a seeded permutation of its pairs that is
+    drawn afresh each time it is used up: weight 3 sees every pair three times an epoch, weight 0.25 a
+    different quarter each epoch, every pair once in four. The epoch is then batched like any; resharding
+    counts positions in the epoch's draw.
+
     `collate_fn(split, ids)` makes the batch (None: the translation pairs' `collate`, looked up when
     used; the text tasks bring their own layout, `text_batching.TextCollate`). A collate whose layout
     is not (source, target + 1) says so with `padded_lengths(split) -> (side_a, side_b)`, each example's
@@ -230,6 +237,7 @@ class BatchIterator:
         prefetch: int = 0,
         pin_memory: bool = False,
         collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None,
+        mix: list[tuple[int, float]] | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
@@ -252,6 +260,9 @@ class BatchIterator:
         self.rank, self.world_size = rank, world_size
         self.prefetch, self.pin_memory = int(prefetch), bool(pin_memory)
         self.collate_fn = collate_fn
+        if mix is not None and sum(n for n, _ in mix) != len(split):
+            raise DataError(f"the sources' pairs {[n for n, _ in mix]} do not add up to the split's {len(split)}")
+        self.mix = None if mix is None else [(int(n), float(w)) for n, w in mix]
         self.epoch, self.position = 0, 0
         self._reshards: list[tuple[int, int]] = []  # this epoch's (world size, global batches consumed) before now
         self._plan_epoch: int | None = None
@@ -264,8 +275,9 @@ class BatchIterator:
         """The epoch's plan for `world_size` ranks (default: this iterator's), over all examples or
         over `subset` (what a resharded epoch has left)."""
         world_size = self.world_size if world_size is None else world_size
+        draw = self._draw(epoch)  # None: every example once, in its own order
         if subset is None:
-            n = len(self.split)
+            n = len(self.split) if draw is None else len(draw)
             rng = np.random.default_rng([self.seed, epoch])
             order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # 4 bytes an example at WMT scale
         else:
@@ -276,11 +288,13 @@ class BatchIterator:
             order = subset.copy()
         if self.shuffle:
             rng.shuffle(order)  # the same permutation as rng.permutation(n)
+        ids = order if draw is None else draw[order]  # positions in the draw -> examples
         if self._padded is None:
-            sl = np.asarray(self.split.src_lengths)[order]
-            tl = np.asarray(self.split.tgt_lengths)[order] + 1  # padded target = pieces + 1
+            sl = np.asarray(self.split.src_lengths)[ids]
+            tl = np.asarray(self.split.tgt_lengths)[ids] + 1  # padded target = pieces + 1
         else:
-            sl, tl = self._padded[0][order], self._padded[1][order]
+            sl, tl = self._padded[0][ids], self._padded[1][ids]
+        del ids
         key = np.argsort(sl.astype(np.int64) * (int(tl.max()) + 1) + tl, kind="stable")  # by (src, tgt) length;
         order, sl, tl = order[key], sl[key], tl[key]  # ties keep the shuffled order
         del key
@@ -303,9 +317,17 @@ class BatchIterator:
             batches = [batches[k] for k in rng.permutation(len(batches))]
         return batches
 
+    def _draw(self, epoch: int) -> np.ndarray | None:
+        """The examples of an epoch with `mix`, in source order (repeats allowed); None without."""
+        if self.mix is None:
+            return None
+        return weighted_draw([n for n, _ in self.mix], [w for _, w in self.mix], self.seed, epoch)
+
     def _batches(self) -> list[np.ndarray]:
         if self._plan_epoch != self.epoch:
-            self._plan = self._epoch_plan()[self.rank :: self.world_size]
+            plan = self._epoch_plan()[self.rank :: self.world_size]
+            draw = self._draw(self.epoch)
+            self._plan = plan if draw is None else [draw[b] for b in plan]
             self._plan_epoch = self.epoch
         return self._plan
 
@@ -314,7 +336,8 @@ class BatchIterator:
         earlier world sizes left of it."""
         if not self._reshards:
             return self._global_batches(self.epoch)
-        seen = np.zeros(len(self.split), dtype=bool)
+        draw = self._draw(self.epoch)
+        seen = np.zeros(len(self.split) if draw is None else len(draw), dtype=bool)  # positions of the draw
         left: np.ndarray | None = None
         for world, consumed in self._reshards:
             plan = self._global_batches(self.epoch, world, left)
@@ -324,7 +347,7 @@ class BatchIterator:
         try:
             return self._global_batches(self.epoch, self.world_size, left)
         except DataError:  # a handful of examples at the very end of the epoch: too few for equal shards
-            n_left = len(self.split) if left is None else len(left)
+            n_left = len(seen) if left is None else len(left)
             warnings.warn(
                 f"after resharding, the {n_left} example(s) left of epoch {self.epoch} cannot be "
                 f"split over {self.world_size} ranks; they are skipped in this epoch",
@@ -382,17 +405,20 @@ class BatchIterator:
             "rank": self.rank,
             "num_examples": len(self.split),
             "reshards": [list(r) for r in self._reshards],
+            **({"mix": [list(m) for m in self.mix]} if self.mix is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore epoch and position; the settings that shape the plan must match. A state from another
         world size continues from the same global position (see the class docstring)."""
-        for key in ("seed", "shuffle", "max_tokens", "num_examples"):
-            mine = self.state_dict()[key]
-            if key in state and state[key] != mine:
+        for key in ("seed", "shuffle", "max_tokens", "num_examples", "mix"):
+            mine = self.state_dict().get(key)
+            if state.get(key) != mine and (key in state or key == "mix"):
                 hint = (
                     " (the training data changed size; a run continues on new text only of the same size)"
                     if key == "num_examples"
+                    else " (the sources' weights changed: a run resumes with the weights it started with)"
+                    if key == "mix"
                     else ""
                 )
                 raise DataError(f"cannot resume batches: {key} was {state[key]}, now {mine}{hint}")
@@ -405,3 +431,22 @@ class BatchIterator:
             position = 0  # of the new plan of what is left
         self.epoch, self.position, self._reshards = epoch, position, reshards
         self._plan_epoch = None
+
+
+def weighted_draw(sizes: list[int], weights: list[float], seed: int, epoch: int) -> np.ndarray:
+    """One epoch's examples of sources stored one after another, `sizes[s]` each: round(weight x size)
+    draws from source s, walking its pairs in a permutation seeded by (seed, s, lap) and drawn afresh
+    for each lap through them, so that the draws of all epochs together see every pair equally often."""
+    out, start = [], 0
+    for s, (n, w) in enumerate(zip(sizes, weights)):
+        q = int(round(w * n))
+        if n and q:
+            pos = np.arange(epoch * q, (epoch + 1) * q, dtype=np.int64)  # this epoch's draws of all so far
+            laps = pos // n
+            ids = np.empty(q, dtype=np.int64)
+            for lap in np.unique(laps).tolist():
+                here = laps == lap
+                ids[here] = np.random.default_rng([seed, s, lap]).permutation(n)[pos[here] - lap * n]
+            out.append(start + ids)
+        start += n
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)

@@ -29,6 +29,7 @@ from aiayn.data import embedded, multi30k, wmt14
 from aiayn.data.cache import SPLITS, given_tokenizer, lock_path, spm_model_bytes, train_tokenizer
 from aiayn.data.encoded import EncodedSplit, id_dtype
 from aiayn.data.errors import DataError
+from aiayn.data.filters import Chain, Deduplicator, Filter, Verdicts, parse_filters, reasons_of
 from aiayn.data.io import LineStream, check_counts, decode_blob
 from aiayn.data.pipeline import (
     Chunk,
@@ -45,6 +46,7 @@ from aiayn.data.pipeline import (
     stamp_key,
 )
 from aiayn.data.segment import SentenceStarts, learn_sentence_starts
+from aiayn.data.sources import source_filters, source_specs, split_sources
 from aiayn.data.tokenizer import Tokenizer, WordCacheEncoder, collapse_whitespace
 
 _FORMAT = 2  # bump when the on-disk layout or the filtering changes
@@ -182,8 +184,16 @@ def _check_lang_hint(path: Path, lang: str, role: str) -> None:
         raise DataError(f"{path} looks like {m.group(1)!r} text but the {role} language is {lang!r}")
 
 
-def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, LinePair | MemoryPairs | None]:
+def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Source | None]:
     """Each split's text; a missing file fails here, before anything is read."""
+    if cfg.corpus == "sources":
+        given = split_sources(cfg, source_specs(cfg), LinePair)
+        files = {s: _given_pair(cfg, s) for s in SPLITS if given[s] is None}
+        if given["valid"] is None and files["valid"] is None:
+            raise DataError(
+                "data.sources has no validation pairs: add a source with split: valid, or data.valid_src/_tgt"
+            )
+        return {s: given[s] if given[s] is not None else files[s] for s in splits}
     if cfg.corpus == "embedded":
         text = embedded.corpus(cfg.src_lang, cfg.tgt_lang, cfg.embedded_size)
         return {s: MemoryPairs([x.encode() for x in text[s][0]], [x.encode() for x in text[s][1]]) for s in splits}
@@ -193,6 +203,19 @@ def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, LineP
             if not path.is_file():
                 raise DataError(f"file not found: {path}")
     return {s: None if p is None else LinePair(*p) for s, p in pairs.items()}
+
+
+def _given_pair(cfg: DataConfig, split: str) -> LinePair | None:
+    """data.<split>_src / _tgt as a pair of files, when given."""
+    src, tgt = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
+    if src is None and tgt is None:
+        return None
+    if src is None or tgt is None:
+        raise DataError(f"data.{split}_src and data.{split}_tgt go together")
+    for path in (Path(src), Path(tgt)):
+        if not path.is_file():
+            raise DataError(f"file not found: {path}")
+    return LinePair(Path(src), Path(tgt))
 
 
 def _split_text(source: Source | None) -> tuple[list[str], list[str]]:
@@ -209,30 +232,50 @@ def _split_text(source: Source | None) -> tuple[list[str], list[str]]:
 
 
 def sentence_pairs(cfg: DataConfig, symbols: Sequence[str] = ()) -> ExampleKind[Prepared]:
-    """A sentence pair: aligned lines of two files (or of the embedded corpus) encoded with one joint
-    BPE; training pairs with an empty side, over `max_len` pieces or past `max_len_ratio` are dropped
-    (counted; never valid/test). `symbols` makes a tree pair: the tree's markup kept whole by the BPE."""
+    """A sentence pair: aligned lines of two files, of one file of another format or of several sources
+    (or of the embedded corpus) encoded with one joint BPE. Training pairs are filtered: the rule filters
+    of data.filters and each source's (aiayn.data.filters), then over `max_len` pieces or past
+    `max_len_ratio`; each dropped pair is counted by its reason, valid/test pairs are never dropped.
+    `symbols` makes a tree pair: the tree's markup kept whole by the BPE."""
     symbols = tuple(symbols)
     sources = _sources(cfg)  # missing files and unknown settings fail here, first
     train = sources["train"]
     assert train is not None  # a training split always has a source
+    lists = _filter_lists(cfg)
+    reasons = reasons_of(lists, after=TOKEN_LIMITS) if any(lists) else COUNTERS
+    chains = tuple(Chain(tuple(f), reasons) for f in lists)
+    settings = _settings(cfg, symbols)
+    if any(lists):
+        settings["filters"] = [[f.describe() for f in fs] for fs in lists]
+    if cfg.corpus == "sources":
+        settings["sources"] = [spec.describe() for spec in source_specs(cfg)]
+    names = [spec.name for spec in source_specs(cfg) if spec.split == "train"] if cfg.corpus == "sources" else []
     return ExampleKind(
-        settings=_settings(cfg, symbols),
+        settings=settings,
         sources=dict(sources),
-        tokenizer=partial(_tokenizer, cfg, symbols, train.names),
-        encoder=partial(PairEncoder, cfg.spm_model is None, cfg.max_len, cfg.max_len_ratio),
+        tokenizer=partial(_tokenizer, cfg, symbols, getattr(train, "names", ("train source", "train target"))),
+        encoder=partial(PairEncoder, cfg.spm_model is None, cfg.max_len, cfg.max_len_ratio, chains, reasons),
         arrays=dict(src=None, tgt=None, index=np.int64, src_lengths=np.int32, tgt_lengths=np.int32),
         report={"corpus": cfg.corpus, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "spm_model": cfg.spm_model},
-        finish=_finish,
+        finish=partial(_finish, reasons, names),
         load=partial(_load, cfg, symbols),
-        counters=COUNTERS,
+        counters=reasons,
         sample_size=cfg.bpe_sample_pairs if cfg.spm_model is None else None,
+        in_order=partial(InOrder, reasons) if any(c.dedup for c in chains) else None,
         streams=2,
         unit="pairs",
     )
 
 
-COUNTERS = ("empty", "too_long", "ratio")
+COUNTERS = ("empty", "too_long", "ratio")  # what a corpus without rule filters counts
+TOKEN_LIMITS = ("too_long", "ratio")
+
+
+def _filter_lists(cfg: DataConfig) -> list[list[Filter]]:
+    """The rule filters of each part of the training split (one part but for corpus sources)."""
+    if cfg.corpus == "sources":
+        return [source_filters(cfg, spec) for spec in source_specs(cfg) if spec.split == "train"]
+    return [parse_filters(cfg.filters, cfg.src_lang, cfg.tgt_lang, where="data.filters")] if cfg.filters else []
 
 
 def _tokenizer(
@@ -266,10 +309,12 @@ def _tokenizer(
     return tok, fields
 
 
-def _finish(report: dict[str, Any], encoded: dict[str, Encoded]) -> None:
-    """Each split's line (lines read, pairs kept, ids each side), the dropped pairs by reason, their total;
-    a build that kept no training pair is refused, naming why."""
-    report["dropped"] = {k: encoded["train"].counts[k] for k in COUNTERS}
+def _finish(reasons: tuple[str, ...], names: list[str], report: dict[str, Any], encoded: dict[str, Encoded]) -> None:
+    """Each split's line (lines read, pairs kept, ids each side), the dropped pairs by reason, their total,
+    and each training source's own (corpus sources). A build that kept no training pair is refused, and
+    so is a source its filters emptied, naming the reasons."""
+    train = encoded["train"]
+    report["dropped"] = {k: train.counts[k] for k in reasons}
     for split, e in encoded.items():
         report["splits"][split] = {
             "lines": e.counts["lines"],
@@ -277,12 +322,27 @@ def _finish(report: dict[str, Any], encoded: dict[str, Encoded]) -> None:
             "src_tokens": e.ends["src"],
             "tgt_tokens": e.ends["tgt"],
         }
-    train = encoded["train"]
+    if names:
+        report["sources"] = [
+            {
+                "name": name,
+                "lines": part.get("lines", 0),
+                "pairs": part.get("examples", 0),
+                "dropped": {k: part[k] for k in reasons if part.get(k)},
+            }
+            for name, part in zip(names, train.parts + [{}] * (len(names) - len(train.parts)))
+        ]
+        for source in report["sources"]:
+            if source["pairs"] == 0:
+                took = sorted(source["dropped"].items(), key=lambda kv: -kv[1])
+                why = ", ".join(f"{k} {v:,}" for k, v in took) or "it has no lines"
+                raise DataError(f"source {source['name']!r} has no pairs left after cleaning: {why}")
     if train.examples == 0:
+        took = sorted(((k, v) for k, v in report["dropped"].items() if v), key=lambda kv: -kv[1])
         raise DataError(
             "every training pair has an empty side"
             if train.counts["empty"] == train.counts["lines"]
-            else "every training pair was dropped (length / ratio filters)"
+            else f"every training pair was dropped ({', '.join(f'{k} {v:,}' for k, v in took)})"
         )
     report["dropped"]["total"] = sum(report["dropped"].values())
 
@@ -335,12 +395,23 @@ def build_lock(cfg: DataConfig) -> Path:
 
 
 class PairEncoder:
-    """Decodes, encodes and (training split) filters one chunk of aligned lines."""
+    """Decodes, encodes and (training split) filters one chunk of aligned lines: empty pairs, the chunk's
+    source's rule filters (`chains`, one a source), then the token limits; each line's reason is its
+    code (0: kept; else 1 + its index in `reasons`)."""
 
-    def __init__(self, trained_here: bool, max_len: int, max_len_ratio: float, model: bytes, labels: list[str]) -> None:
+    def __init__(
+        self,
+        trained_here: bool,
+        max_len: int,
+        max_len_ratio: float,
+        chains: tuple[Chain, ...],
+        reasons: tuple[str, ...],
+        model: bytes,
+        labels: list[str],
+    ) -> None:
         self.sp = sentencepiece.SentencePieceProcessor(model_proto=model)
         self.words = WordCacheEncoder(self.sp) if trained_here else None
-        self.max_len, self.ratio = max_len, max_len_ratio
+        self.max_len, self.ratio, self.chains, self.reasons = max_len, max_len_ratio, chains, reasons
         self.dtype = id_dtype(self.sp.get_piece_size())
 
     def encode_lines(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -361,14 +432,23 @@ class PairEncoder:
         tgt_lines = decode_blob(job.names[1], job.blobs[1], job.first + 1).split("\n")
         s_flat, sl, s_empty = self.encode_lines(src_lines)
         t_flat, tl, t_empty = self.encode_lines(tgt_lines)
-        keep = np.ones(len(sl), dtype=bool)
-        counts = {"empty": 0, "too_long": 0, "ratio": 0}
-        if job.train:  # over-long and extreme-ratio pairs leave training only; empty ones first
-            empty = s_empty | t_empty
-            too_long = ~empty & ((sl > self.max_len) | (tl > self.max_len))
-            ratio = ~empty & ~too_long & (np.maximum(sl, tl) > self.ratio * np.minimum(sl, tl))
-            keep = ~(empty | too_long | ratio)
-            counts = {"empty": int(empty.sum()), "too_long": int(too_long.sum()), "ratio": int(ratio.sum())}
+        codes = np.zeros(len(sl), dtype=np.uint8)
+        extra: dict[str, Any] = {}
+        if job.train:  # filters apply to training only; empty pairs first, the token limits last
+            if self.chains:
+                v = self.chains[job.part].verdicts(
+                    [collapse_whitespace(x) for x in src_lines], [collapse_whitespace(x) for x in tgt_lines]
+                )
+                codes = v.codes
+                if v.exact is not None:  # deduplication follows in the main process (InOrder)
+                    extra = {"codes": codes, "exact": v.exact, "near": v.near}
+            else:
+                codes[s_empty | t_empty] = 1 + self.reasons.index("empty")
+            live = codes == 0
+            codes[live & ((sl > self.max_len) | (tl > self.max_len))] = 1 + self.reasons.index("too_long")
+            live = codes == 0
+            codes[live & (np.maximum(sl, tl) > self.ratio * np.minimum(sl, tl))] = 1 + self.reasons.index("ratio")
+        keep = codes == 0
         sl_k, tl_k = sl[keep], tl[keep]
         s_kept = s_flat[np.repeat(keep, sl)]
         src = np.insert(s_kept, np.cumsum(sl_k), EOS_ID)  # EOS after every source sentence
@@ -379,5 +459,33 @@ class PairEncoder:
             "src_lengths": (sl_k + 1).astype(np.int32),
             "tgt_lengths": tl_k.astype(np.int32),
             "index": np.flatnonzero(keep),
-            **counts,
+            **counts_of(codes, self.reasons),
+            **extra,
         }
+
+
+def counts_of(codes: np.ndarray, reasons: Sequence[str]) -> dict[str, int]:
+    """How many lines each reason dropped."""
+    n = np.bincount(codes, minlength=len(reasons) + 1)
+    return {r: int(n[i + 1]) for i, r in enumerate(reasons)}
+
+
+class InOrder:
+    """The main process's pass over each training chunk in corpus order: duplicates (aiayn.data.filters
+    .Deduplicator) leave the chunk's arrays, and its counts are those of the final codes."""
+
+    def __init__(self, reasons: tuple[str, ...]) -> None:
+        self.dedup, self.reasons = Deduplicator(reasons), reasons
+
+    def __call__(self, r: dict[str, Any]) -> dict[str, Any]:
+        if "codes" not in r:  # a chunk of a source without deduplication
+            return r
+        before = r.pop("codes")
+        codes = self.dedup(Verdicts(before, r.pop("exact"), r.pop("near")))
+        stay = codes[before == 0] == 0  # (kept,) which of the worker's kept pairs stay
+        if not stay.all():
+            sl, tl = r["src_lengths"], r["tgt_lengths"]
+            r["src"] = r["src"][np.repeat(stay, sl)]
+            r["tgt"] = r["tgt"][np.repeat(stay, tl)]
+            r["src_lengths"], r["tgt_lengths"], r["index"] = sl[stay], tl[stay], r["index"][stay]
+        return {**r, **counts_of(codes, self.reasons)}

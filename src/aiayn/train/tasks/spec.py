@@ -26,6 +26,7 @@ from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 from aiayn.data.pipeline import Options
+from aiayn.data.sources import source_mix
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.distributed import DistInfo
 
@@ -95,7 +96,7 @@ class TrainBatches(Protocol):
 
 # The corpora of the data pipeline's two example kinds (aiayn.data.pairs: sentence pairs; aiayn.data.text: lines or
 # running text), for the tasks that read them.
-PARALLEL_CORPORA = ("multi30k", "files", "embedded", "wmt14")
+PARALLEL_CORPORA = ("multi30k", "files", "sources", "embedded", "wmt14")
 TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
 
 
@@ -116,7 +117,8 @@ def sentence_batches(
     collate_fn: Callable[[EncodedSplit, np.ndarray], Any] | None = None,
 ) -> BatchIterator:
     """Token-budget batches of whole examples from the training split (length-bucketed, shuffled,
-    rank-sharded); without `collate_fn` a batch is collated during the update."""
+    rank-sharded, drawn from the sources by their weights); without `collate_fn` a batch is collated
+    during the update."""
     return BatchIterator(
         prepared.splits["train"],
         cfg.data.max_tokens,
@@ -127,6 +129,7 @@ def sentence_batches(
         rank=dist.rank,
         world_size=dist.world_size,
         pin_memory=device.type == "cuda",
+        mix=source_mix(cfg.data, prepared.report),
     )
 
 

@@ -1,0 +1,192 @@
+"""`aiayn data clean --score-with`: the model-based filter, dual conditional cross-entropy (Junczys-Dowmunt,
+2018, first in the WMT18 corpus-filtering task). A forward run scores each pair by H_F = -log p(y|x) per
+target token and a backward run by H_B = -log p(x|y) per source token; a pair's score is
+
+    |H_F - H_B| + (H_F + H_B) / 2        (lower is better)
+
+high when either model finds the pair unlikely, or when the two disagree (a misaligned pair that one
+direction still finds plausible). No rule sees a fluent sentence paired with the translation of another
+one; these scores do. The two runs can be trained on the data being cleaned (`train_scorers`, a few
+minutes on a CPU): most of a noisy corpus is still aligned, and what a model trained on it cannot
+predict is what is not.
+
+The kept pairs are the best `keep_best` share, or those scoring `max_score` or less; every score is
+written (`<name>.scores`, one a pair of the rule-cleaned input, in its order), so a user can choose
+another cut without scoring again.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aiayn.config import Config
+from aiayn.data.errors import DataError
+from aiayn.data.io import LineStream, decode_lines
+from aiayn.decode.forced import ForcedScorer
+from aiayn.fileio import atomic_write
+
+REASON = "dual_xent"  # the removed pairs' reason in the report
+CHUNK = 20_000  # pairs scored at once: the text of one chunk is all this holds of the corpus
+VALID_PAIRS = 500  # the scorers' validation pairs, from the start of the data they train on
+
+
+def dual_scores(
+    run_f: str, run_b: str, src_file: Path, tgt_file: Path, device: str | None = None, progress: bool = False
+) -> np.ndarray:
+    """(N,) float32 scores of the line-aligned pairs of two files, lower is better (module docstring)."""
+    forward, backward = ForcedScorer(run_f, device), ForcedScorer(run_b, device)
+    out: list[np.ndarray] = []
+    bar = _bar(progress, src_file)
+    with LineStream(src_file) as a, LineStream(tgt_file) as b:
+        while True:
+            s, t = decode_lines(src_file, a.take(CHUNK)), decode_lines(tgt_file, b.take(CHUNK))
+            if len(s) != len(t):
+                raise DataError(f"line counts differ: {src_file} and {tgt_file}")
+            if not s:
+                break
+            h_f, h_b = forward.cross_entropy(s, t), backward.cross_entropy(t, s)
+            out.append(np.abs(h_f - h_b) + 0.5 * (h_f + h_b))
+            if bar is not None:
+                bar.update(len(s))
+    if bar is not None:
+        bar.close()
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+def cut(scores: np.ndarray, keep_best: float | None = None, max_score: float | None = None) -> tuple[np.ndarray, float]:
+    """(which pairs to keep, the score threshold): the best `keep_best` share (ties at the threshold
+    kept), or every pair scoring `max_score` or less."""
+    if (keep_best is None) == (max_score is None):
+        raise DataError("give one of --keep-best (a share of the pairs) or --max-score (a score)")
+    if max_score is None:
+        assert keep_best is not None
+        if not 0.0 < keep_best <= 1.0:
+            raise DataError(f"--keep-best is a share of the pairs in (0, 1], not {keep_best}")
+        k = max(1, int(round(keep_best * len(scores))))
+        max_score = float(np.partition(scores, k - 1)[k - 1]) if len(scores) else 0.0
+    return scores <= max_score, float(max_score)
+
+
+def keep_lines(
+    files: tuple[Path, Path], keep: np.ndarray, lines: np.ndarray, removed: Path | None = None
+) -> list[dict[str, Any]]:
+    """Rewrite both files with the kept lines only (streamed; each replaced when complete); a few of the
+    removed pairs as examples, each with its line number in the input (`lines`: the input's line of each
+    line of the files). With `removed`, every removed pair is added to that removed.tsv."""
+    examples: list[dict[str, Any]] = []
+    tmp = [f.with_name(f".{f.name}.part") for f in files]
+    rm = open(removed, "a", encoding="utf-8") if removed is not None else None
+    try:
+        with LineStream(files[0]) as a, LineStream(files[1]) as b, open(tmp[0], "wb") as x, open(tmp[1], "wb") as y:
+            at = 0
+            while True:
+                src, tgt = a.take(CHUNK), b.take(CHUNK)
+                if not src:
+                    break
+                mask = keep[at : at + len(src)]
+                if len(src) != len(tgt) or len(mask) != len(src):
+                    raise DataError(f"{files[0]}: its lines and its {len(keep)} scores do not match")
+                for i, (s, t, k) in enumerate(zip(src, tgt, mask.tolist())):
+                    if k:
+                        x.write(s + b"\n")
+                        y.write(t + b"\n")
+                        continue
+                    pair = {"line": int(lines[at + i]), "src": s.decode(), "tgt": t.decode()}
+                    if len(examples) < 5:
+                        examples.append(pair)
+                    if rm is not None:
+                        rm.write(f"{pair['line']}\t{REASON}\t{pair['src']}\t{pair['tgt']}\n")
+                at += len(src)
+        if at != len(keep):
+            raise DataError(f"{files[0]} has {at} lines, its scores {len(keep)}")
+        for part, f in zip(tmp, files):
+            part.replace(f)
+    finally:
+        if rm is not None:
+            rm.close()
+        for part in tmp:
+            part.unlink(missing_ok=True)
+    return examples
+
+
+def write_scores(path: Path, scores: np.ndarray) -> None:
+    text = "".join(f"{x:.4f}\n" for x in scores.tolist())
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def train_scorers(
+    files: tuple[Path, Path],
+    langs: tuple[str, str],
+    out_dir: Path,
+    steps: int,
+    recipe: str = "quickstart",
+    progress: bool = False,
+) -> tuple[Path, Path]:
+    """A forward and a backward run (`recipe`, a config file or a packaged recipe; `steps` updates each,
+    one shared BPE, the warmup at most a quarter of them) trained on the pairs of `files`: the first
+    VALID_PAIRS validate, the rest train. Each run resumes when interrupted; a finished one is reused."""
+    from aiayn.train import train
+
+    data = out_dir / "scorers" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    split = {}
+    with LineStream(files[0]) as a, LineStream(files[1]) as b:
+        src, tgt = a.take(sys.maxsize), b.take(sys.maxsize)  # a corpus a CPU trains scorers on is small
+    if len(src) < 2 * VALID_PAIRS:
+        raise DataError(f"training scorers needs at least {2 * VALID_PAIRS} pairs; {files[0]} has {len(src)}")
+    for name, lines, lang in (("src", src, langs[0]), ("tgt", tgt, langs[1])):
+        for part, chunk in (("valid", lines[:VALID_PAIRS]), ("train", lines[VALID_PAIRS:])):
+            path = data / f"{part}.{lang}"
+            atomic_write(path, partial(_write, b"".join(x + b"\n" for x in chunk)))
+            split[(part, name)] = path
+    runs: list[Path] = []
+    for direction, (s, t) in (("forward", ("src", "tgt")), ("backward", ("tgt", "src"))):
+        run = out_dir / "scorers" / direction
+        overrides: dict[str, Any] = {
+            "data.corpus": "files",
+            "data.src_lang": langs[0] if s == "src" else langs[1],
+            "data.tgt_lang": langs[1] if s == "src" else langs[0],
+            "data.train_src": str(split[("train", s)]),
+            "data.train_tgt": str(split[("train", t)]),
+            "data.valid_src": str(split[("valid", s)]),
+            "data.valid_tgt": str(split[("valid", t)]),
+            "train.max_steps": steps,
+            "train.eval_every": 0,
+            "train.save_every": steps,
+            "train.eval_bleu": False,
+            "train.progress": progress,
+        }
+        if runs:  # one BPE for both directions: their scores are per piece of the same pieces
+            overrides["data.spm_model"] = str(runs[0] / "spm.model")
+        cfg = Config.load(recipe, overrides)
+        if cfg.optim.warmup > steps // 4:  # a short run reaches its peak rate early enough to learn
+            cfg = Config.load(recipe, {**overrides, "optim.warmup": max(1, steps // 4)})
+        done = (run / "best.safetensors").is_file() and _finished(run, steps)
+        if not done:
+            train(cfg, run, resume=(run / "checkpoints").is_dir())
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+def _write(data: bytes, tmp: str) -> None:
+    Path(tmp).write_bytes(data)
+
+
+def _finished(run: Path, steps: int) -> bool:
+    from aiayn.checkpoint import list_checkpoints
+
+    found = list_checkpoints(run)
+    return bool(found) and found[-1][0] >= steps
+
+
+def _bar(progress: bool, src_file: Path) -> Any:
+    if not progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc=f"aiayn data clean: scoring {src_file.name}", unit=" pairs", dynamic_ncols=True, file=sys.stderr)
