@@ -136,3 +136,21 @@ def test_evaluate_serve_export_and_argos_load_the_default(trained: Path, tmp_pat
     with zipfile.ZipFile(package) as z:
         (model_bin,) = [n for n in z.namelist() if n.endswith("/model/model.bin")]
         assert z.read(model_bin) == (exported / "model.bin").read_bytes()
+
+
+def test_training_on_drops_a_default_it_leaves_behind(trained: Path, tmp_path: Path, capfd) -> None:
+    from aiayn.averaging import average_run
+    from aiayn.config import Config
+    from aiayn.train import train
+
+    run = copy_run(trained, tmp_path / "run")
+    average_run(run, 3, run / "avg.safetensors", default_because="scored")
+    train(Config.load(run / "config.yaml"), run, resume=True)  # finished: nothing trains, the default stays
+    assert resolve_weights(run) == run / "avg.safetensors"
+    capfd.readouterr()
+    train(Config.load(run / "config.yaml", ["--train.max_steps", "62"]), run, resume=True)
+    assert not (run / "weights.json").exists() and resolve_weights(run) == run / "best.safetensors"
+    assert (
+        f"{run}/weights.json removed (it named avg.safetensors): training on leaves those weights behind, so "
+        f"-c {run} loads best.safetensors again" in capfd.readouterr().err
+    )
