@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             import ctranslate2  # noqa: F401
         except ImportError:
             raise AiaynError(f"aiayn export {flag} needs ctranslate2: pip install 'aiayn[bench]'") from None
-        print(f"weights: {describe_weights(a.checkpoint)}", file=sys.stderr, flush=True)  # as translate says
+        weights = describe_weights(a.checkpoint)  # said once the export is written: an error stays one line
         if a.argos:
             if a.spm:
                 raise AiaynError("--spm is for --ctranslate2: --argos packages the run's own spm.model")
@@ -69,11 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                 quantization=a.quantization,
                 force=a.force,
             )
+            print(f"weights: {weights}", file=sys.stderr)
             print(f"wrote Argos Translate package to {pkg}")
             return 0
         out = export_ctranslate2(
             a.checkpoint, a.ctranslate2, spm_file=a.spm, quantization=a.quantization, force=a.force
         )
+        print(f"weights: {weights}", file=sys.stderr)
         print(f"wrote CTranslate2 model to {out}")
         return 0
 
