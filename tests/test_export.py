@@ -286,23 +286,29 @@ def _aiayn(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
     return run_aiayn(*args, input=stdin)
 
 
-def test_translate_prints_one_engine_line(setup: dict, tmp_path: Path) -> None:
+def test_translate_prints_the_weights_then_one_engine_line(setup: dict, tmp_path: Path) -> None:
     run = _copy_run(setup, tmp_path / "run")
     stdin = ("\n".join(_texts(setup)[:3]) + "\n").encode()
     r = _aiayn("translate", "-c", str(run), "--beam", "1", stdin=stdin)
     assert r.returncode == 0, r.stderr.decode()
     cores = cpu_cores()
+    step = f"step_{STEPS:08d}.safetensors (step {STEPS}"
+    newest = f"weights: {run}/checkpoints/{step}; the newest checkpoint: no best.safetensors)"
     assert r.stderr.decode().splitlines() == [
+        newest,
         f"engine: ctranslate2 (CPU, ctranslate2 {ctranslate2.__version__} installed; {cores} replica"
-        f"{'s' if cores > 1 else ''} x 1 thread; --engine torch for PyTorch)"
+        f"{'s' if cores > 1 else ''} x 1 thread; --engine torch for PyTorch)",
     ]
     one = _aiayn("translate", "-c", str(run), "--beam", "1", "--threads", "2", "--replicas", "1", stdin=stdin)
     assert "; 1 replica x 2 threads; " in one.stderr.decode() and one.stdout == r.stdout  # same answers
     t = _aiayn("translate", "-c", str(run), "--beam", "1", "--engine", "torch", stdin=stdin)
-    assert t.stderr.decode().splitlines() == ["engine: torch (--engine torch)"]
+    assert t.stderr.decode().splitlines() == [newest, "engine: torch (--engine torch)"]
     assert t.stdout == r.stdout  # greedy: the same text from both engines
     e = _aiayn("translate", "-c", str(run), str(run), "--beam", "2", stdin=stdin)  # an ensemble
-    assert e.stderr.decode().splitlines()[0] == "engine: torch (an ensemble of 2 models: CTranslate2 decodes one model)"
+    assert e.stderr.decode().splitlines()[:2] == [
+        f"{newest} + {newest.removeprefix('weights: ')}",
+        "engine: torch (an ensemble of 2 models: CTranslate2 decodes one model)",
+    ]
 
 
 def test_greedy_is_token_for_token_the_same_on_both_engines(setup: dict, tmp_path: Path) -> None:

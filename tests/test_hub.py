@@ -130,6 +130,33 @@ def test_push_stages_the_newest_or_averaged_weights(runs: tuple[Path, Path], tmp
     torch.testing.assert_close(mean[key], (a[key].double() + b[key].double()).div(2).float())
 
 
+def test_push_uploads_the_weights_the_run_loads_and_their_export(
+    runs: tuple[Path, Path], hub: LocalHub, tmp_path: Path
+) -> None:
+    """After `aiayn average --default`, `-c RUN` loads the average (RUN/weights.json): push uploads it as
+    model.safetensors, and with --ctranslate2 the export made from it; hf:// then translates as the run."""
+    pytest.importorskip("ctranslate2")
+    from aiayn.export import cached_export
+    from aiayn.publish import push_run, stage_run
+    from inprocess import run_aiayn
+
+    run = Path(shutil.copytree(runs[0], tmp_path / "run"))
+    assert run_aiayn("average", run, "--last", "2", "--default").returncode == 0
+    average = run / "average_last2.safetensors"
+    info = push_run(run, "user/avg", token=TOKEN, ctranslate2=True)
+    pushed = hub.commits[info.oid]
+    assert pushed["model.safetensors"] == average.read_bytes() != (run / "best.safetensors").read_bytes()
+    assert pushed["ctranslate2/model.bin"] == (cached_export(average)[0] / "model.bin").read_bytes()
+    card = pushed["README.md"].decode()
+    assert "- Weights: average_last2.safetensors, the run's default (weights.json: the average of the last 2" in card
+    assert translate("hf://user/avg") == translate(run) == translate(average) != translate(run / "best.safetensors")
+    best = stage_run(run, tmp_path / "best", "user/avg", weights="best", ctranslate2=True)  # by name: still there
+    assert (best / "model.safetensors").read_bytes() == (run / "best.safetensors").read_bytes()
+    assert (best / "ctranslate2" / "model.bin").read_bytes() == (
+        cached_export(run / "best.safetensors")[0] / "model.bin"
+    ).read_bytes()
+
+
 def test_a_revision_pins_the_model(runs: tuple[Path, Path], hub: LocalHub) -> None:
     from aiayn.publish import push_run
 

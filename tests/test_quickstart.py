@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -76,7 +77,7 @@ def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_pat
 
     monkeypatch.setattr(viz, "attention_map", recording_map)
     run = tmp_path / "run"
-    quickstart.run(1.0, run, corpus="embedded", beam=2, test_limit=5)
+    result = quickstart.run(1.0, run, corpus="embedded", beam=2, test_limit=5)
     out = capsys.readouterr().out
     assert "decoding with the average of the last 2 checkpoints" in out
     # the heat map shows the pair printed for the first sample, not a translation of its own
@@ -89,6 +90,23 @@ def test_quickstart_decodes_with_the_average_of_its_last_two_checkpoints(tmp_pat
     for name, value in avg.items():
         torch.testing.assert_close(value, (last_two[0][name] + last_two[1][name]) / 2)
     assert any(not torch.equal(last_two[0][n], last_two[1][n]) for n in avg)  # two different points
+
+    # the run loads what was scored: `aiayn translate -c RUN` on the same sentences gives the BLEU printed
+    from aiayn.config import Config
+    from aiayn.data import prepare
+    from aiayn.scoring import score
+    from inprocess import run_aiayn
+
+    assert result["weights"] == str(run / "average.safetensors")
+    src, ref = prepare(Config.load(run / "config.yaml").data).raw("test")
+    r = run_aiayn("translate", "-c", run, "--beam", "2", input="\n".join(src[:5]) + "\n", text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (
+        f"weights: {run}/average.safetensors (step 9; weights.json: the average of the last 2 checkpoints "
+        "(steps 6, 9), what aiayn quickstart scored)"
+    )
+    printed = re.search(r"test BLEU (\d+\.\d\d) ", out)
+    assert printed and f"{score(r.stdout.splitlines(), ref[:5])['bleu']:.2f}" == printed.group(1)
 
 
 def test_the_recipe_is_the_config_file_and_the_fallback_swaps_only_the_data(tmp_path):

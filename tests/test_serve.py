@@ -1098,7 +1098,9 @@ def test_sigterm_answers_the_request_in_flight_then_exits(run_dir: Path) -> None
             proc.wait()
     err = proc.stderr.read()
     assert b"Traceback" not in err
-    assert err.decode().splitlines()[0].startswith("engine: ctranslate2 (CPU, ctranslate2 ")  # one line, first
+    weights, engine = err.decode().splitlines()[:2]  # what loaded, then which engine: first, a line each
+    assert weights == f"weights: {run_dir}/best.safetensors (step 150; the best by validation)"
+    assert engine.startswith("engine: ctranslate2 (CPU, ctranslate2 ")
 
 
 @pytest.mark.needs_browser

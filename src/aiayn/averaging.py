@@ -10,7 +10,14 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import CheckpointError, list_checkpoints, load_model, save_weights
+from aiayn.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_model,
+    run_relative,
+    save_weights,
+    set_default_weights,
+)
 
 
 def last_checkpoints(run_dir: str | os.PathLike, n: int) -> list[Path]:
@@ -48,8 +55,18 @@ def average_last(run_dir: str | os.PathLike, k: int, device: str | torch.device 
     return average_checkpoints(last_checkpoints(run_dir, k)).to(device).eval()
 
 
-def average_run(run_dir: str | Path, last: int, output: str | Path) -> Path:
+def average_run(run_dir: str | Path, last: int, output: str | Path, default_because: str | None = None) -> Path:
+    """Write the average of the run's last `last` step checkpoints to `output`. With `default_because`
+    (who makes it so, in words), `output`, which must lie inside the run, becomes the run's default
+    weights (RUN/weights.json: what `-c RUN_DIR` loads, see aiayn.checkpoint.which_weights)."""
+    if default_because is not None:
+        run_relative(run_dir, output)  # refused before the work, not after it
     paths = last_checkpoints(run_dir, last)
     model = average_checkpoints(paths)
     step = int(paths[-1].stem.split("_")[1])
-    return save_weights(model, output, step=step, extra={"averaged": json.dumps([str(p) for p in paths])})
+    out = save_weights(model, output, step=step, extra={"averaged": json.dumps([str(p) for p in paths])})
+    if default_because is not None:
+        steps = ", ".join(str(int(p.stem.split("_")[1])) for p in paths)
+        n = f"last {len(paths)} checkpoints" if len(paths) > 1 else "last checkpoint"
+        set_default_weights(run_dir, out, f"the average of the {n} (steps {steps}), {default_because}")
+    return out

@@ -3,6 +3,10 @@
 A weights file is self-describing: its metadata holds the model config (JSON) and the training
 step, so `load_model(path)` needs nothing else. Every write is atomic (temp file, fsync, rename):
 a crash leaves either the old file or the new one, never half of one. Nothing is unpickled.
+
+A run directory stands for one weights file, resolved in one place (`which_weights`): the file its
+weights.json names, else best.safetensors, else model.safetensors, else the newest checkpoint. Every
+command and class that takes a run (translate, evaluate, serve, export, push, Translator) loads that.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from aiayn.model import Transformer, build_model
 
 WEIGHTS_SUFFIX = ".safetensors"
 HUB_WEIGHTS = "model.safetensors"  # the weights of a model on the Hugging Face Hub (aiayn push)
+BEST_WEIGHTS = "best.safetensors"  # a run's best weights by validation (aiayn.train.validate)
+# RUN/weights.json names the weights `-c RUN` loads and why (set_default_weights), so that a run loads
+# what its own final evaluation scored (the quickstart's average), not one checkpoint beside it
+DEFAULT_WEIGHTS = "weights.json"
 _STEP_RE = re.compile(r"^step_(\d{8,})\.safetensors$")
 
 
@@ -62,24 +70,94 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     return meta
 
 
-def resolve_weights(path: str | os.PathLike) -> Path:
-    """A weights file, or a run directory -> its best.safetensors, else model.safetensors (a model
-    downloaded from the Hub, see aiayn.hub), else its newest checkpoint."""
+def fallback_weights(run: Path) -> tuple[Path, str]:
+    """A run directory's weights when it names none (no weights.json): best.safetensors, else
+    model.safetensors (a model downloaded from the Hub, see aiayn.hub), else its newest checkpoint."""
+    if (run / BEST_WEIGHTS).is_file():
+        return run / BEST_WEIGHTS, "the best by validation"
+    if (run / HUB_WEIGHTS).is_file():
+        return run / HUB_WEIGHTS, "the model's weights, as aiayn push uploads them"
+    found = sorted((run / "checkpoints").glob(f"step_*{WEIGHTS_SUFFIX}"))
+    if not found:
+        raise CheckpointError(
+            f"no checkpoint in run directory {run} (looked for {DEFAULT_WEIGHTS}, {BEST_WEIGHTS}, {HUB_WEIGHTS} "
+            f"and checkpoints/step_*.safetensors)"
+        )
+    return found[-1], "the newest checkpoint: no best.safetensors"
+
+
+def run_relative(run: str | os.PathLike, weights: str | os.PathLike) -> str:
+    """`weights` as a path inside `run`, or a CheckpointError: a run's default is its own file, so the
+    directory stays self-contained when it is moved or copied."""
+    try:
+        return Path(weights).resolve().relative_to(Path(run).resolve()).as_posix()
+    except ValueError:
+        raise CheckpointError(
+            f"{weights} is not inside the run directory {run}: a run's default weights are its own file"
+        ) from None
+
+
+def named_weights(run: str | os.PathLike) -> tuple[Path, str] | None:
+    """The weights RUN/weights.json names and why, or None when the run has no weights.json. A named
+    file that is missing is an error, never a silent fallback to other weights."""
+    run = Path(run)
+    record_file = run / DEFAULT_WEIGHTS
+    if not record_file.is_file():
+        return None
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        name, why = record["weights"], str(record.get("why", ""))
+        if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise CheckpointError(
+            f'{record_file} is not a weights record ({{"weights": "NAME.safetensors", "why": "..."}}, '
+            f"NAME inside the run); remove it to load {BEST_WEIGHTS}"
+        ) from None
+    if not (run / name).is_file():
+        raise CheckpointError(
+            f"{record_file} names {name} as the run's weights, but {run / name} is missing; name new ones "
+            f"(aiayn average {run} --default) or remove {record_file} to load {BEST_WEIGHTS}"
+        )
+    return run / name, why
+
+
+def set_default_weights(run: str | os.PathLike, weights: str | os.PathLike, why: str) -> Path:
+    """Make `weights`, a file inside the run directory, what `-c RUN` loads (translate, evaluate, serve,
+    export, push): RUN/weights.json, {"weights": its name inside the run, "why": `why`}, written
+    atomically. Returns the record's path."""
+    run, weights = Path(run), Path(weights)
+    name = run_relative(run, weights)
+    read_metadata(weights)  # one of ours, complete: never name a file that cannot load
+    line = json.dumps({"weights": name, "why": why}, indent=1) + "\n"
+    return atomic_write(run / DEFAULT_WEIGHTS, lambda tmp: Path(tmp).write_text(line, encoding="utf-8"))
+
+
+def which_weights(path: str | os.PathLike) -> tuple[Path, str]:
+    """(the weights file `path` stands for, why that one, in words). A weights file is itself. A run
+    directory: the file its weights.json names (`set_default_weights`), else best.safetensors, else
+    model.safetensors (a Hub download), else its newest checkpoint."""
     path = Path(path)
     if path.is_dir():
-        for name in ("best.safetensors", HUB_WEIGHTS):
-            if (path / name).is_file():
-                return path / name
-        found = sorted((path / "checkpoints").glob(f"step_*{WEIGHTS_SUFFIX}"))
-        if not found:
-            raise CheckpointError(
-                f"no checkpoint in run directory {path} (looked for best.safetensors, {HUB_WEIGHTS} "
-                f"and checkpoints/step_*.safetensors)"
-            )
-        return found[-1]
+        named = named_weights(path)
+        if named is not None:
+            return named[0], f"{DEFAULT_WEIGHTS}: {named[1]}" if named[1] else DEFAULT_WEIGHTS
+        return fallback_weights(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
-    return path
+    return path, "the file given"
+
+
+def resolve_weights(path: str | os.PathLike) -> Path:
+    """The one resolution of a weights file or run directory (`which_weights`) -> the file to load."""
+    return which_weights(path)[0]
+
+
+def describe_weights(path: str | os.PathLike) -> str:
+    """What `path` loads, for a stderr line: the file, its step, and why that file."""
+    file, why = which_weights(path)
+    step = read_metadata(file).get("step")
+    return f"{file} ({f'step {step}; ' if step is not None else ''}{why})"
 
 
 def weights_config(path: str | os.PathLike) -> ModelConfig:

@@ -2,7 +2,9 @@
 
 The repository gets what a run directory needs to translate (aiayn.hub reads it back as one):
 
-    model.safetensors   the weights (the run's best, its newest checkpoint, or an average of its last K)
+    model.safetensors   the weights: by default what `-c RUN` loads (aiayn.checkpoint.which_weights: the file
+                        RUN/weights.json names, else best.safetensors), or the best, the newest checkpoint,
+                        or an average of the last K
     spm.model           the tokenizer
     config.yaml         the run's configuration (the decode settings come from it)
     README.md           a model card: YAML front matter (library_name: aiayn, languages, license) and
@@ -22,29 +24,33 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from aiayn.checkpoint import HUB_WEIGHTS, find_in_run, find_tokenizer, list_checkpoints, resolve_weights
+from aiayn.checkpoint import HUB_WEIGHTS, fallback_weights, find_in_run, find_tokenizer, list_checkpoints, which_weights
 from aiayn.config import Config
 from aiayn.errors import AiaynError
 from aiayn.hub import HubError, endpoint, import_huggingface_hub
 
-WEIGHTS_CHOICES = ("best", "newest", "average")
+WEIGHTS_CHOICES = ("default", "best", "newest", "average")
 
 
-def pick_weights(run: str | os.PathLike, which: str, average_last: int, staging: Path) -> Path:
-    """The weights file to publish: `best` (best.safetensors, else the newest checkpoint), `newest`
-    (the newest step checkpoint) or `average` (the mean of the last `average_last` checkpoints, written
-    into `staging`)."""
+def pick_weights(run: str | os.PathLike, which: str, average_last: int, staging: Path) -> tuple[Path, str]:
+    """The weights file to publish and what it is (the model card's line): `default` (what `-c RUN`
+    loads, aiayn.checkpoint.which_weights: the file RUN/weights.json names, else as `best`), `best`
+    (best.safetensors, else the newest checkpoint), `newest` (the newest step checkpoint) or `average`
+    (the mean of the last `average_last` checkpoints, written into `staging`)."""
+    if which == "default":
+        file, why = which_weights(run)
+        return file, f"{file.relative_to(run).as_posix()}, the run's default ({why})"
     if which == "best":
-        return resolve_weights(run)
+        return fallback_weights(Path(run))[0], which
     if which == "newest":
         found = list_checkpoints(run)
         if not found:
             raise AiaynError(f"no step checkpoints in {Path(run) / 'checkpoints'} (--weights newest)")
-        return found[-1][1]
+        return found[-1][1], which
     if which == "average":
         from aiayn.averaging import average_run
 
-        return average_run(Path(run), average_last, staging / "averaged.safetensors")
+        return average_run(Path(run), average_last, staging / "averaged.safetensors"), which
     raise AiaynError(f"--weights must be one of {', '.join(WEIGHTS_CHOICES)}, not {which!r}")
 
 
@@ -91,7 +97,7 @@ def model_card(
     weights: Path,
     run: str | os.PathLike,
     license: str = "other",
-    which: str = "best",
+    which: str = "default",
 ) -> str:
     """README.md for the repository: YAML front matter the Hub reads, then what the model is. The task's
     TaskSpec gives its Hub tag, its summary and the validation measure reported (what early stopping
@@ -159,7 +165,7 @@ def stage_run(
     out: Path,
     repo_id: str,
     *,
-    weights: str = "best",
+    weights: str = "default",
     average_last: int = 5,
     ctranslate2: bool = False,
     license: str = "other",
@@ -171,20 +177,22 @@ def stage_run(
     out.mkdir(parents=True, exist_ok=True)
     work = out.parent / (out.name + ".work")
     work.mkdir(exist_ok=True)
-    file = pick_weights(run, weights, average_last, work)
+    file, label = pick_weights(run, weights, average_last, work)
     shutil.copyfile(file, out / HUB_WEIGHTS)
     shutil.copyfile(find_tokenizer(run), out / "spm.model")
     found = find_in_run(run, "config.yaml")
     cfg = Config.load(str(found)) if found else None
     if found:
         shutil.copyfile(found, out / "config.yaml")
-    (out / "README.md").write_text(model_card(repo_id, cfg, out / HUB_WEIGHTS, run, license, weights), "utf-8")
+    (out / "README.md").write_text(model_card(repo_id, cfg, out / HUB_WEIGHTS, run, license, label), "utf-8")
     if ctranslate2:
         from aiayn.export import cached_export
 
         if weights == "newest":
             raise AiaynError("--ctranslate2 exports the run's best weights or an average: not with --weights newest")
-        export, _ = cached_export(run, average_last=average_last if weights == "average" else 0)
+        # the export of the very file uploaded as model.safetensors (an average staged outside the run: of
+        # the run's last checkpoints, the same mean)
+        export, _ = cached_export(run, average_last=average_last) if weights == "average" else cached_export(file)
         shutil.copytree(export, out / "ctranslate2", ignore=shutil.ignore_patterns("*.lock", "source.json"))
         (out / "ctranslate2" / "source.json").write_text(json.dumps({"weights": HUB_WEIGHTS}) + "\n")
     return out
@@ -196,7 +204,7 @@ def push_run(
     *,
     private: bool = False,
     revision: str | None = None,
-    weights: str = "best",
+    weights: str = "default",
     average_last: int = 5,
     ctranslate2: bool = False,
     token: str | None = None,

@@ -3,7 +3,8 @@
 Multi30k German -> English (mirror from $AIAYN_DATA_DIR or --data-dir, then the cache, then the
 download); with no network and no mirror it says so in one line and uses the embedded corpus,
 so it always runs. It trains a small model (d_model 128, 4+4 layers) for a fixed wall-clock
-budget, averages its last two checkpoints (§6.1), scores the test set with beam search
+budget, averages its last two checkpoints (§6.1) and makes the average the run's default weights
+(RUN/weights.json, so `-c RUN` loads what was scored), scores the test set with beam search
 (sacreBLEU, and the published tokenized BLEU on Multi30k), translates a few sentences and writes
 a training-curve and an attention heat-map PNG into the run directory.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from aiayn import recipes, viz
 from aiayn.averaging import average_run
-from aiayn.checkpoint import list_checkpoints, load_translation_model
+from aiayn.checkpoint import DEFAULT_WEIGHTS, list_checkpoints, load_translation_model, resolve_weights
 from aiayn.config import Config
 from aiayn.data import multi30k, prepare
 from aiayn.data.io import read_lines
@@ -96,19 +97,23 @@ def run(
         return summary
 
     # §6.1: average the last checkpoints. Two, saved 1,000 updates apart, help (docs/results.md); older
-    # ones are too far back in a run this short.
-    weights: Path = run_dir
+    # ones are too far back in a run this short. The average becomes the run's default weights
+    # (RUN/weights.json), and what is scored below is the run as `-c RUN` loads it: the BLEU printed is
+    # what `aiayn translate -c RUN`, serve, export and push give.
     if len(list_checkpoints(run_dir)) >= 2:
-        weights = average_run(run_dir, 2, run_dir / "average.safetensors")
-        print(f"decoding with the average of the last 2 checkpoints: {weights}")
-    translator = Translator.load(weights)  # decodes with the run's config.yaml `decode` section
+        average = average_run(
+            run_dir, 2, run_dir / "average.safetensors", default_because="what aiayn quickstart scored"
+        )
+        print(f"decoding with the average of the last 2 checkpoints: {average} (the run's default: {DEFAULT_WEIGHTS})")
+    weights = resolve_weights(run_dir)
+    translator = Translator.load(run_dir)  # decodes with the run's config.yaml `decode` section
 
     src, ref = prepare(cfg.data).raw("test")  # the cached preparation training used
     src, ref = src[:test_limit], ref[:test_limit]
     search = translator.search_config(beam=beam)  # the run's settings, --beam given or not
     beam, lp = search.beam, search.length_penalty
     hyps = translator.translate(src, beam=beam)
-    result = {"test": score(hyps, ref), "steps": summary["step"]}
+    result = {"test": score(hyps, ref), "steps": summary["step"], "weights": str(weights)}
     line = f"test BLEU {result['test']['bleu']:.2f} (sacreBLEU, detokenized, cased), chrF {result['test']['chrf']:.2f}"
     if corpus == "multi30k":
         tok_ref = read_lines(tokenized_reference_path("test", cfg.data.tgt_lang, data_dir))[:test_limit]

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="RUN_DIR",
-        help="run directory (best.safetensors, else newest checkpoint) or a weights file",
+        help="run directory (its default weights: RUN/weights.json's, else best.safetensors, else the newest "
+        "checkpoint) or a weights file",
     )
     p.add_argument(
         "--spm", default=None, help="--ctranslate2: sentencepiece model (default: spm.model of the run directory)"
@@ -44,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace the output if it exists")
 
     def run(a: argparse.Namespace) -> int:
+        import sys
+
         from aiayn.argos import export_argos
+        from aiayn.checkpoint import describe_weights
         from aiayn.export import export_ctranslate2
 
         flag = "--argos" if a.argos else "--ctranslate2"
@@ -52,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             import ctranslate2  # noqa: F401
         except ImportError:
             raise AiaynError(f"aiayn export {flag} needs ctranslate2: pip install 'aiayn[bench]'") from None
+        weights = describe_weights(a.checkpoint)  # said once the export is written: an error stays one line
         if a.argos:
             if a.spm:
                 raise AiaynError("--spm is for --ctranslate2: --argos packages the run's own spm.model")
@@ -64,11 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                 quantization=a.quantization,
                 force=a.force,
             )
+            print(f"weights: {weights}", file=sys.stderr)
             print(f"wrote Argos Translate package to {pkg}")
             return 0
         out = export_ctranslate2(
             a.checkpoint, a.ctranslate2, spm_file=a.spm, quantization=a.quantization, force=a.force
         )
+        print(f"weights: {weights}", file=sys.stderr)
         print(f"wrote CTranslate2 model to {out}")
         return 0
 

@@ -29,9 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--revision", metavar="BRANCH", help="push to this branch (created if missing; default: main)")
     p.add_argument(
         "--weights",
-        choices=["best", "average", "newest"],
-        default="best",
-        help="best (default: best.safetensors, else the newest checkpoint), newest (the newest step "
+        choices=["default", "best", "average", "newest"],
+        default="default",
+        help="default: what -c RUN loads (the file RUN/weights.json names, e.g. the quickstart's average; "
+        "else as best), best (best.safetensors, else the newest checkpoint), newest (the newest step "
         "checkpoint) or average (of the last --average-last step checkpoints)",
     )
     p.add_argument("--average-last", type=int, default=5, metavar="K", help="checkpoints averaged by --weights average")

@@ -46,9 +46,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--init-from",
         metavar="RUN_OR_WEIGHTS",
-        help="fine-tune: start from these weights (a run directory's best, else newest, or a .safetensors "
-        "file) and their spm.model, with a fresh optimizer and schedule at step 0; without --config "
-        "the run directory's config.yaml is the base",
+        help="fine-tune: start from these weights (a run directory's default: its weights.json's, else best, "
+        "else newest; or a .safetensors file) and their spm.model, with a fresh optimizer and schedule at "
+        "step 0; without --config the run directory's config.yaml is the base",
     )
 
 
@@ -117,6 +117,12 @@ def _add_average(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir")
     p.add_argument("--last", type=int, default=5)
     p.add_argument("-o", "--output", help="output weights file (default: RUN_DIR/average_lastN.safetensors)")
+    p.add_argument(
+        "--default",
+        action="store_true",
+        help="make the average the run's default weights (RUN_DIR/weights.json): what translate, evaluate, "
+        "serve, export and push load for -c RUN_DIR; the output must lie inside the run",
+    )
     p.set_defaults(run=_average)
 
 
@@ -124,8 +130,13 @@ def _average(a: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiayn.averaging import average_run
+    from aiayn.checkpoint import DEFAULT_WEIGHTS
 
     out = Path(a.output or Path(a.run_dir) / f"average_last{a.last}.safetensors")
-    path = average_run(a.run_dir, a.last, out)
+    path = average_run(
+        a.run_dir, a.last, out, default_because="made the default by aiayn average --default" if a.default else None
+    )
     print(f"wrote {path}")
+    if a.default:
+        print(f"{Path(a.run_dir) / DEFAULT_WEIGHTS}: -c {a.run_dir} now loads {path}")
     return 0

@@ -86,6 +86,9 @@ def engine_line(engine: str, reason: str, layout: str = "") -> str:
 
 
 def say_engine(t: Any) -> None:
+    """Two stderr lines: which weights decode (`weights: FILE (step N; why that file)`: a run directory's
+    default, aiayn.checkpoint.which_weights), then which engine (`engine_line`)."""
+    print(f"weights: {t.weights}", file=sys.stderr, flush=True)
     layout = ""
     replicas = getattr(t.searcher, "replicas", None)
     if t.engine == "ctranslate2" and replicas is not None:
@@ -338,8 +341,9 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
         required=True,
         nargs="+",
         metavar="RUN",
-        help="run directory, .safetensors weights file or hf://user/model[@REVISION] (the Hugging Face Hub); "
-        "several: an ensemble (mean of their probabilities; one spm.model)",
+        help="run directory (its default weights: RUN/weights.json's, else best.safetensors, else the newest "
+        "checkpoint; stderr's first line names them), .safetensors weights file or hf://user/model[@REVISION] "
+        "(the Hugging Face Hub); several: an ensemble (mean of their probabilities; one spm.model)",
     )
     p.add_argument("--input", help="source text file (default: stdin, streamed line by line)")
     p.add_argument("--output", help="output file (default: stdout)")

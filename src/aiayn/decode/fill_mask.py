@@ -58,7 +58,7 @@ class FillMask:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device | None = None) -> FillMask:
-        """From a run directory (best.safetensors, else the newest checkpoint) or a weights file."""
+        """From a run directory (its default weights, aiayn.checkpoint.which_weights) or a weights file."""
         weights = resolve_weights(path)
         kind = weights_config(weights).kind
         if kind != "encoder-only":

@@ -111,8 +111,8 @@ class LanguageModel:
     def load(
         cls, path: str | os.PathLike, device: str | torch.device | None = None, engine: str = "auto"
     ) -> LanguageModel:
-        """From a run directory (best.safetensors, else the newest checkpoint) or a weights file. `engine`:
-        auto, torch or ctranslate2 (aiayn.decode.engines.choose_engine; see the module)."""
+        """From a run directory (its default weights, aiayn.checkpoint.which_weights) or a weights file.
+        `engine`: auto, torch or ctranslate2 (aiayn.decode.engines.choose_engine; see the module)."""
         from aiayn.decode.engines import choose_engine
 
         weights = resolve_weights(path)

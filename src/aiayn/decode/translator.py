@@ -9,6 +9,7 @@
     t = Translator.load("run/", int8=True)       # CPU, int8 weights (CTranslate2's; torch: aiayn.model.int8)
     t = Translator.load("run/", engine="torch")  # our PyTorch search, not CTranslate2 (engine="auto")
     t.engine, t.engine_reason                    # -> "ctranslate2", "CPU, ctranslate2 4.8.5 installed"
+    t.weights                                    # -> "run/best.safetensors (step 3000; the best by validation)"
 
 Two engines search (aiayn.decode.engines): `auto` (the default) decodes with CTranslate2 on the CPU
 when it is installed and runs the model, from the run's cached export (aiayn.export.cached_export),
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from aiayn.checkpoint import find_in_run
+from aiayn.checkpoint import describe_weights, find_in_run
 from aiayn.config import Config, DecodeConfig
 from aiayn.data.tokenizer import Tokenizer, replace_lone_surrogates
 from aiayn.decode.align import word_links
@@ -60,11 +61,26 @@ def run_decode_config(path: str | os.PathLike) -> DecodeConfig:
     return Config.load(str(found)).decode if found else DecodeConfig()
 
 
+def describe_members(paths: Sequence[str | os.PathLike], average_last: int = 0) -> str:
+    """What `Translator.load` decodes with, in one line: each member's weights file and why that one
+    (a run directory's default, aiayn.checkpoint.which_weights), an average, or an export."""
+
+    def one(p: str | os.PathLike) -> str:
+        if is_ctranslate2_export(p):
+            return f"{p} (a CTranslate2 export)"
+        if average_last:
+            return f"the average of the last {average_last} checkpoints of {p}"
+        return describe_weights(p)
+
+    return " + ".join(one(p) for p in paths)
+
+
 class Translator:
     """A model + its tokenizer + the search settings it decodes with (`decode`; its `max_tokens` bounds
     a batch: padded source tokens x beam). `max_tokens`, when given, overrides `decode.max_tokens`.
     `model`: a PyTorch model (or Ensemble), decoded by our search, or a `SearchEngine`.
-    `engine` / `engine_reason`: which engine decodes and why, in words (nothing is printed).
+    `engine` / `engine_reason`: which engine decodes and why, in words (nothing is printed); `weights`:
+    which weights, in words (`describe_members`).
     `constraint`: which tokens each hypothesis may write next (aiayn.decode.search.Constraint; torch)."""
 
     def __init__(
@@ -77,6 +93,7 @@ class Translator:
         decode: DecodeConfig | None = None,
         engine_reason: str = "",
         constraint: Constraint | None = None,
+        weights: str = "",
     ) -> None:
         if isinstance(model, torch.nn.Module):
             self.searcher: SearchEngine = TorchEngine(model, device, constraint)
@@ -86,6 +103,7 @@ class Translator:
             self.searcher = model
         self.engine: str = self.searcher.name
         self.engine_reason = engine_reason or "a model given to Translator"
+        self.weights = weights or "a model given to Translator"
         self.device = self.searcher.device
         self.tokenizer = tokenizer
         config = self.searcher.config
@@ -128,13 +146,14 @@ class Translator:
         replicas: int = 0,
         **kw,
     ) -> Translator:
-        """From a run directory (best.safetensors, else the newest checkpoint), a weights file, a
+        """From a run directory (its default weights: the file its weights.json names, else
+        best.safetensors, else the newest checkpoint; aiayn.checkpoint.which_weights), a weights file, a
         CTranslate2 export (`aiayn export --ctranslate2`), or a model on the Hugging Face Hub,
         `hf://user/model[@REVISION]` (aiayn.hub.resolve_run: downloaded once into the HF cache).
         `decode`: the search settings; None reads the run's config.yaml `decode` section (DecodeConfig()
         when there is none). `ensemble`: more runs/weights decoded together with `path`
         (decode.ensemble); `average_last` K: each run's last K step checkpoints averaged (§6.1) instead
-        of its best weights. `int8`: decode with int8 weights, one scale per output row
+        of its default weights. `int8`: decode with int8 weights, one scale per output row
         (aiayn.model.int8, or CTranslate2's int8); CPU only, so device=None means the CPU then. `engine`: auto,
         torch or ctranslate2
         (aiayn.decode.engines.choose_engine). `threads`, `replicas`: CTranslate2's intra-op threads per
@@ -146,6 +165,7 @@ class Translator:
         if decode is None:
             decode = run_decode_config(path)
         exact = not math.isfinite(decode.patience)
+        weights = describe_members([path, *ensemble], average_last)
         name, reason = choose_engine(engine, path, device=device, ensemble=ensemble, exact=exact)
         if name == "ctranslate2":
             pushed = Path(path) / "ctranslate2"  # from the Hub: the export `aiayn push --ctranslate2` made
@@ -163,12 +183,12 @@ class Translator:
                 model_dir, where, compute_type="int8" if int8 else "default", threads=threads, replicas=replicas
             )
             spm = model_dir / "spm.model"
-            return cls(searcher, Tokenizer(spm), decode=decode, engine_reason=reason, **kw)
+            return cls(searcher, Tokenizer(spm), decode=decode, engine_reason=reason, weights=weights, **kw)
         dev = resolve_device(device)
         model, spm = load_members([path, *ensemble], dev, average_last)
         if int8:
             model = quantize_int8(model)  # after averaging/ensembling: each member's final weights
-        return cls(model, Tokenizer(spm), dev, decode=decode, engine_reason=reason, **kw)
+        return cls(model, Tokenizer(spm), dev, decode=decode, engine_reason=reason, weights=weights, **kw)
 
     def search_config(
         self,

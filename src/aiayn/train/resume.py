@@ -294,8 +294,8 @@ _HEADS = ("pooler.", "classifier.")  # a classifier's head, new on a pre-trained
 
 
 def init_source(path: str | Path) -> tuple[Path, Path]:
-    """`--init-from RUN_OR_WEIGHTS` -> (weights file, its sentencepiece model): a run directory's best
-    (else newest) weights, or a weights file with spm.model in its run directory."""
+    """`--init-from RUN_OR_WEIGHTS` -> (weights file, its sentencepiece model): a run directory's default
+    weights (aiayn.checkpoint.which_weights), or a weights file with spm.model in its run directory."""
     try:
         weights = resolve_weights(path)
         read_metadata(weights)

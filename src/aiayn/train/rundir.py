@@ -4,14 +4,16 @@ metrics.jsonl): checked before training, its resolved config written, its tokeni
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 from aiayn import distributed
-from aiayn.checkpoint import list_checkpoints
+from aiayn.checkpoint import BEST_WEIGHTS, DEFAULT_WEIGHTS, list_checkpoints
 from aiayn.config import Config, ModelConfig
 from aiayn.data.pairs import prepare
 from aiayn.fileio import atomic_write
@@ -57,6 +59,26 @@ def check_new_or_resumed(run_dir: Path, resume: bool) -> None:
             f"{run_dir} already holds checkpoints; continue it with "
             f"`aiayn train --resume {run_dir}` or choose a new run directory"
         )
+
+
+def drop_default_weights(run_dir: Path) -> None:
+    """A resumed run that trains on leaves behind the weights its weights.json names (an average of the
+    checkpoints before this training, scored then): the record goes, so `-c RUN` loads the best weights
+    again rather than older ones, until `aiayn average --default` (or the quickstart) names new ones."""
+    record = run_dir / DEFAULT_WEIGHTS
+    if not record.is_file():
+        return
+    try:
+        named = f" (it named {json.loads(record.read_text(encoding='utf-8'))['weights']})"
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        named = ""
+    record.unlink()
+    print(
+        f"{record} removed{named}: training on leaves those weights behind, so -c {run_dir} loads "
+        f"{BEST_WEIGHTS} again; `aiayn average {run_dir} --default` names an average of the new checkpoints",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def prepare_keeping_tokenizer(

@@ -242,6 +242,8 @@ class Trainer:
         c, s = self.cfg.train, self.state
         if self._already_done():
             return self._summary(interrupted=False, ran=False)
+        if self.resume and self.main:  # weights.json named weights of the run before this training
+            rundir.drop_default_weights(self.run_dir)
         self.progress.start()
         handlers = self._catch_signals()
         lr = self.optimizer.param_groups[0]["lr"]
