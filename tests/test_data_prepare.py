@@ -282,3 +282,46 @@ def test_encoded_split_save_load(tmp_path):
     assert back.src.dtype == np.int32 and back.index.tolist() == [3, 9]
     assert [a.tolist() for a in back.pair(0)] == [[5, 6, EOS_ID], [8]]
     assert back.tgt_lengths.tolist() == [1, 0] and back.src_lengths.tolist() == [3, 2]
+
+
+NO_TORCH = """
+import json, sys
+from aiayn.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        ["--data.corpus", "files"],
+        ["--task.name", "lm", "--data.corpus", "text"],
+        ["--task.name", "mlm", "--data.corpus", "text"],
+        ["--task.name", "classify", "--data.corpus", "text"],
+    ],
+)
+def test_aiayn_data_prepare_loads_no_torch(tmp_path, home, task):
+    """A task's record (its settings, its data) is read without torch: `aiayn data prepare` starts in a
+    fraction of the second torch alone takes to import, whether it builds or finds its cache."""
+    import subprocess
+    import sys
+
+    from synthetic_text import captions
+
+    en, de = captions(300, seed=0)
+    if "classify" in task:
+        text = [f"{'long' if len(e) > 30 else 'short'}\t{e}" for e in en]
+    else:
+        text = en
+    args = ["--data.vocab_size", "400", "--data.src_lang", "de", "--data.tgt_lang", "en"]
+    for split, lines in (("train", (de, en, text)), ("valid", (de[:30], en[:30], text[:30]))):
+        args += [f"--data.{split}_src", write(tmp_path / f"{split}.de", lines[0])]
+        args += [f"--data.{split}_tgt", write(tmp_path / f"{split}.en", lines[1])]
+        args += [f"--data.text_{split}", write(tmp_path / f"{split}.txt", lines[2])]
+    run = ["data", "prepare", "--config", "quickstart", "--no-progress", *task, *args]
+    for _ in ("build", "cached"):
+        r = subprocess.run([sys.executable, "-c", NO_TORCH, *run], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout.strip().splitlines()[-1]) == {"code": 0, "torch": False}, r.stderr
+    assert "cached " in r.stdout

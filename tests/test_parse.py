@@ -210,7 +210,8 @@ def test_the_forced_positions_are_those_where_the_constraint_allows_one_token(tm
 def test_the_loss_without_forced_positions_ignores_their_logits(tmp_path):
     from aiayn.data.batching import BatchIterator
     from aiayn.model import build_model
-    from aiayn.train.tasks.parse import ParseTask, prepare_parse
+    from aiayn.train.tasks.parse import prepare_parse
+    from aiayn.train.tasks.parse_task import ParseTask
 
     root = tmp_path / "wsj"
     write_wsj(root, n=2)
@@ -251,19 +252,19 @@ def test_validation_f1_parses_only_the_capped_sentences(parse_run, monkeypatch):
     from aiayn.data.io import read_lines
     from aiayn.data.treebank import treebank_dir
     from aiayn.model import build_model
-    from aiayn.train.tasks import parse
+    from aiayn.train.tasks import parse, parse_task
     from aiayn.train.validate import validate
 
     cfg = Config.load(str(parse_run / "config.yaml"), {"task.eval_max_words": 3, "train.eval_max_sentences": 4})
     prepared = parse.prepare_parse(cfg, cfg.data, None, Options())
-    task = parse.ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
-    parsed, real = [], parse.parse_lines
+    task = parse_task.ParseTask(cfg, cfg.model_config(prepared.tokenizer.vocab_size), prepared, torch.device("cpu"))
+    parsed, real = [], parse_task.parse_lines
 
     def spy(translator, lines, *args, **kw):  # what validation parses, parsed for real
         parsed.append(list(lines))
         return real(translator, lines, *args, **kw)
 
-    monkeypatch.setattr(parse, "parse_lines", spy)
+    monkeypatch.setattr(parse_task, "parse_lines", spy)
     assert 0 <= validate(task, build_model(task.model_config))["f1"] <= 100
     words = read_lines(treebank_dir(cfg.data, "pos", cfg.task.options["ptb_root"])[0] / "valid.words")
     short = [w for w in words if len(w.split()) <= 3]
@@ -272,7 +273,8 @@ def test_validation_f1_parses_only_the_capped_sentences(parse_run, monkeypatch):
 
 def test_the_validation_loss_covers_the_first_eval_max_sentences_pairs(tmp_path):
     from aiayn.model import build_model
-    from aiayn.train.tasks.parse import ParseTask, prepare_parse
+    from aiayn.train.tasks.parse import prepare_parse
+    from aiayn.train.tasks.parse_task import ParseTask
     from aiayn.train.validate import validate
 
     write_wsj(tmp_path / "wsj", n=2)

@@ -267,7 +267,7 @@ def test_corrupted_checkpoint_is_named_and_an_older_one_is_used(reference, tmp_p
 def test_nan_losses_are_skipped_then_stop_training_keeping_the_last_good_checkpoint(home, tmp_path, monkeypatch):
     import math
 
-    import aiayn.train.tasks.translate as tasks_mod  # the translation task calls the loss
+    import aiayn.train.tasks.translate_task as tasks_mod  # the translation task calls the loss
     from aiayn.train import train
     from aiayn.train.trainer import TrainingError
 
@@ -304,7 +304,7 @@ def test_fp16_overflow_skips_halve_the_scale_survive_resume_and_stop_at_nan_limi
     the scale forever."""
     import torch
 
-    import aiayn.train.tasks.translate as tasks_mod  # the translation task calls the loss
+    import aiayn.train.tasks.translate_task as tasks_mod  # the translation task calls the loss
     from aiayn.train import train
     from aiayn.train.resume import load_state
     from aiayn.train.schedule import noam_lr

@@ -17,7 +17,7 @@ from aiayn.data.pairs import Prepared, prepare
 from aiayn.data.pipeline import Options
 from aiayn.decode import Translator
 from aiayn.train.tasks import TaskSpec, TranslationTask, register, task_options
-from aiayn.train.tasks.translate import translations
+from aiayn.train.tasks.translate_task import translations
 
 
 @dataclasses.dataclass

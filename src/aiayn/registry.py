@@ -60,3 +60,20 @@ def load(path: str) -> Any:
     for part in attr.split(".") if attr else []:
         obj = getattr(obj, part)
     return obj
+
+
+class Later:
+    """A function (or class) named by "module:attribute", imported when first called: a task's record
+    names its model half this way, so reading the record (its settings, its data) loads no torch."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._target: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._target is None:
+            self._target = load(self.path)
+        return self._target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Later({self.path!r})"

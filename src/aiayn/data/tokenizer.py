@@ -24,6 +24,7 @@ from aiayn.data.errors import DataError
 # decoders look them up by these names.
 NEWLINE = "\n"  # the piece that ends every line of a document (decoder-only runs on running text)
 ENCODER_SPECIALS = ("[MASK]", "[CLS]", "[SEP]")  # BERT's, for the encoder-only tasks
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that starts a word
 
 
 def collapse_whitespace(line: str) -> str:

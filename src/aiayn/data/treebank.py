@@ -36,6 +36,7 @@ from aiayn.data.errors import DataError
 from aiayn.data.io import read_lines
 
 LEAF_MODES = ("pos", "xx", "words")
+PARSE_META = "parse.json"  # in a parse run: {"leaves": ..., "markup": [...]}, how its targets were linearised
 PLACEHOLDER = "XX"
 ROOT = "TOP"
 MAX_DEPTH = 100  # constituents in a decoded tree at most (CRAFT's deepest: 29), see delinearize

@@ -21,14 +21,11 @@ from aiayn import evalb
 from aiayn.checkpoint import find_in_run
 from aiayn.config import BOS_ID, PAD_ID, Config
 from aiayn.data.io import read_lines
-from aiayn.data.tokenizer import Tokenizer
-from aiayn.data.treebank import Tree, delinearize, parse_tree, retag, split_words, treebank_dir
+from aiayn.data.tokenizer import WORD_START, Tokenizer
+from aiayn.data.treebank import PARSE_META, Tree, delinearize, parse_tree, retag, split_words, treebank_dir
 from aiayn.decode.engines import TorchEngine
 from aiayn.decode.translator import Translator
 from aiayn.errors import AiaynError
-
-PARSE_META = "parse.json"  # in a parse run: {"leaves": ..., "markup": [...]}, how its targets were linearised
-WORD_START = "\u2581"  # sentencepiece's mark of a piece that starts a word
 
 
 class TreeConstraint:

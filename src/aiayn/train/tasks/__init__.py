@@ -13,8 +13,9 @@ distribution (or registered with `register` by the user's code before training).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from aiayn._lazy import lazy_exports
 from aiayn.config import Config, DataConfig
 from aiayn.data.pipeline import Options
 from aiayn.train.tasks.spec import (
@@ -32,7 +33,12 @@ from aiayn.train.tasks.spec import (
     task_names,
     task_options,
 )
-from aiayn.train.tasks.translate import TranslationTask
+
+# the loss of translation, a base for outside tasks of the same shape (tests/toy_task.py): it loads torch,
+# so it loads when asked for, and a record read for its data (`aiayn data prepare`) loads none
+__getattr__ = lazy_exports(__name__, {"translate_task": ("TranslationTask",)})
+if TYPE_CHECKING:
+    from aiayn.train.tasks.translate_task import TranslationTask
 
 
 def prepare_data(

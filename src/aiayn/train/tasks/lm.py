@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from aiayn.config import BOS_ID, Config, ConfigError, DataConfig
-from aiayn.data.batching import BatchIterator
+from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.errors import DataError
 from aiayn.data.pipeline import Options
 from aiayn.data.text import PreparedText, prepare_text
-from aiayn.data.text_batching import BlockIterator, TextBatch, TextCollate, stream_blocks
-from aiayn.distributed import DistInfo
-from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.tasks.spec import TEXT_CORPORA, Predict, TaskBase, TaskSpec, register, sentence_batches, task_options
+from aiayn.registry import Later
+from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register, task_options
 
 
 @dataclasses.dataclass
@@ -46,56 +39,6 @@ def document_stream(split: Any) -> np.ndarray:
     return split.src[: int(split.src_offsets[1]) - 1]
 
 
-class LMTask(TaskBase[PreparedText]):
-    """Next-token cross-entropy (label smoothing as optim.label_smoothing; 0 is plain likelihood) over
-    blocks of `block_size` tokens (input ids[:, :-1], targets ids[:, 1:]), or over sentences (input
-    BOS + text, targets text + EOS, pad positions ignored). Validation: loss, nll and perplexity per
-    token over the whole validation text (consecutive blocks, or every sentence)."""
-
-    def __init__(self, cfg: Config, *rest: Any) -> None:  # TaskBase's arguments
-        super().__init__(cfg, *rest)
-        own = settings(cfg)
-        self.block_size, self.batch_size = own.block_size, own.batch_size
-
-    def tokens(self, batch: TextBatch) -> int:
-        return batch.tokens
-
-    def _forward(self, model: torch.nn.Module, b: TextBatch) -> tuple[Tensor, Tensor]:
-        """Logits (n, V) and gold ids (n,) at the batch's n predicted positions."""
-        ids = b.ids.to(self.device, non_blocking=True)
-        if self.block_size is not None:
-            inp, target = ids[:, :-1], ids[:, 1:].reshape(-1)  # (B, T), (B*T,)
-            with self.autocast():
-                logits = model(inp)  # (B, T, V)
-            return logits.flatten(0, 1), target
-        bos = torch.full_like(ids[:, :1], BOS_ID)
-        inp = torch.cat([bos, ids[:, :-1]], dim=1)  # (B, T): BOS + text (an EOS under padding is never scored)
-        keep = (b.ids.view(-1) != self.model_config.pad_id).nonzero().squeeze(1).to(self.device)  # (n,)
-        with self.autocast():
-            logits = model(inp, keep=keep)  # (n, V)
-        return logits, ids.view(-1).index_select(0, keep)
-
-    def loss(self, model: torch.nn.Module, batch: TextBatch) -> tuple[Tensor, Tensor]:
-        logits, target = self._forward(model, batch)
-        loss, nll, _ = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
-        return loss, nll
-
-    def _valid_batches(self) -> Iterator[TextBatch]:
-        split = self.prepared.splits["valid"]
-        if self.block_size is not None:
-            return stream_blocks(document_stream(split), self.block_size, self.batch_size)
-        return iter(BatchIterator(split, self.max_tokens, shuffle=False, collate_fn=TextCollate()))
-
-    @torch.no_grad()
-    def validate(self, model: torch.nn.Module) -> dict[str, float | None]:
-        loss = nll = tokens = 0.0
-        for b in self._valid_batches():
-            logits, target = self._forward(model, b)
-            ls, n, k = label_smoothed_nll(logits, target, self.label_smoothing, self.model_config.pad_id)
-            loss, nll, tokens = loss + ls.item(), nll + n.item(), tokens + k.item()
-        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
-
-
 def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> PreparedText:
     blocks = settings(cfg).block_size is not None
     if blocks and data.text_unit != "document":
@@ -113,30 +56,11 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Option
     return prepared
 
 
-def train_batches(
-    cfg: Config, prepared: PreparedText, dist: DistInfo, device: torch.device
-) -> BlockIterator | BatchIterator:
-    own = settings(cfg)
-    if own.block_size is None:
-        return sentence_batches(cfg, prepared, dist, device, collate_fn=TextCollate())
-    stream = document_stream(prepared.splits["train"])
-    return BlockIterator(stream, own.block_size, own.batch_size, cfg.train.seed, dist.rank, dist.world_size)
-
-
 def longest_row(cfg: Config) -> tuple[int, str, str]:
     block_size = settings(cfg).block_size
     if block_size is not None:
         return block_size, "task.block_size", "task.block_size"
     return cfg.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
-
-
-def continuations(run: str, device: str | None) -> Predict:
-    """Each line's greedy continuation, on one line (`aiayn generate` samples and streams)."""
-    from aiayn.decode.lm import LanguageModel
-    from aiayn.decode.sampling import Sampling
-
-    lm = LanguageModel.load(run, device)
-    return lambda lines: [lm.generate(x, Sampling(temperature=0, max_tokens=50)).replace("\n", " ") for x in lines]
 
 
 SPEC = register(
@@ -148,9 +72,9 @@ SPEC = register(
         settings=LMSettings,
         corpora=TEXT_CORPORA,
         prepare=prepare,
-        train_batches=train_batches,
+        train_batches=Later("aiayn.train.tasks.lm_task:train_batches"),
         longest_row=longest_row,
-        build=LMTask,
-        predictor=continuations,
+        build=Later("aiayn.train.tasks.lm_task:LMTask"),
+        predictor=Later("aiayn.train.tasks.lm_task:continuations"),
     )
 )

@@ -4,7 +4,8 @@ registry that maps `task.name` to it.
 
 A task is one module that builds its record: the built-in ones are files of this package, others come
 from any installed distribution through the `aiayn.tasks` entry points (aiayn.registry). Nothing
-outside the task branches on its name.
+outside the task branches on its name. A record loads no torch: the parts that need it (the loss, the
+batches, the predictor) are named with `aiayn.registry.Later` and load when a run trains or predicts.
 """
 
 from __future__ import annotations
@@ -14,21 +15,23 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, cast
-
-import numpy as np
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from aiayn import registry
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig, build_section
-from aiayn.data.batching import BatchIterator
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 from aiayn.data.pipeline import Options
 from aiayn.data.sources import source_mix
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.distributed import DistInfo
+
+if TYPE_CHECKING:  # torch only for the types: a task's record loads without it (`aiayn data prepare`)
+    import numpy as np
+    import torch
+    from torch import Tensor
+
+    from aiayn.data.batching import BatchIterator
+    from aiayn.distributed import DistInfo
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
 # input lines -> one output each: a line of text, or a JSON value (printed as one JSON line, served as is)
@@ -119,6 +122,8 @@ def sentence_batches(
     """Token-budget batches of whole examples from the training split (length-bucketed, shuffled,
     rank-sharded, drawn from the sources by their weights); without `collate_fn` a batch is collated
     during the update."""
+    from aiayn.data.batching import BatchIterator
+
     return BatchIterator(
         prepared.splits["train"],
         cfg.data.max_tokens,
