@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import select
 import subprocess
 import sys
@@ -272,6 +273,38 @@ def test_translate_format_docx(run_dir, tmp_path):
         r.stderr.decode().strip().splitlines()[-1]
         == "error: standard input: not a .docx (a zip archive): File is not a zip file"
     )
+
+
+def _alone(run_dir: Path) -> tuple:
+    """The run's translation of one sentence as it is alone (SEARCH's length), as text and as HTML text."""
+    from aiayn import Translator
+
+    t = Translator.load(run_dir, "cpu")
+
+    def alone(sentence: str) -> str:
+        return t.translate([sentence], max_len_b=4)[0]
+
+    return alone, lambda sentence: html.escape(alone(sentence), quote=False)
+
+
+def test_a_line_break_ends_a_sentence_through_the_cli(run_dir, tmp_path):
+    """Issue #66: `--format html` and a .docx: a <br> and a Word line break (Shift+Enter) end a sentence,
+    each line decoded as it is alone, the break kept between the translations."""
+    docx = pytest.importorskip("docx")
+    alone, escaped = _alone(run_dir)
+    first, second = "Ein Hund im Park", "Am Strand spielen zwei Kinder."
+    r = aiayn(
+        "translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=f"<p>{first}<br>{second}</p>".encode()
+    )
+    assert r.returncode == 0 and r.stdout.decode() == f"<p>{escaped(first)}<br>{escaped(second)}</p>"
+    d = docx.Document()
+    run = d.add_paragraph().add_run(first)
+    run.add_break()  # Shift+Enter
+    run.add_text(second)
+    src, out = tmp_path / "zeilen.docx", tmp_path / "lines.docx"
+    d.save(str(src))
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0 and docx.Document(str(out)).paragraphs[0].text == f"{alone(first)}\n{alone(second)}"
 
 
 def test_translate_bad_checkpoint_is_an_error(tmp_path):

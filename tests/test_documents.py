@@ -262,7 +262,8 @@ def test_html_keeps_markup_and_translates_whole_sentences() -> None:
         [
             "Ein Titel",
             "Ein Hund rennt über die grüne Wiese.",
-            "Eine Frau liest. zeigt alles.",  # the code was a word of it: what is left does not start a sentence
+            "Eine Frau",  # a <br> ends a line, so a sentence, as "\n" does in text
+            "liest. zeigt alles.",  # the code was a word of it: what is left does not start a sentence
             "Die Überschrift",
             "Ein Bild",
         ]
@@ -455,10 +456,10 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
     for source, expected in cases.items():
         assert translate_html(source, "de", translate, align) == expected, source
         assert translate_html(source, "de", translate) != expected, source  # by position it lands elsewhere
-    # an element placed by position between or inside them (a br, a comment) keeps the source's order,
-    # and so does one the run does not hold (an input in a label): the later tag empty
-    assert translate_html("<p>Er hat <b>das Buch</b><br><i>gelesen</i>.</p>", "de", translate, align) == (
-        "<p>He read <b>the book</b><br><i></i>.</p>"
+    # an element placed by position between or inside them (a comment) keeps the source's order, and so
+    # does one the run does not hold (an input in a label): the later tag empty
+    assert translate_html("<p>Er hat <b>das Buch</b><!-- c --> <i>gelesen</i>.</p>", "de", translate, align) == (
+        "<p>He read <b>the book</b><!-- c --><i></i>.</p>"
     )
     assert translate_html("<p>Er hat <b>das Buch</b> <i>gelesen<!-- c --></i>.</p>", "de", translate, align) == (
         "<p>He read <b>the book</b><i><!-- c --></i>.</p>"
@@ -479,8 +480,30 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
     ]:
         assert translate_html(by_position, "de", translate, align) == translate_html(by_position, "de", translate)
     calls.clear()
-    page = "<p>Nur Text.</p><p>Ein Mann <br>fährt Fahrrad.</p>"
+    page = "<p>Nur Text.</p><p>Ein Mann fährt<img src=x> Fahrrad.</p>"
     assert translate_html(page, "de", translate, align) == translate_html(page, "de", translate)
-    assert calls == []  # no tag over any word (a <br> is a point, placed by position): nothing to align
+    assert calls == []  # no tag over any word (an img is a point, placed by position): nothing to align
     translate_html("<p>Nur Text. Ein <b>Mann</b> fährt Fahrrad.</p>", "de", translate, align)
     assert calls == [(["Ein Mann fährt Fahrrad."], ["A man is riding a bicycle."])]
+
+
+def test_a_br_ends_a_sentence_as_a_line_break_does_in_text() -> None:
+    """Issue #66: each line of a paragraph broken by <br> is translated as a sentence of its own, the br
+    kept between the translations with the source's spacing around it (before, "Ein Hund im Park<br>Am
+    Strand ..." was one sentence and its translation ran across the br); a tag across the br is placed
+    by position in both."""
+    from aiayn.decode.html import translate_html
+
+    calls, translate = _recording(_upper)
+    page = "<p>Ein Hund im Park<br>Am Strand spielen zwei Kinder.</p>"
+    assert translate_html(page, "de", translate) == "<p>[EIN HUND IM PARK]<br>[AM STRAND SPIELEN ZWEI KINDER.]</p>"
+    assert calls == [["Ein Hund im Park", "Am Strand spielen zwei Kinder."]]
+    cases = {
+        "<p>Ein Hund im Park <br>\n  Am Strand.</p>": "<p>[EIN HUND IM PARK] <br>\n  [AM STRAND.]</p>",
+        "<p>Ein Hund<br><br>Am Strand</p>": "<p>[EIN HUND]<br><br>[AM STRAND]</p>",
+        "<p><br>Ein Hund<br></p>": "<p><br>[EIN HUND]<br></p>",
+        "<p>Ein Hund<br>Zwei <i>Katzen</i> spielen.</p>": "<p>[EIN HUND]<br>[ZWEI <i>KATZEN</i> SPIELEN.]</p>",
+        "<p>Ein <b>Hund<br>im</b> Park</p>": "<p>[EIN <b>HUND]<br>[IM</b> PARK]</p>",
+    }
+    for source, expected in cases.items():
+        assert translate_html(source, "de", _upper) == expected, source

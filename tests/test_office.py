@@ -41,10 +41,10 @@ def _document() -> bytes:
     p.add_run(". Zwei Kinder spielen.")
     p = d.add_paragraph("Erste Zeile")
     run = p.add_run()
-    run.add_break()
-    run.add_text("zweite Zeile.")
-    p.add_run().add_tab()
-    p.add_run("Nach dem Tab.")
+    run.add_break()  # Shift+Enter: a line break, which ends a sentence
+    run.add_text("zweite Zeile")
+    p.add_run().add_tab()  # a tab, which does not
+    p.add_run("nach dem Tab.")
     p = d.add_paragraph("Siehe ")
     link = OxmlElement("w:hyperlink")
     link.set(qn("r:id"), p.part.relate_to("https://example.org/", LINK, is_external=True))
@@ -92,7 +92,8 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
     assert texts[:5] == [
         "[EIN TITEL]",
         "[EIN MANN FÄHRT FAHRRAD.] [ZWEI KINDER SPIELEN.]",
-        "[ERSTE ZEILE\nZWEITE ZEILE.]\t[NACH DEM TAB.]",  # the break and the tab where the model read a space
+        # the break and the tab where the model read a space; the line break ends a sentence, the tab not
+        "[ERSTE ZEILE]\n[ZWEITE ZEILE\tNACH DEM TAB.]",
         "[SIEHE DIE SEITE HIER.]",
         "",
     ]
@@ -263,9 +264,8 @@ def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
     assert [(r.text, r.font.bold) for r in first.runs] == [("FAHRRAD", True), (". FÄHRT MANN EIN", None)]
     assert first._p[-1].tag == f"{{{A}}}endParaRPr"
     assert [c.tag.split("}")[1] for c in second._p] == ["r", "br", "r", "fld"]
-    assert (
-        "".join(t.text for t in second._p.iter(f"{{{A}}}t")) == "ZEILE. ZWEITEZEILE ERSTE1"
-    )  # one sentence, the break by position
+    # the break ends the first line's sentence: each line reversed on its own side of it
+    assert "".join(t.text for t in second._p.iter(f"{{{A}}}t")) == "ZEILE ERSTEZEILE. ZWEITE1"
     assert got.notes_slide.notes_text_frame.text == "NOTIZ. EINE"
     assert first._p[-1].get("lang") == "de-DE"  # no target given: the marks as they were
     retagged = pptx.Presentation(io.BytesIO(translate_office(data, "pptx", "de", _upper, target="en")))

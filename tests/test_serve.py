@@ -505,6 +505,38 @@ def test_html_format(server: ThreadServer, translator) -> None:
     assert httpx.post(server.url + "/translate", json=body).status_code == 400
 
 
+def _html_text(x: str) -> str:
+    import html
+
+    return html.escape(x, quote=False)
+
+
+def _upload(url: str, name: str, data: bytes) -> httpx.Response:
+    files = {"file": (name, data, "application/octet-stream")}
+    return httpx.post(url + "/translate_file", data={"source": "de", "target": "en"}, files=files)
+
+
+def test_a_line_break_ends_a_sentence(server: ThreadServer, translator) -> None:
+    """Issue #66: format html and a .docx on /translate_file: a <br> and a Word line break (Shift+Enter)
+    end a sentence, each line decoded as it is alone, the break kept between the translations."""
+    docx = pytest.importorskip("docx")
+    first, second = "Ein Hund rennt", "Zwei Männer spielen Fußball."
+    one, two = translator.translate([first], beam=4)[0], translator.translate([second], beam=4)[0]
+    assert translator.translate([f"{first} {second}"], beam=4)[0] != f"{one} {two}"  # read as one: otherwise
+    body = {"q": f"<p>{first}<br>{second}</p>", "source": "de", "target": "en", "format": "html"}
+    r = httpx.post(server.url + "/translate", json=body)
+    assert r.status_code == 200 and r.json() == {"translatedText": f"<p>{_html_text(one)}<br>{_html_text(two)}</p>"}
+    d = docx.Document()
+    run = d.add_paragraph().add_run(first)
+    run.add_break()
+    run.add_text(second)
+    word = io.BytesIO()
+    d.save(word)
+    r = _upload(server.url, "zeilen.docx", word.getvalue())
+    got = docx.Document(io.BytesIO(httpx.get(r.json()["translatedFileUrl"]).content))
+    assert got.paragraphs[0].text == f"{one}\n{two}"
+
+
 def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, translator) -> None:
     """The sentences of HTML requests that arrive while an alignment runs are aligned in one call; each
     page comes back as translate_html with Translator.align gives it alone."""

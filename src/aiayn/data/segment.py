@@ -11,7 +11,8 @@ The model was trained on single sentences, so a paragraph handed to it whole com
 (issue #47); LibreTranslate splits first as well. Three steps:
 1. lines: a line break always ends a sentence. Headings, list items and lines without final
    punctuation are sentences of their own, and every newline stays where it was. (Text hard-wrapped
-   inside a sentence is therefore cut at its line ends: `aiayn translate --document` says so.)
+   inside a sentence is therefore cut at its line ends: `aiayn translate --document` says so.) HTML
+   text has no line breaks of its own (a newline there is a space), only its <br>s (`breaks`).
 2. within a line, sentencex (Wikimedia's rule-based segmenter: abbreviation lists and rules for about
    300 languages, no model to download). Chosen over pysbd by measurement on tests/segment_gold.py
    (German and English: abbreviations, numbers, quotes, ellipses, lines without final punctuation):
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -226,18 +227,29 @@ def _ends_de_sentence(word: str) -> bool:
     return len(list(sentencex.segment("de", f"Das ist {word}. Der Rest"))) > 1
 
 
-def segment(text: str, lang: str, lines: bool = True, starts: SentenceStarts | None = None) -> Segmented:
+def segment(
+    text: str,
+    lang: str,
+    lines: bool = True,
+    starts: SentenceStarts | None = None,
+    breaks: Collection[int] = (),
+) -> Segmented:
     """`text` cut into sentences (see the module docstring); `lang` is an ISO 639-1 code ("de"), which
     picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
-    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one.
+    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one;
+    then `breaks` are the offsets of the characters that end a line all the same (an HTML <br>'s space).
     `starts`: where a sentence without a final stop may run into the next (`learn_sentence_starts`)."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap_start = 0  # where the whitespace before the next sentence begins
     line_start = 0
-    # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
-    shown = "".join(" " if c.isspace() else c for c in text) if not lines else text
-    for line in shown.splitlines(keepends=True) if lines else [shown]:  # every line break Python knows
+    if lines:
+        pieces = text.splitlines(keepends=True)  # every line break Python knows
+    else:  # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
+        shown = "".join(" " if c.isspace() else c for c in text)
+        ends = sorted({x + 1 for x in breaks if 0 <= x < len(text)})
+        pieces = [shown[a:b] for a, b in zip([0, *ends], [*ends, len(text)])]
+    for line in pieces:
         for a, b in _spans_in_line(line, lang, starts) if line.strip() else []:
             gaps.append(text[gap_start : line_start + a])
             sentences.append(text[line_start + a : line_start + b])

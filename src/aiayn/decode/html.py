@@ -6,9 +6,9 @@
 Parsed with lxml's HTML parser (libxml2), never with regular expressions. LibreTranslate (and
 argos-translate-html) translate text node by node, so "<b>rennt</b>" is translated without the
 sentence around it. Here every run of inline content (text, b, i, a, span, em, strong, br ...,
-up to the next block element) is one text: its plain text is cut into sentences and translated
-with all other sentences of the document in one call (aiayn.decode.documents), so each sentence is
-translated exactly as it would be without markup.
+up to the next block element) is one text: its plain text is cut into sentences (a <br> ends one,
+as a line break does in text) and translated with all other sentences of the document in one call
+(aiayn.decode.documents), so each sentence is translated exactly as it would be without markup.
 
 The inline tags are then put back (aiayn.decode.tag_placement), as Bergamot projects them, through a
 word alignment when the caller gives one (`align`: aiayn.decode.align, read from the model's
@@ -51,6 +51,9 @@ INLINE = frozenset(
 KEEP = frozenset("script style code pre textarea template".split())  # their content is never translated
 ATTRIBUTES = ("alt", "title")
 LANG_ATTRIBUTES = ("lang", "{http://www.w3.org/XML/1998/namespace}lang", "xml:lang")
+# a <br> with this attribute is a space inside its sentence, not a line end: an office document's tab
+# in its stand-in HTML (aiayn.decode.office)
+SPACE_BR = "data-space"
 _CONTROL = {c: "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]}
 _CONTROL_OUT = {c: " " if chr(c).isspace() else "\ufffd" for c in _CONTROL}
 
@@ -107,6 +110,8 @@ def _runs(root: Any) -> list[Run]:
         run.events.append(("end", el))
         if el.tag.lower() == "br":  # a line break separates words: a space the model reads, not written back
             run.synthetic.add(len(run.text))
+            if el.get(SPACE_BR) is None:  # and ends a sentence, as "\n" does in text
+                run.breaks.append(len(run.text))
             run.text += " "
 
     def child_in_run(run: Run, child: Any) -> Run:
@@ -213,7 +218,8 @@ class HtmlDocument:
             if same_language(el.get(name) or "", lang)
         ]
         texts = [r.text for r in self.runs] + [el.get(name) for el, name in self.attrs]
-        self.docs: SplitTexts = split_texts(texts, lang, lines=False, starts=starts)
+        breaks = [r.breaks for r in self.runs] + [[] for _ in self.attrs]
+        self.docs: SplitTexts = split_texts(texts, lang, lines=False, starts=starts, breaks=breaks)
         # HTML whitespace (line breaks and indentation inside a paragraph) is one space to the model
         self.sentences = [" ".join(x.split()) for x in self.docs.sentences]
 

@@ -38,6 +38,7 @@ class Run:
     ends: dict[int, int] = field(default_factory=dict)
     events: list[tuple[str, Any]] = field(default_factory=list)  # ("text", slot) / ("start"|"end", el)
     synthetic: set[int] = field(default_factory=set)  # offsets of spaces the source has no character for
+    breaks: list[int] = field(default_factory=list)  # those of them that end a line: a <br>'s
 
 
 def _kind(text: str, i: int) -> str:
