@@ -307,6 +307,21 @@ def test_a_line_break_ends_a_sentence_through_the_cli(run_dir, tmp_path):
     assert r.returncode == 0 and docx.Document(str(out)).paragraphs[0].text == f"{alone(first)}\n{alone(second)}"
 
 
+def test_list_markers_are_kept_through_the_cli(run_dir):
+    """Issue #66: `--document` and `--format html`: a list marker at a line's start, or an <li>'s, is kept
+    as it is and the rest of the line translated (sentencex cut "1." off as a sentence of its own)."""
+    alone, escaped = _alone(run_dir)
+    items = ["Ein Hund rennt.", "Zwei Männer spielen Fußball im Park."]
+    r = aiayn("translate", "-c", str(run_dir), "--document", *SEARCH, stdin=f"1. {items[0]}\n2. {items[1]}\n".encode())
+    assert r.returncode == 0 and r.stdout.decode() == f"1. {alone(items[0])}\n2. {alone(items[1])}\n"
+    page = f"<ul><li>• {items[0]}</li><li>a) {items[1]}</li></ul>"
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=page.encode())
+    assert (
+        r.returncode == 0
+        and r.stdout.decode() == f"<ul><li>• {escaped(items[0])}</li><li>a) {escaped(items[1])}</li></ul>"
+    )
+
+
 def test_translate_bad_checkpoint_is_an_error(tmp_path):
     r = aiayn("translate", "-c", str(tmp_path / "nope"), stdin=b"x\n")
     assert r.returncode == 2

@@ -122,6 +122,7 @@ def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learn
 
 _PIECES = st.sampled_from(
     ["Ein", "Hund", "rennt", "z. B.", "Dr.", "3.5", "1.", "Mai", "e.g.", "…", "...", "?", "!", ".", '"', "„", "“"]
+    + ["-", "a)", "iv."]  # list markers
 )
 _SPACE = st.sampled_from([" ", "  ", "\n", "\n\n", "\r\n", "\t", " \n ", "\u2028", "\u00a0", ""])
 
@@ -140,7 +141,17 @@ def test_any_text_is_sentences_and_whitespace_that_rejoin_to_it(
     seg = segment(text, lang, lines, starts)
     assert len(seg.gaps) == len(seg.sentences) + 1
     assert seg.join(seg.sentences) == text
-    assert all(not g.strip() for g in seg.gaps)
+    # a gap is whitespace and the list markers (of the pieces) that start lines
+    at = 0
+    for gap, sentence in zip(seg.gaps, [*seg.sentences, ""]):
+        x = at
+        for marker in gap.split():
+            x = text.index(marker, x)
+            before = (text[:x] + "|").splitlines()[-1][:-1] if lines else text[:x]  # in the marker's line
+            numbered = marker.endswith(".") and marker[:-1].replace(".", "").isdigit()  # "1.", "3.51."
+            assert (numbered or marker in ("-", "a)", "iv.")) and not before.strip()
+            x += len(marker)
+        at += len(gap) + len(sentence)
     assert all(s == s.strip() and s for s in seg.sentences)
     assert not lines or all(len(s.splitlines()) == 1 for s in seg.sentences)
     # a run-on cut only ever adds boundaries, each before a start, never removes one
@@ -507,3 +518,56 @@ def test_a_br_ends_a_sentence_as_a_line_break_does_in_text() -> None:
     }
     for source, expected in cases.items():
         assert translate_html(source, "de", _upper) == expected, source
+
+
+def test_list_markers_that_start_a_line_are_kept_and_the_rest_translated() -> None:
+    """Issue #66: sentencex cuts "1." off as a sentence of its own, and the model made words of it
+    ("11 dogs."). A list marker at a line's start (bullets, numbers, letters, roman numerals, with "."
+    or ")" or in parentheses) stays as it is, in the gap, and the rest of the line is cut as a line;
+    in HTML at the start of a block (an <li>) or after a <br>. An abbreviation or a German ordinal at a
+    line's start, and a marker inside a line, stay text."""
+    from aiayn.decode.html import translate_html
+
+    seg = segment("1. Ein Hund rennt.\n2. Zwei Kinder spielen.", "de")
+    assert seg.sentences == ["Ein Hund rennt.", "Zwei Kinder spielen."] and seg.gaps == ["1. ", "\n2. ", ""]
+    assert seg.join(["A dog runs.", "Two children play."]) == "1. A dog runs.\n2. Two children play."
+    marked = {
+        "  • Ein Hund rennt. Er bellt.": ("  • ", ["Ein Hund rennt.", "Er bellt."]),
+        "- Ein Hund": ("- ", ["Ein Hund"]),
+        "* Ein Hund": ("* ", ["Ein Hund"]),
+        "– Ein Hund": ("– ", ["Ein Hund"]),
+        "2) Ein Hund": ("2) ", ["Ein Hund"]),
+        "(3) Ein Hund": ("(3) ", ["Ein Hund"]),
+        "a) Ein Hund": ("a) ", ["Ein Hund"]),
+        "b. Ein Hund": ("b. ", ["Ein Hund"]),
+        "iv. Ein Hund": ("iv. ", ["Ein Hund"]),
+        "IV) Ein Hund": ("IV) ", ["Ein Hund"]),
+        "(xii) Ein Hund": ("(xii) ", ["Ein Hund"]),
+        "1.2. Ein Hund": ("1.2. ", ["Ein Hund"]),
+        "12. Zwei Kinder spielen.": ("12. ", ["Zwei Kinder spielen."]),
+        "3.": ("3.", []),  # a marker alone on its line is layout too
+    }
+    for text, (gap, sentences) in marked.items():
+        seg = segment(text, "de")
+        assert (seg.gaps[0], seg.sentences) == (gap, sentences), text
+    assert segment("1. A dog runs.", "en").sentences == ["A dog runs."]
+    for text in (
+        "1. Mai ist ein Feiertag.",  # an ordinal: sentencex reads it into the sentence
+        "z. B. ein Hund.",  # abbreviations
+        "d. h. ein Hund.",
+        "S. 3 zeigt einen Hund.",
+        "e.g. a dog.",
+        "-3 Grad heute.",  # not a marker on its own
+        "2015 war kalt.",
+        "Ein Hund rennt, a) schnell.",  # not at the line's start
+    ):
+        seg = segment(text, "de")
+        assert seg.sentences == [text] and seg.gaps == ["", ""], text
+    assert segment("mix. Ein Hund", "de").sentences == ["mix.", "Ein Hund"]  # not a roman numeral
+    calls, translate = _recording(_upper)
+    page = "<ol><li>1. Ein Hund rennt.</li><li><b>2.</b> Zwei Kinder spielen.</li><li>• Drei<br>a) Vier</li></ol>"
+    assert translate_html(page, "de", translate) == (
+        "<ol><li>1. [EIN HUND RENNT.]</li><li><b>2.</b> [ZWEI KINDER SPIELEN.]</li><li>• [DREI]<br>a) [VIER]</li></ol>"
+    )
+    assert calls == [["Ein Hund rennt.", "Zwei Kinder spielen.", "Drei", "Vier"]]
+    assert translate_html("<ul><li>-</li></ul>", "de", translate) == "<ul><li>-</li></ul>" and len(calls) == 1

@@ -537,6 +537,22 @@ def test_a_line_break_ends_a_sentence(server: ThreadServer, translator) -> None:
     assert got.paragraphs[0].text == f"{one}\n{two}"
 
 
+def test_list_markers_are_kept(server: ThreadServer, translator) -> None:
+    """Issue #66: a list marker at a line's start is kept as it is and the rest translated, in text (the
+    /v1 split shows it in the gap, not as a sentence) and in an <li>."""
+    items = ["Ein Hund rennt.", "Zwei Männer spielen Fußball."]
+    out = [translator.translate([x], beam=4)[0] for x in items]
+    text = f"1. {items[0]}\n2. {items[1]}"
+    r = httpx.post(server.url + "/translate", json={"q": text, "source": "de", "target": "en"})
+    assert r.json() == {"translatedText": f"1. {out[0]}\n2. {out[1]}"}
+    r = httpx.post(server.url + "/v1/translate", json={"q": text, "split": True})
+    (t,) = r.json()["translations"]
+    assert [x["source"] for x in t["sentences"]] == items and t["gaps"] == ["1. ", "\n2. ", ""]
+    page = f"<ol><li>a) {items[0]}</li><li>• {items[1]}</li></ol>"
+    r = httpx.post(server.url + "/translate", json={"q": page, "source": "de", "target": "en", "format": "html"})
+    assert r.json() == {"translatedText": f"<ol><li>a) {_html_text(out[0])}</li><li>• {_html_text(out[1])}</li></ol>"}
+
+
 def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, translator) -> None:
     """The sentences of HTML requests that arrive while an alignment runs are aligned in one call; each
     page comes back as translate_html with Translator.align gives it alone."""
