@@ -571,3 +571,22 @@ def test_list_markers_that_start_a_line_are_kept_and_the_rest_translated() -> No
     )
     assert calls == [["Ein Hund rennt.", "Zwei Kinder spielen.", "Drei", "Vier"]]
     assert translate_html("<ul><li>-</li></ul>", "de", translate) == "<ul><li>-</li></ul>" and len(calls) == 1
+
+
+def test_html_nested_past_the_parsers_depth_is_refused_never_emptied() -> None:
+    """Issue #66: libxml2 stops reading past 256 levels of elements (or at a text node over 10 MB) and hands
+    back what it read: the text after that point was lost, and the page came back translated without it.
+    Its error is read: refused, saying where and why. One level less is read and translated whole."""
+    from aiayn.decode.html import HtmlError, translate_html
+
+    deepest = "<p>Ein " + "<span>" * 253 + "Hund" + "</span>" * 253 + " rennt.</p>"
+    out = translate_html(deepest, "de", _upper)
+    assert _text(out) == "[EIN HUND RENNT.]" and _tags(out) == _tags(deepest)
+    too_deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
+    message = "cannot read the HTML past line 1, column 519 (Excessive depth in document: 256): the text from"
+    with pytest.raises(HtmlError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        translate_html(too_deep, "de", _upper)
+    with pytest.raises(HtmlError, match="cannot read the HTML past line 1"):
+        translate_html("<html><body>" + "<div>" * 300 + "Hund</body></html>", "de", _upper)  # a page, unclosed
+    with pytest.raises(HtmlError, match="Buffer size limit exceeded"):
+        translate_html("<p>" + "Hund " * 2_200_000 + "</p>", "de", _upper)

@@ -228,6 +228,49 @@ def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
         word.OfficeDocument(_document(), "docx", "de")
 
 
+def _nested(data: bytes, part: str, tags: list[str], times: int, inner: bytes) -> bytes:
+    """The office file `data` with the elements `tags`, each inside the one before, nested `times` over
+    around `inner`, at the end of `part`'s root element's last child (the body, the slide's content)."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for info in source.infolist():
+            xml = source.read(info.filename)
+            if info.filename == part:
+                at = xml.rindex(b"</", 0, xml.rindex(b"</"))  # where the root's last child closes
+                opening = "".join(f"<{t}>" for t in tags).encode() * times
+                closing = "".join(f"</{t}>" for t in reversed(tags)).encode() * times
+                xml = xml[:at] + opening + inner + closing + xml[at:]
+            z.writestr(info, xml)
+    return out.getvalue()
+
+
+def test_xml_nested_past_the_parsers_depth_is_refused_never_emptied() -> None:
+    """Issue #66: libxml2 reads elements up to 256 levels deep. Its XML parser stops there with an error
+    (the HTML parser returned what it had read): a .docx or .pptx part nested deeper is refused, saying
+    which part, where and why, never translated without the rest of its text. One level less is read
+    and translated whole."""
+    pptx = pytest.importorskip("pptx")
+    from aiayn.decode.office import OfficeDocument, OfficeError, translate_office
+
+    paragraph = b"<w:p><w:r><w:t>Ein Hund rennt.</w:t></w:r></w:p>"  # document, body, 2 x 125, p, r, t: 255
+    deepest = _nested(_document(), "word/document.xml", ["w:sdt", "w:sdtContent"], 125, paragraph)
+    out = zipfile.ZipFile(io.BytesIO(translate_office(deepest, "docx", "de", _upper)))
+    assert b"[EIN HUND RENNT.]" in out.read("word/document.xml")
+    too_deep = _nested(_document(), "word/document.xml", ["w:sdt", "w:sdtContent"], 126, paragraph)
+    with pytest.raises(
+        OfficeError, match=r"^word/document.xml cannot be read past line 2, column \d+ \(Excessive depth"
+    ):
+        OfficeDocument(too_deep, "docx", "de")
+    prs = pptx.Presentation()
+    prs.slides.add_slide(prs.slide_layouts[1]).shapes.title.text = "Ein Titel"
+    buf = io.BytesIO()
+    prs.save(buf)
+    too_deep = _nested(buf.getvalue(), "ppt/slides/slide1.xml", ["p:grpSp"], 260, b"")
+    with pytest.raises(OfficeError, match=r"^ppt/slides/slide1.xml cannot be read past .* \(Excessive depth"):
+        OfficeDocument(too_deep, "pptx", "de")
+
+
 def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
     """PowerPoint: slides and notes; a bold run follows its word's links; a line break (a:br, between
     runs) stands where the model read a space; a slide-number field is kept; each paragraph's end

@@ -553,6 +553,42 @@ def test_list_markers_are_kept(server: ThreadServer, translator) -> None:
     assert r.json() == {"translatedText": f"<ol><li>a) {_html_text(out[0])}</li><li>• {_html_text(out[1])}</li></ol>"}
 
 
+def test_documents_nested_past_the_parsers_depth_are_a_400(torch_backend) -> None:
+    """Issue #66: HTML (/translate, /translate_file) or a .docx nested past libxml2's depth (256) is a 400
+    that says why, never a 200 without the text past that depth."""
+    docx = pytest.importorskip("docx")
+    from docx.oxml import OxmlElement
+
+    deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
+    d = docx.Document()
+    inside = d.element.body
+    for _ in range(130):  # content controls in content controls: 260 levels
+        sdt, content = OxmlElement("w:sdt"), OxmlElement("w:sdtContent")
+        sdt.append(content)
+        inside.append(sdt)
+        inside = content
+    inside.append(d.add_paragraph("Ein Hund rennt.")._p)
+    word = io.BytesIO()
+    d.save(word)
+    srv = _serve(torch_backend)  # the default char limit (5,000): the page has 3,310 characters
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": deep, "source": "de", "target": "en", "format": "html"})
+        error = (
+            "Invalid request: cannot read the HTML past line 1, column 519 (Excessive depth in document: 256): "
+            "the text from there on would be lost"
+        )
+        assert r.status_code == 400 and r.json() == {"error": error}
+        r = _upload(srv.url, "tief.html", deep.encode())
+        assert r.status_code == 400 and r.json() == {"error": error}
+        r = _upload(srv.url, "tief.docx", word.getvalue())
+        assert r.status_code == 400 and r.json()["error"].startswith(
+            "Invalid request: cannot read the .docx (word/document.xml cannot be read past line 2, column "
+        )
+        assert r.json()["error"].endswith(" (Excessive depth in document: 256))")
+    finally:
+        srv.stop()
+
+
 def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, translator) -> None:
     """The sentences of HTML requests that arrive while an alignment runs are aligned in one call; each
     page comes back as translate_html with Translator.align gives it alone."""

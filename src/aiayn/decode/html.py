@@ -3,12 +3,14 @@
     translate_html('<p>Ein Hund <b>rennt</b>. Eine Frau liest.</p>', "de", translator.translate, translator.align)
     # '<p>A dog <b>runs</b>. A woman reads.</p>'
 
-Parsed with lxml's HTML parser (libxml2), never with regular expressions. LibreTranslate (and
-argos-translate-html) translate text node by node, so "<b>rennt</b>" is translated without the
-sentence around it. Here every run of inline content (text, b, i, a, span, em, strong, br ...,
-up to the next block element) is one text: its plain text is cut into sentences (a <br> ends one,
-as a line break does in text) and translated with all other sentences of the document in one call
-(aiayn.decode.documents), so each sentence is translated exactly as it would be without markup.
+Parsed with lxml's HTML parser (libxml2), never with regular expressions; a document it cannot read
+whole (nested deeper than its limit) is refused with HtmlError, never translated in part.
+LibreTranslate (and argos-translate-html) translate text node by node, so "<b>rennt</b>" is
+translated without the sentence around it. Here every run of inline content (text, b, i, a, span,
+em, strong, br ..., up to the next block element) is one text: its plain text is cut into sentences
+(a <br> ends one, as a line break does in text) and translated with all other sentences of the
+document in one call (aiayn.decode.documents), so each sentence is translated exactly as it would
+be without markup.
 
 The inline tags are then put back (aiayn.decode.tag_placement), as Bergamot projects them, through a
 word alignment when the caller gives one (`align`: aiayn.decode.align, read from the model's
@@ -172,6 +174,30 @@ def _page_or_fragment(document: str) -> tuple[bool, bool]:
     return first.page, first.doctype
 
 
+class HtmlError(ValueError):
+    """An HTML document that cannot be read whole: refused, never translated in part."""
+
+
+def parser_stop(message: str) -> str:
+    """libxml2's message for a limit it stopped at, without its advice to the programmer (XML_PARSE_HUGE)."""
+    head, advice, _ = message.strip().partition("XML_PARSE_HUGE")
+    return head.rsplit(",", 1)[0] if advice else head
+
+
+def _read_whole(parser: Any) -> None:
+    """Raise HtmlError where libxml2 stopped reading: its HTML parser recovers from broken markup, but at
+    a limit (elements nested more than 256 deep, a text node over 10 MB) it stops and returns what it read so
+    far, and the rest of the text would be lost without a word."""
+    from lxml import etree
+
+    for e in parser.error_log:
+        if e.level == etree.ErrorLevels.FATAL:
+            raise HtmlError(
+                f"cannot read the HTML past line {e.line}, column {e.column} ({parser_stop(e.message)}): "
+                "the text from there on would be lost"
+            )
+
+
 class HtmlDocument:
     """One HTML document or fragment, parsed, with the sentences to translate (`sentences`: every
     block's, then every alt's and title's); `render(translations)` gives the translated HTML. Split
@@ -195,6 +221,7 @@ class HtmlDocument:
             self.root = lxml_html.document_fromstring(data, parser=parser)
         else:
             self.root = lxml_html.fragment_fromstring(data, create_parent="div", parser=parser)
+        _read_whole(parser)
         self.runs = _runs(self.root)
         self.target = target
         elements = [el for el in self.root.iter() if isinstance(el.tag, str)]

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.data.segment import SentenceStarts
-from aiayn.decode.html import SPACE_BR, HtmlDocument, Links, same_language
+from aiayn.decode.html import SPACE_BR, HtmlDocument, Links, parser_stop, same_language
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"  # PowerPoint's text
@@ -348,7 +348,12 @@ class OfficeDocument:
 
         try:
             return etree.fromstring(self.zip.read(name), parser=parser)
-        except (etree.XMLSyntaxError, zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
+        except etree.XMLSyntaxError as e:
+            # it stops at the first error (a limit too: elements nested more than 256 deep), never reads in part
+            last = e.error_log.last_error
+            why = parser_stop(last.message if last is not None else str(e.msg))
+            raise OfficeError(f"{name} cannot be read past line {e.lineno}, column {e.position[1]} ({why})") from None
+        except (zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
             # RuntimeError: an encrypted entry; NotImplementedError: a compression zipfile lacks
             raise OfficeError(f"{name} cannot be read: {e}") from None
 
