@@ -115,6 +115,9 @@ def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learn
         "Er geht mit Freude zu Zwei Hunden hin",  # "zu" never ends a sentence
     ):
         assert segment(whole, "de", starts=starts).sentences == [whole]
+    # exactly three words are enough, on either side (RUN_ON_MIN_WORDS)
+    for left, right in (("Er sah ihn", "Zwei Hunde rennen heute"), ("Gestern sah er ihn", "Zwei Hunde rennen")):
+        assert segment(f"{left} {right}", "de", starts=starts).sentences == [left, right]
     # in HTML text a line break is a space, and the cut is made across it
     seg = segment("Ein Hund rennt hier\nZwei Hunde rennen da", "de", lines=False, starts=starts)
     assert seg.sentences == ["Ein Hund rennt hier", "Zwei Hunde rennen da"] and seg.gaps == ["", "\n", ""]

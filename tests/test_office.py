@@ -49,6 +49,10 @@ def _document() -> bytes:
     link = OxmlElement("w:hyperlink")
     link.set(qn("r:id"), p.part.relate_to("https://example.org/", LINK, is_external=True))
     inner = OxmlElement("w:r")
+    style = OxmlElement("w:rStyle")  # the link's own formatting, as Word writes it
+    style.set(qn("w:val"), "Hyperlink")
+    inner.append(OxmlElement("w:rPr"))
+    inner[0].append(style)
     t = OxmlElement("w:t")
     t.text = "die Seite"
     inner.append(t)
@@ -104,6 +108,9 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
     assert d.sections[0].header.paragraphs[0].text == "[KOPFZEILE HIER.]"
     link = d.paragraphs[3]._p.find(qn("w:hyperlink"))
     assert link is not None and "".join(t.text for t in link.iter(qn("w:t"))) == "DIE SEITE"
+    # the link's runs keep the link's own formatting (Word's Hyperlink style), not the paragraph's
+    styles = [r.find(f"{qn('w:rPr')}/{qn('w:rStyle')}") for r in link.iter(qn("w:r"))]
+    assert [s is not None and s.get(qn("w:val")) for s in styles] == ["Hyperlink"]
     assert d.part.rels[link.get(qn("r:id"))].target_ref == "https://example.org/"
     # a field is kept whole and untranslated: its instruction and its shown text, in order
     footer = d.sections[0].footer.paragraphs[0]._p
@@ -226,6 +233,21 @@ def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
     monkeypatch.setattr(word, "MAX_XML_BYTES", 1000)  # what a small zip would unpack to
     with pytest.raises(word.OfficeError, match="unpack to over"):
         word.OfficeDocument(_document(), "docx", "de")
+
+
+def test_a_small_zip_that_unpacks_to_over_the_limit_is_refused_before_it_is_read() -> None:
+    """A .docx with a 300 MiB picture of zeros packs into about 1 MiB: what counts is what its parts
+    unpack to, each entry's stated size, not what they are packed in (checked before anything is read)."""
+    from aiayn.decode import office
+
+    buf = io.BytesIO(_document())
+    with zipfile.ZipFile(buf, "a", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        with z.open("word/media/image1.png", "w", force_zip64=True) as f:
+            for _ in range(75):
+                f.write(bytes(4 << 20))
+    assert len(buf.getvalue()) < 2 << 20
+    with pytest.raises(office.OfficeError, match="the document unpacks to over 256 MiB"):
+        office.OfficeDocument(buf.getvalue(), "docx", "de")
 
 
 def _nested(data: bytes, part: str, tags: list[str], times: int, inner: bytes) -> bytes:

@@ -830,6 +830,24 @@ def test_translated_files_are_bounded_by_count_and_bytes(monkeypatch) -> None:
     assert [files.get(k) for k in "bcde"] == [None, None, b"d", b"e"] and files.bytes == 2
 
 
+def test_translated_files_expire_after_their_time(monkeypatch) -> None:
+    """A translated file is there for FILE_TTL_S and gone after it: at the download, and from the store
+    (its bytes freed) when the next file comes in."""
+    import types
+
+    from aiayn.serve import app as serve_app
+
+    now = [1000.0]
+    monkeypatch.setattr(serve_app, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    files = serve_app._Files(max_bytes=100)
+    assert files.put("a", b"a" * 40)
+    now[0] += serve_app.FILE_TTL_S - 1
+    assert files.put("b", b"b" * 40) and files.get("a") == b"a" * 40 and files.bytes == 80
+    now[0] += 1
+    assert files.get("a") is None and files.get("b") == b"b" * 40  # "a" is an hour old, "b" is not
+    assert files.put("c", b"c") and files.bytes == 41 and "a" not in files.items
+
+
 def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:
     r = httpx.post(server.url + "/v1/translate", json={"q": SOURCES[:2], "beam": 3, "n_best": 3})
     assert r.status_code == 200, r.text
