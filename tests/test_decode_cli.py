@@ -267,6 +267,14 @@ def test_translate_format_docx(run_dir, tmp_path):
     named = tmp_path / "named.docx"  # no --format: the input's name says it is a Word document
     r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(named), *SEARCH)
     assert r.returncode == 0 and named.read_bytes() == expected
+    pptx = pytest.importorskip("pptx")  # and a PowerPoint deck by its name (it was read as lines of text)
+    deck = pptx.Presentation()
+    deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Ein Hund rennt."
+    src, out = tmp_path / "folien.pptx", tmp_path / "slides.pptx"
+    deck.save(str(src))
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
+    expected = translate_office(src.read_bytes(), "pptx", "de", lambda s: t.translate(s, max_len_b=4), t.align, "en")
+    assert r.returncode == 0 and out.read_bytes() == expected
     r = aiayn("translate", "-c", str(run_dir), "--format", "docx", *SEARCH, stdin=b"Ein Hund rennt.")
     assert r.returncode == 2
     assert (

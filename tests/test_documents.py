@@ -97,8 +97,10 @@ def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learn
     ends in punctuation, a side of under three words, or a word not learnt leaves the text whole."""
     learnt = ["Ein Hund rennt.", "Zwei Hunde rennen.", "Sie sehen den Hund."] * 20 + ["Heute sehen Sie Hunde."] * 19
     learnt += ["Er geht zu den Hunden."] * 100  # "zu": 100 times, never last
+    learnt += ["Vier Hunde bellen."] * 200 + ["Es bellen Vier Hunde."]  # inside once in 200: at the bound
     starts = learn_sentence_starts([*learnt, "Morgen sehen Sie Hunde."])
-    assert starts.words == {"Ein", "Zwei", "Er"}  # "Sie" starts 20 lines and follows a word in 20; "Heute" 19
+    # "Sie" starts 20 lines and follows a word in 20; "Heute" starts 19; "Vier" follows one at 0.5 % of its starts
+    assert starts.words == {"Ein", "Zwei", "Er", "Vier"}
     assert "zu" in starts.never_last and not {"hund", "hunde", "rennt", "hunden"} & starts.never_last
     text = "Mann erklettert Mauer mit Feuer in der Hand  Zwei braune Hunde rennen. Ein Hund schläft"
     seg = segment(text, "de", starts=starts)
@@ -378,6 +380,11 @@ def test_html_pages_are_told_from_fragments_by_their_first_tag() -> None:
     fragment = "<p>Das Element <code>&lt;html&gt;</code> beginnt.</p>"
     assert translate_html(fragment, "de", _upper) == "<p>[DAS ELEMENT <code>&lt;html&gt;</code> BEGINNT.]</p>"
     assert translate_html("<body><p>Hallo.</p></body>", "de", _upper) == ("<html><body><p>[HALLO.]</p></body></html>")
+    # a page that starts with its head: read as a fragment, it lost the head and its title
+    page = "<head><title>Titel</title></head><body><p>Hallo.</p></body>"
+    assert translate_html(page, "de", _upper) == (
+        "<html><head><title>[TITEL]</title></head><body><p>[HALLO.]</p></body></html>"
+    )
 
 
 _WORDS = ["Ein", "Hund", "rennt", "über", "die", "Wiese.", "Zwei", "Männer", "spielen", "Fußball."]
@@ -454,6 +461,7 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         "Gestern lief er.": ("He ran yesterday.", [{2}, {1}, {0}]),
         "Ein Hund-Leine.": ("A dog leash.", [{0}, {1, 2}]),
         "Nur Text.": ("Just text.", [{0}, {1}]),
+        "Sie kocht.": ("She is cooking now.", [{0}, {1, 3}]),
     }
     translate, align = given(table)
     cases = {
@@ -466,6 +474,8 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         # the translation reorders the tagged words: the sibling elements change places, tails and all
         "<p>Er hat <b>das Buch</b> <i>gelesen</i>.</p>": "<p>He <i>read</i> <b>the book</b>.</p>",
         "<p>Er <em>hat <b>das Buch</b> <i>gelesen</i></em>.</p>": "<p>He <em><i>read</i> <b>the book</b></em>.</p>",
+        # links over exactly twice its words plus one are still an alignment
+        "<p>Sie <b>kocht</b>.</p>": "<p>She <b>is cooking now</b>.</p>",
     }
     for source, expected in cases.items():
         assert translate_html(source, "de", translate, align) == expected, source

@@ -125,6 +125,27 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
     assert changed == {"word/document.xml", "word/header1.xml", "word/footer1.xml"}
 
 
+def test_a_field_end_without_its_begin_leaves_the_rest_translated() -> None:
+    """A field's end with no begin before it (a document pasted together) is a point like any field run;
+    what follows, in its paragraph and the next, is text again (a field count below zero made all of it
+    points, left untranslated without a word)."""
+    from aiayn.decode.office import translate_office
+
+    d = docx.Document()
+    p = d.add_paragraph("Ein Hund rennt.")
+    run, end = OxmlElement("w:r"), OxmlElement("w:fldChar")
+    end.set(qn("w:fldCharType"), "end")
+    run.append(end)
+    p._p.append(run)
+    p.add_run(" Zwei Kinder spielen.")
+    d.add_paragraph("Eine Katze schläft.")
+    buf = io.BytesIO()
+    d.save(buf)
+    out = docx.Document(io.BytesIO(translate_office(buf.getvalue(), "docx", "de", _upper)))
+    assert [p.text for p in out.paragraphs] == ["[EIN HUND RENNT.] [ZWEI KINDER SPIELEN.]", "[EINE KATZE SCHLÄFT.]"]
+    assert len(out.paragraphs[0]._p.findall(f"{qn('w:r')}/{qn('w:fldChar')}")) == 1  # the field run kept
+
+
 def test_formatting_follows_the_word_links() -> None:
     """The bold run goes where its word's translation is, as an inline HTML tag does."""
     from aiayn.decode.office import translate_office

@@ -761,6 +761,15 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     assert docx.Document(io.BytesIO(got.content)).paragraphs[0].text == _alone(
         translator, "Ein Hund rennt. Ein Kind schläft."
     )
+    # a long name keeps its end, the extension that says what the download is
+    r = upload("Brief an die Stadtwerke " * 6 + ".docx", word.getvalue())
+    got = httpx.get(r.json()["translatedFileUrl"])
+    assert r.json()["translatedFileUrl"].endswith("_Stadtwerke_.docx") and got.content == expected
+    assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    d = docx.Document()
+    d.add_paragraph("Ein Hund rennt. " * 70)  # 1,120 characters of text in a file of 36 kB
+    too_long = io.BytesIO()
+    d.save(too_long)
     pptx = pytest.importorskip("pptx")  # and a PowerPoint deck, the same way
     deck = pptx.Presentation()
     deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Ein Hund rennt. Ein Kind schläft."
@@ -785,6 +794,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
         (upload("a.txt", b"x", target="fr"), 400, None),
         (upload("a.txt", b"Un chien court dans le parc.", source="auto"), 400, None),
         (upload("a.txt", b"Ein Hund. " * 120), 413, None),  # 1,200 characters: over the char limit
+        (upload("a.docx", too_long.getvalue()), 413, "request (1119) exceeds character limit (1000)"),  # its text
         (upload("a.txt", b"x" * 70_000), 413, None),  # over the body limit, refused before parsing
         (httpx.post(server.url + "/translate_file", data={"source": "de", "target": "en"}), 400, None),
         (httpx.post(server.url + "/translate_file", json={"q": "x"}), 400, None),
