@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import select
 import subprocess
 import sys
@@ -266,12 +267,98 @@ def test_translate_format_docx(run_dir, tmp_path):
     named = tmp_path / "named.docx"  # no --format: the input's name says it is a Word document
     r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(named), *SEARCH)
     assert r.returncode == 0 and named.read_bytes() == expected
+    pptx = pytest.importorskip("pptx")  # and a PowerPoint deck by its name (it was read as lines of text)
+    deck = pptx.Presentation()
+    deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Ein Hund rennt."
+    src, out = tmp_path / "folien.pptx", tmp_path / "slides.pptx"
+    deck.save(str(src))
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
+    expected = translate_office(src.read_bytes(), "pptx", "de", lambda s: t.translate(s, max_len_b=4), t.align, "en")
+    assert r.returncode == 0 and out.read_bytes() == expected
     r = aiayn("translate", "-c", str(run_dir), "--format", "docx", *SEARCH, stdin=b"Ein Hund rennt.")
     assert r.returncode == 2
     assert (
         r.stderr.decode().strip().splitlines()[-1]
         == "error: standard input: not a .docx (a zip archive): File is not a zip file"
     )
+
+
+def _alone(run_dir: Path) -> tuple:
+    """The run's translation of one sentence as it is alone (SEARCH's length), as text and as HTML text."""
+    from aiayn import Translator
+
+    t = Translator.load(run_dir, "cpu")
+
+    def alone(sentence: str) -> str:
+        return t.translate([sentence], max_len_b=4)[0]
+
+    return alone, lambda sentence: html.escape(alone(sentence), quote=False)
+
+
+def test_a_line_break_ends_a_sentence_through_the_cli(run_dir, tmp_path):
+    """Issue #66: `--format html` and a .docx: a <br> and a Word line break (Shift+Enter) end a sentence,
+    each line decoded as it is alone, the break kept between the translations."""
+    docx = pytest.importorskip("docx")
+    alone, escaped = _alone(run_dir)
+    first, second = "Ein Hund im Park", "Am Strand spielen zwei Kinder."
+    r = aiayn(
+        "translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=f"<p>{first}<br>{second}</p>".encode()
+    )
+    assert r.returncode == 0 and r.stdout.decode() == f"<p>{escaped(first)}<br>{escaped(second)}</p>"
+    d = docx.Document()
+    run = d.add_paragraph().add_run(first)
+    run.add_break()  # Shift+Enter
+    run.add_text(second)
+    src, out = tmp_path / "zeilen.docx", tmp_path / "lines.docx"
+    d.save(str(src))
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 0 and docx.Document(str(out)).paragraphs[0].text == f"{alone(first)}\n{alone(second)}"
+
+
+def test_list_markers_are_kept_through_the_cli(run_dir):
+    """Issue #66: `--document` and `--format html`: a list marker at a line's start, or an <li>'s, is kept
+    as it is and the rest of the line translated (sentencex cut "1." off as a sentence of its own)."""
+    alone, escaped = _alone(run_dir)
+    items = ["Ein Hund rennt.", "Zwei Männer spielen Fußball im Park."]
+    r = aiayn("translate", "-c", str(run_dir), "--document", *SEARCH, stdin=f"1. {items[0]}\n2. {items[1]}\n".encode())
+    assert r.returncode == 0 and r.stdout.decode() == f"1. {alone(items[0])}\n2. {alone(items[1])}\n"
+    page = f"<ul><li>• {items[0]}</li><li>a) {items[1]}</li></ul>"
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=page.encode())
+    assert (
+        r.returncode == 0
+        and r.stdout.decode() == f"<ul><li>• {escaped(items[0])}</li><li>a) {escaped(items[1])}</li></ul>"
+    )
+
+
+def test_documents_nested_past_the_parsers_depth_are_refused_through_the_cli(run_dir, tmp_path):
+    """Issue #66: HTML or a .docx nested past libxml2's depth (256) is one line and exit status 2, nothing
+    written, never a document translated without the text past that depth."""
+    docx = pytest.importorskip("docx")
+    from docx.oxml import OxmlElement
+
+    deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=deep.encode())
+    assert r.returncode == 2 and r.stdout == b""
+    assert r.stderr.decode().strip().splitlines()[-1] == (
+        "error: standard input: cannot read the HTML past line 1, column 519 (Excessive depth in document: 256): "
+        "the text from there on would be lost"
+    )
+    d = docx.Document()
+    d.add_paragraph("Ein Hund rennt.")
+    inside = d.element.body
+    for _ in range(130):  # content controls in content controls: 260 levels
+        sdt, content = OxmlElement("w:sdt"), OxmlElement("w:sdtContent")
+        sdt.append(content)
+        inside.append(sdt)
+        inside = content
+    inside.append(d.add_paragraph("Zwei Männer spielen Fußball im Park.")._p)
+    src, out = tmp_path / "tief.docx", tmp_path / "deep.docx"
+    d.save(str(src))
+    r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
+    assert r.returncode == 2 and not out.exists()
+    error = r.stderr.decode().strip().splitlines()[-1]
+    assert error.startswith(f"error: {src}: word/document.xml cannot be read past line 2, column ")
+    assert error.endswith(" (Excessive depth in document: 256)")
 
 
 def test_translate_bad_checkpoint_is_an_error(tmp_path):

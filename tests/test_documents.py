@@ -97,8 +97,10 @@ def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learn
     ends in punctuation, a side of under three words, or a word not learnt leaves the text whole."""
     learnt = ["Ein Hund rennt.", "Zwei Hunde rennen.", "Sie sehen den Hund."] * 20 + ["Heute sehen Sie Hunde."] * 19
     learnt += ["Er geht zu den Hunden."] * 100  # "zu": 100 times, never last
+    learnt += ["Vier Hunde bellen."] * 200 + ["Es bellen Vier Hunde."]  # inside once in 200: at the bound
     starts = learn_sentence_starts([*learnt, "Morgen sehen Sie Hunde."])
-    assert starts.words == {"Ein", "Zwei", "Er"}  # "Sie" starts 20 lines and follows a word in 20; "Heute" 19
+    # "Sie" starts 20 lines and follows a word in 20; "Heute" starts 19; "Vier" follows one at 0.5 % of its starts
+    assert starts.words == {"Ein", "Zwei", "Er", "Vier"}
     assert "zu" in starts.never_last and not {"hund", "hunde", "rennt", "hunden"} & starts.never_last
     text = "Mann erklettert Mauer mit Feuer in der Hand  Zwei braune Hunde rennen. Ein Hund schläft"
     seg = segment(text, "de", starts=starts)
@@ -115,6 +117,9 @@ def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learn
         "Er geht mit Freude zu Zwei Hunden hin",  # "zu" never ends a sentence
     ):
         assert segment(whole, "de", starts=starts).sentences == [whole]
+    # exactly three words are enough, on either side (RUN_ON_MIN_WORDS)
+    for left, right in (("Er sah ihn", "Zwei Hunde rennen heute"), ("Gestern sah er ihn", "Zwei Hunde rennen")):
+        assert segment(f"{left} {right}", "de", starts=starts).sentences == [left, right]
     # in HTML text a line break is a space, and the cut is made across it
     seg = segment("Ein Hund rennt hier\nZwei Hunde rennen da", "de", lines=False, starts=starts)
     assert seg.sentences == ["Ein Hund rennt hier", "Zwei Hunde rennen da"] and seg.gaps == ["", "\n", ""]
@@ -122,6 +127,7 @@ def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learn
 
 _PIECES = st.sampled_from(
     ["Ein", "Hund", "rennt", "z. B.", "Dr.", "3.5", "1.", "Mai", "e.g.", "…", "...", "?", "!", ".", '"', "„", "“"]
+    + ["-", "a)", "iv."]  # list markers
 )
 _SPACE = st.sampled_from([" ", "  ", "\n", "\n\n", "\r\n", "\t", " \n ", "\u2028", "\u00a0", ""])
 
@@ -140,7 +146,17 @@ def test_any_text_is_sentences_and_whitespace_that_rejoin_to_it(
     seg = segment(text, lang, lines, starts)
     assert len(seg.gaps) == len(seg.sentences) + 1
     assert seg.join(seg.sentences) == text
-    assert all(not g.strip() for g in seg.gaps)
+    # a gap is whitespace and the list markers (of the pieces) that start lines
+    at = 0
+    for gap, sentence in zip(seg.gaps, [*seg.sentences, ""]):
+        x = at
+        for marker in gap.split():
+            x = text.index(marker, x)
+            before = (text[:x] + "|").splitlines()[-1][:-1] if lines else text[:x]  # in the marker's line
+            numbered = marker.endswith(".") and marker[:-1].replace(".", "").isdigit()  # "1.", "3.51."
+            assert (numbered or marker in ("-", "a)", "iv.")) and not before.strip()
+            x += len(marker)
+        at += len(gap) + len(sentence)
     assert all(s == s.strip() and s for s in seg.sentences)
     assert not lines or all(len(s.splitlines()) == 1 for s in seg.sentences)
     # a run-on cut only ever adds boundaries, each before a start, never removes one
@@ -262,7 +278,8 @@ def test_html_keeps_markup_and_translates_whole_sentences() -> None:
         [
             "Ein Titel",
             "Ein Hund rennt über die grüne Wiese.",
-            "Eine Frau liest. zeigt alles.",  # the code was a word of it: what is left does not start a sentence
+            "Eine Frau",  # a <br> ends a line, so a sentence, as "\n" does in text
+            "liest. zeigt alles.",  # the code was a word of it: what is left does not start a sentence
             "Die Überschrift",
             "Ein Bild",
         ]
@@ -363,6 +380,11 @@ def test_html_pages_are_told_from_fragments_by_their_first_tag() -> None:
     fragment = "<p>Das Element <code>&lt;html&gt;</code> beginnt.</p>"
     assert translate_html(fragment, "de", _upper) == "<p>[DAS ELEMENT <code>&lt;html&gt;</code> BEGINNT.]</p>"
     assert translate_html("<body><p>Hallo.</p></body>", "de", _upper) == ("<html><body><p>[HALLO.]</p></body></html>")
+    # a page that starts with its head: read as a fragment, it lost the head and its title
+    page = "<head><title>Titel</title></head><body><p>Hallo.</p></body>"
+    assert translate_html(page, "de", _upper) == (
+        "<html><head><title>[TITEL]</title></head><body><p>[HALLO.]</p></body></html>"
+    )
 
 
 _WORDS = ["Ein", "Hund", "rennt", "über", "die", "Wiese.", "Zwei", "Männer", "spielen", "Fußball."]
@@ -439,6 +461,7 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         "Gestern lief er.": ("He ran yesterday.", [{2}, {1}, {0}]),
         "Ein Hund-Leine.": ("A dog leash.", [{0}, {1, 2}]),
         "Nur Text.": ("Just text.", [{0}, {1}]),
+        "Sie kocht.": ("She is cooking now.", [{0}, {1, 3}]),
     }
     translate, align = given(table)
     cases = {
@@ -451,14 +474,16 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
         # the translation reorders the tagged words: the sibling elements change places, tails and all
         "<p>Er hat <b>das Buch</b> <i>gelesen</i>.</p>": "<p>He <i>read</i> <b>the book</b>.</p>",
         "<p>Er <em>hat <b>das Buch</b> <i>gelesen</i></em>.</p>": "<p>He <em><i>read</i> <b>the book</b></em>.</p>",
+        # links over exactly twice its words plus one are still an alignment
+        "<p>Sie <b>kocht</b>.</p>": "<p>She <b>is cooking now</b>.</p>",
     }
     for source, expected in cases.items():
         assert translate_html(source, "de", translate, align) == expected, source
         assert translate_html(source, "de", translate) != expected, source  # by position it lands elsewhere
-    # an element placed by position between or inside them (a br, a comment) keeps the source's order,
-    # and so does one the run does not hold (an input in a label): the later tag empty
-    assert translate_html("<p>Er hat <b>das Buch</b><br><i>gelesen</i>.</p>", "de", translate, align) == (
-        "<p>He read <b>the book</b><br><i></i>.</p>"
+    # an element placed by position between or inside them (a comment) keeps the source's order, and so
+    # does one the run does not hold (an input in a label): the later tag empty
+    assert translate_html("<p>Er hat <b>das Buch</b><!-- c --> <i>gelesen</i>.</p>", "de", translate, align) == (
+        "<p>He read <b>the book</b><!-- c --><i></i>.</p>"
     )
     assert translate_html("<p>Er hat <b>das Buch</b> <i>gelesen<!-- c --></i>.</p>", "de", translate, align) == (
         "<p>He read <b>the book</b><i><!-- c --></i>.</p>"
@@ -479,8 +504,102 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
     ]:
         assert translate_html(by_position, "de", translate, align) == translate_html(by_position, "de", translate)
     calls.clear()
-    page = "<p>Nur Text.</p><p>Ein Mann <br>fährt Fahrrad.</p>"
+    page = "<p>Nur Text.</p><p>Ein Mann fährt<img src=x> Fahrrad.</p>"
     assert translate_html(page, "de", translate, align) == translate_html(page, "de", translate)
-    assert calls == []  # no tag over any word (a <br> is a point, placed by position): nothing to align
+    assert calls == []  # no tag over any word (an img is a point, placed by position): nothing to align
     translate_html("<p>Nur Text. Ein <b>Mann</b> fährt Fahrrad.</p>", "de", translate, align)
     assert calls == [(["Ein Mann fährt Fahrrad."], ["A man is riding a bicycle."])]
+
+
+def test_a_br_ends_a_sentence_as_a_line_break_does_in_text() -> None:
+    """Issue #66: each line of a paragraph broken by <br> is translated as a sentence of its own, the br
+    kept between the translations with the source's spacing around it (before, "Ein Hund im Park<br>Am
+    Strand ..." was one sentence and its translation ran across the br); a tag across the br is placed
+    by position in both."""
+    from aiayn.decode.html import translate_html
+
+    calls, translate = _recording(_upper)
+    page = "<p>Ein Hund im Park<br>Am Strand spielen zwei Kinder.</p>"
+    assert translate_html(page, "de", translate) == "<p>[EIN HUND IM PARK]<br>[AM STRAND SPIELEN ZWEI KINDER.]</p>"
+    assert calls == [["Ein Hund im Park", "Am Strand spielen zwei Kinder."]]
+    cases = {
+        "<p>Ein Hund im Park <br>\n  Am Strand.</p>": "<p>[EIN HUND IM PARK] <br>\n  [AM STRAND.]</p>",
+        "<p>Ein Hund<br><br>Am Strand</p>": "<p>[EIN HUND]<br><br>[AM STRAND]</p>",
+        "<p><br>Ein Hund<br></p>": "<p><br>[EIN HUND]<br></p>",
+        "<p>Ein Hund<br>Zwei <i>Katzen</i> spielen.</p>": "<p>[EIN HUND]<br>[ZWEI <i>KATZEN</i> SPIELEN.]</p>",
+        "<p>Ein <b>Hund<br>im</b> Park</p>": "<p>[EIN <b>HUND]<br>[IM</b> PARK]</p>",
+    }
+    for source, expected in cases.items():
+        assert translate_html(source, "de", _upper) == expected, source
+
+
+def test_list_markers_that_start_a_line_are_kept_and_the_rest_translated() -> None:
+    """Issue #66: sentencex cuts "1." off as a sentence of its own, and the model made words of it
+    ("11 dogs."). A list marker at a line's start (bullets, numbers, letters, roman numerals, with "."
+    or ")" or in parentheses) stays as it is, in the gap, and the rest of the line is cut as a line;
+    in HTML at the start of a block (an <li>) or after a <br>. An abbreviation or a German ordinal at a
+    line's start, and a marker inside a line, stay text."""
+    from aiayn.decode.html import translate_html
+
+    seg = segment("1. Ein Hund rennt.\n2. Zwei Kinder spielen.", "de")
+    assert seg.sentences == ["Ein Hund rennt.", "Zwei Kinder spielen."] and seg.gaps == ["1. ", "\n2. ", ""]
+    assert seg.join(["A dog runs.", "Two children play."]) == "1. A dog runs.\n2. Two children play."
+    marked = {
+        "  • Ein Hund rennt. Er bellt.": ("  • ", ["Ein Hund rennt.", "Er bellt."]),
+        "- Ein Hund": ("- ", ["Ein Hund"]),
+        "* Ein Hund": ("* ", ["Ein Hund"]),
+        "– Ein Hund": ("– ", ["Ein Hund"]),
+        "2) Ein Hund": ("2) ", ["Ein Hund"]),
+        "(3) Ein Hund": ("(3) ", ["Ein Hund"]),
+        "a) Ein Hund": ("a) ", ["Ein Hund"]),
+        "b. Ein Hund": ("b. ", ["Ein Hund"]),
+        "iv. Ein Hund": ("iv. ", ["Ein Hund"]),
+        "IV) Ein Hund": ("IV) ", ["Ein Hund"]),
+        "(xii) Ein Hund": ("(xii) ", ["Ein Hund"]),
+        "1.2. Ein Hund": ("1.2. ", ["Ein Hund"]),
+        "12. Zwei Kinder spielen.": ("12. ", ["Zwei Kinder spielen."]),
+        "3.": ("3.", []),  # a marker alone on its line is layout too
+    }
+    for text, (gap, sentences) in marked.items():
+        seg = segment(text, "de")
+        assert (seg.gaps[0], seg.sentences) == (gap, sentences), text
+    assert segment("1. A dog runs.", "en").sentences == ["A dog runs."]
+    for text in (
+        "1. Mai ist ein Feiertag.",  # an ordinal: sentencex reads it into the sentence
+        "z. B. ein Hund.",  # abbreviations
+        "d. h. ein Hund.",
+        "S. 3 zeigt einen Hund.",
+        "e.g. a dog.",
+        "-3 Grad heute.",  # not a marker on its own
+        "2015 war kalt.",
+        "Ein Hund rennt, a) schnell.",  # not at the line's start
+    ):
+        seg = segment(text, "de")
+        assert seg.sentences == [text] and seg.gaps == ["", ""], text
+    assert segment("mix. Ein Hund", "de").sentences == ["mix.", "Ein Hund"]  # not a roman numeral
+    calls, translate = _recording(_upper)
+    page = "<ol><li>1. Ein Hund rennt.</li><li><b>2.</b> Zwei Kinder spielen.</li><li>• Drei<br>a) Vier</li></ol>"
+    assert translate_html(page, "de", translate) == (
+        "<ol><li>1. [EIN HUND RENNT.]</li><li><b>2.</b> [ZWEI KINDER SPIELEN.]</li><li>• [DREI]<br>a) [VIER]</li></ol>"
+    )
+    assert calls == [["Ein Hund rennt.", "Zwei Kinder spielen.", "Drei", "Vier"]]
+    assert translate_html("<ul><li>-</li></ul>", "de", translate) == "<ul><li>-</li></ul>" and len(calls) == 1
+
+
+def test_html_nested_past_the_parsers_depth_is_refused_never_emptied() -> None:
+    """Issue #66: libxml2 stops reading past 256 levels of elements (or at a text node over 10 MB) and hands
+    back what it read: the text after that point was lost, and the page came back translated without it.
+    Its error is read: refused, saying where and why. One level less is read and translated whole."""
+    from aiayn.decode.html import HtmlError, translate_html
+
+    deepest = "<p>Ein " + "<span>" * 253 + "Hund" + "</span>" * 253 + " rennt.</p>"
+    out = translate_html(deepest, "de", _upper)
+    assert _text(out) == "[EIN HUND RENNT.]" and _tags(out) == _tags(deepest)
+    too_deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
+    message = "cannot read the HTML past line 1, column 519 (Excessive depth in document: 256): the text from"
+    with pytest.raises(HtmlError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        translate_html(too_deep, "de", _upper)
+    with pytest.raises(HtmlError, match="cannot read the HTML past line 1"):
+        translate_html("<html><body>" + "<div>" * 300 + "Hund</body></html>", "de", _upper)  # a page, unclosed
+    with pytest.raises(HtmlError, match="Buffer size limit exceeded"):
+        translate_html("<p>" + "Hund " * 2_200_000 + "</p>", "de", _upper)

@@ -41,14 +41,18 @@ def _document() -> bytes:
     p.add_run(". Zwei Kinder spielen.")
     p = d.add_paragraph("Erste Zeile")
     run = p.add_run()
-    run.add_break()
-    run.add_text("zweite Zeile.")
-    p.add_run().add_tab()
-    p.add_run("Nach dem Tab.")
+    run.add_break()  # Shift+Enter: a line break, which ends a sentence
+    run.add_text("zweite Zeile")
+    p.add_run().add_tab()  # a tab, which does not
+    p.add_run("nach dem Tab.")
     p = d.add_paragraph("Siehe ")
     link = OxmlElement("w:hyperlink")
     link.set(qn("r:id"), p.part.relate_to("https://example.org/", LINK, is_external=True))
     inner = OxmlElement("w:r")
+    style = OxmlElement("w:rStyle")  # the link's own formatting, as Word writes it
+    style.set(qn("w:val"), "Hyperlink")
+    inner.append(OxmlElement("w:rPr"))
+    inner[0].append(style)
     t = OxmlElement("w:t")
     t.text = "die Seite"
     inner.append(t)
@@ -92,7 +96,8 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
     assert texts[:5] == [
         "[EIN TITEL]",
         "[EIN MANN FÄHRT FAHRRAD.] [ZWEI KINDER SPIELEN.]",
-        "[ERSTE ZEILE\nZWEITE ZEILE.]\t[NACH DEM TAB.]",  # the break and the tab where the model read a space
+        # the break and the tab where the model read a space; the line break ends a sentence, the tab not
+        "[ERSTE ZEILE]\n[ZWEITE ZEILE\tNACH DEM TAB.]",
         "[SIEHE DIE SEITE HIER.]",
         "",
     ]
@@ -103,6 +108,9 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
     assert d.sections[0].header.paragraphs[0].text == "[KOPFZEILE HIER.]"
     link = d.paragraphs[3]._p.find(qn("w:hyperlink"))
     assert link is not None and "".join(t.text for t in link.iter(qn("w:t"))) == "DIE SEITE"
+    # the link's runs keep the link's own formatting (Word's Hyperlink style), not the paragraph's
+    styles = [r.find(f"{qn('w:rPr')}/{qn('w:rStyle')}") for r in link.iter(qn("w:r"))]
+    assert [s is not None and s.get(qn("w:val")) for s in styles] == ["Hyperlink"]
     assert d.part.rels[link.get(qn("r:id"))].target_ref == "https://example.org/"
     # a field is kept whole and untranslated: its instruction and its shown text, in order
     footer = d.sections[0].footer.paragraphs[0]._p
@@ -115,6 +123,27 @@ def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> No
     assert before.namelist() == after.namelist()
     changed = {n for n in before.namelist() if before.read(n) != after.read(n)}
     assert changed == {"word/document.xml", "word/header1.xml", "word/footer1.xml"}
+
+
+def test_a_field_end_without_its_begin_leaves_the_rest_translated() -> None:
+    """A field's end with no begin before it (a document pasted together) is a point like any field run;
+    what follows, in its paragraph and the next, is text again (a field count below zero made all of it
+    points, left untranslated without a word)."""
+    from aiayn.decode.office import translate_office
+
+    d = docx.Document()
+    p = d.add_paragraph("Ein Hund rennt.")
+    run, end = OxmlElement("w:r"), OxmlElement("w:fldChar")
+    end.set(qn("w:fldCharType"), "end")
+    run.append(end)
+    p._p.append(run)
+    p.add_run(" Zwei Kinder spielen.")
+    d.add_paragraph("Eine Katze schläft.")
+    buf = io.BytesIO()
+    d.save(buf)
+    out = docx.Document(io.BytesIO(translate_office(buf.getvalue(), "docx", "de", _upper)))
+    assert [p.text for p in out.paragraphs] == ["[EIN HUND RENNT.] [ZWEI KINDER SPIELEN.]", "[EINE KATZE SCHLÄFT.]"]
+    assert len(out.paragraphs[0]._p.findall(f"{qn('w:r')}/{qn('w:fldChar')}")) == 1  # the field run kept
 
 
 def test_formatting_follows_the_word_links() -> None:
@@ -227,6 +256,64 @@ def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
         word.OfficeDocument(_document(), "docx", "de")
 
 
+def test_a_small_zip_that_unpacks_to_over_the_limit_is_refused_before_it_is_read() -> None:
+    """A .docx with a 300 MiB picture of zeros packs into about 1 MiB: what counts is what its parts
+    unpack to, each entry's stated size, not what they are packed in (checked before anything is read)."""
+    from aiayn.decode import office
+
+    buf = io.BytesIO(_document())
+    with zipfile.ZipFile(buf, "a", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        with z.open("word/media/image1.png", "w", force_zip64=True) as f:
+            for _ in range(75):
+                f.write(bytes(4 << 20))
+    assert len(buf.getvalue()) < 2 << 20
+    with pytest.raises(office.OfficeError, match="the document unpacks to over 256 MiB"):
+        office.OfficeDocument(buf.getvalue(), "docx", "de")
+
+
+def _nested(data: bytes, part: str, tags: list[str], times: int, inner: bytes) -> bytes:
+    """The office file `data` with the elements `tags`, each inside the one before, nested `times` over
+    around `inner`, at the end of `part`'s root element's last child (the body, the slide's content)."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for info in source.infolist():
+            xml = source.read(info.filename)
+            if info.filename == part:
+                at = xml.rindex(b"</", 0, xml.rindex(b"</"))  # where the root's last child closes
+                opening = "".join(f"<{t}>" for t in tags).encode() * times
+                closing = "".join(f"</{t}>" for t in reversed(tags)).encode() * times
+                xml = xml[:at] + opening + inner + closing + xml[at:]
+            z.writestr(info, xml)
+    return out.getvalue()
+
+
+def test_xml_nested_past_the_parsers_depth_is_refused_never_emptied() -> None:
+    """Issue #66: libxml2 reads elements up to 256 levels deep. Its XML parser stops there with an error
+    (the HTML parser returned what it had read): a .docx or .pptx part nested deeper is refused, saying
+    which part, where and why, never translated without the rest of its text. One level less is read
+    and translated whole."""
+    pptx = pytest.importorskip("pptx")
+    from aiayn.decode.office import OfficeDocument, OfficeError, translate_office
+
+    paragraph = b"<w:p><w:r><w:t>Ein Hund rennt.</w:t></w:r></w:p>"  # document, body, 2 x 125, p, r, t: 255
+    deepest = _nested(_document(), "word/document.xml", ["w:sdt", "w:sdtContent"], 125, paragraph)
+    out = zipfile.ZipFile(io.BytesIO(translate_office(deepest, "docx", "de", _upper)))
+    assert b"[EIN HUND RENNT.]" in out.read("word/document.xml")
+    too_deep = _nested(_document(), "word/document.xml", ["w:sdt", "w:sdtContent"], 126, paragraph)
+    with pytest.raises(
+        OfficeError, match=r"^word/document.xml cannot be read past line 2, column \d+ \(Excessive depth"
+    ):
+        OfficeDocument(too_deep, "docx", "de")
+    prs = pptx.Presentation()
+    prs.slides.add_slide(prs.slide_layouts[1]).shapes.title.text = "Ein Titel"
+    buf = io.BytesIO()
+    prs.save(buf)
+    too_deep = _nested(buf.getvalue(), "ppt/slides/slide1.xml", ["p:grpSp"], 260, b"")
+    with pytest.raises(OfficeError, match=r"^ppt/slides/slide1.xml cannot be read past .* \(Excessive depth"):
+        OfficeDocument(too_deep, "pptx", "de")
+
+
 def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
     """PowerPoint: slides and notes; a bold run follows its word's links; a line break (a:br, between
     runs) stands where the model read a space; a slide-number field is kept; each paragraph's end
@@ -263,9 +350,8 @@ def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
     assert [(r.text, r.font.bold) for r in first.runs] == [("FAHRRAD", True), (". FÄHRT MANN EIN", None)]
     assert first._p[-1].tag == f"{{{A}}}endParaRPr"
     assert [c.tag.split("}")[1] for c in second._p] == ["r", "br", "r", "fld"]
-    assert (
-        "".join(t.text for t in second._p.iter(f"{{{A}}}t")) == "ZEILE. ZWEITEZEILE ERSTE1"
-    )  # one sentence, the break by position
+    # the break ends the first line's sentence: each line reversed on its own side of it
+    assert "".join(t.text for t in second._p.iter(f"{{{A}}}t")) == "ZEILE ERSTEZEILE. ZWEITE1"
     assert got.notes_slide.notes_text_frame.text == "NOTIZ. EINE"
     assert first._p[-1].get("lang") == "de-DE"  # no target given: the marks as they were
     retagged = pptx.Presentation(io.BytesIO(translate_office(data, "pptx", "de", _upper, target="en")))

@@ -505,6 +505,90 @@ def test_html_format(server: ThreadServer, translator) -> None:
     assert httpx.post(server.url + "/translate", json=body).status_code == 400
 
 
+def _html_text(x: str) -> str:
+    import html
+
+    return html.escape(x, quote=False)
+
+
+def _upload(url: str, name: str, data: bytes) -> httpx.Response:
+    files = {"file": (name, data, "application/octet-stream")}
+    return httpx.post(url + "/translate_file", data={"source": "de", "target": "en"}, files=files)
+
+
+def test_a_line_break_ends_a_sentence(server: ThreadServer, translator) -> None:
+    """Issue #66: format html and a .docx on /translate_file: a <br> and a Word line break (Shift+Enter)
+    end a sentence, each line decoded as it is alone, the break kept between the translations."""
+    docx = pytest.importorskip("docx")
+    first, second = "Ein Hund rennt", "Zwei Männer spielen Fußball."
+    one, two = translator.translate([first], beam=4)[0], translator.translate([second], beam=4)[0]
+    assert translator.translate([f"{first} {second}"], beam=4)[0] != f"{one} {two}"  # read as one: otherwise
+    body = {"q": f"<p>{first}<br>{second}</p>", "source": "de", "target": "en", "format": "html"}
+    r = httpx.post(server.url + "/translate", json=body)
+    assert r.status_code == 200 and r.json() == {"translatedText": f"<p>{_html_text(one)}<br>{_html_text(two)}</p>"}
+    d = docx.Document()
+    run = d.add_paragraph().add_run(first)
+    run.add_break()
+    run.add_text(second)
+    word = io.BytesIO()
+    d.save(word)
+    r = _upload(server.url, "zeilen.docx", word.getvalue())
+    got = docx.Document(io.BytesIO(httpx.get(r.json()["translatedFileUrl"]).content))
+    assert got.paragraphs[0].text == f"{one}\n{two}"
+
+
+def test_list_markers_are_kept(server: ThreadServer, translator) -> None:
+    """Issue #66: a list marker at a line's start is kept as it is and the rest translated, in text (the
+    /v1 split shows it in the gap, not as a sentence) and in an <li>."""
+    items = ["Ein Hund rennt.", "Zwei Männer spielen Fußball."]
+    out = [translator.translate([x], beam=4)[0] for x in items]
+    text = f"1. {items[0]}\n2. {items[1]}"
+    r = httpx.post(server.url + "/translate", json={"q": text, "source": "de", "target": "en"})
+    assert r.json() == {"translatedText": f"1. {out[0]}\n2. {out[1]}"}
+    r = httpx.post(server.url + "/v1/translate", json={"q": text, "split": True})
+    (t,) = r.json()["translations"]
+    assert [x["source"] for x in t["sentences"]] == items and t["gaps"] == ["1. ", "\n2. ", ""]
+    page = f"<ol><li>a) {items[0]}</li><li>• {items[1]}</li></ol>"
+    r = httpx.post(server.url + "/translate", json={"q": page, "source": "de", "target": "en", "format": "html"})
+    assert r.json() == {"translatedText": f"<ol><li>a) {_html_text(out[0])}</li><li>• {_html_text(out[1])}</li></ol>"}
+
+
+def test_documents_nested_past_the_parsers_depth_are_a_400(torch_backend) -> None:
+    """Issue #66: HTML (/translate, /translate_file) or a .docx nested past libxml2's depth (256) is a 400
+    that says why, never a 200 without the text past that depth."""
+    docx = pytest.importorskip("docx")
+    from docx.oxml import OxmlElement
+
+    deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
+    d = docx.Document()
+    inside = d.element.body
+    for _ in range(130):  # content controls in content controls: 260 levels
+        sdt, content = OxmlElement("w:sdt"), OxmlElement("w:sdtContent")
+        sdt.append(content)
+        inside.append(sdt)
+        inside = content
+    inside.append(d.add_paragraph("Ein Hund rennt.")._p)
+    word = io.BytesIO()
+    d.save(word)
+    srv = _serve(torch_backend)  # the default char limit (5,000): the page has 3,310 characters
+    try:
+        r = httpx.post(srv.url + "/translate", json={"q": deep, "source": "de", "target": "en", "format": "html"})
+        error = (
+            "Invalid request: cannot read the HTML past line 1, column 519 (Excessive depth in document: 256): "
+            "the text from there on would be lost"
+        )
+        assert r.status_code == 400 and r.json() == {"error": error}
+        r = _upload(srv.url, "tief.html", deep.encode())
+        assert r.status_code == 400 and r.json() == {"error": error}
+        r = _upload(srv.url, "tief.docx", word.getvalue())
+        assert r.status_code == 400 and r.json()["error"].startswith(
+            "Invalid request: cannot read the .docx (word/document.xml cannot be read past line 2, column "
+        )
+        assert r.json()["error"].endswith(" (Excessive depth in document: 256))")
+    finally:
+        srv.stop()
+
+
 def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, translator) -> None:
     """The sentences of HTML requests that arrive while an alignment runs are aligned in one call; each
     page comes back as translate_html with Translator.align gives it alone."""
@@ -677,6 +761,15 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     assert docx.Document(io.BytesIO(got.content)).paragraphs[0].text == _alone(
         translator, "Ein Hund rennt. Ein Kind schläft."
     )
+    # a long name keeps its end, the extension that says what the download is
+    r = upload("Brief an die Stadtwerke " * 6 + ".docx", word.getvalue())
+    got = httpx.get(r.json()["translatedFileUrl"])
+    assert r.json()["translatedFileUrl"].endswith("_Stadtwerke_.docx") and got.content == expected
+    assert got.headers["content-type"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    d = docx.Document()
+    d.add_paragraph("Ein Hund rennt. " * 70)  # 1,120 characters of text in a file of 36 kB
+    too_long = io.BytesIO()
+    d.save(too_long)
     pptx = pytest.importorskip("pptx")  # and a PowerPoint deck, the same way
     deck = pptx.Presentation()
     deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Ein Hund rennt. Ein Kind schläft."
@@ -701,6 +794,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
         (upload("a.txt", b"x", target="fr"), 400, None),
         (upload("a.txt", b"Un chien court dans le parc.", source="auto"), 400, None),
         (upload("a.txt", b"Ein Hund. " * 120), 413, None),  # 1,200 characters: over the char limit
+        (upload("a.docx", too_long.getvalue()), 413, "request (1119) exceeds character limit (1000)"),  # its text
         (upload("a.txt", b"x" * 70_000), 413, None),  # over the body limit, refused before parsing
         (httpx.post(server.url + "/translate_file", data={"source": "de", "target": "en"}), 400, None),
         (httpx.post(server.url + "/translate_file", json={"q": "x"}), 400, None),
@@ -744,6 +838,24 @@ def test_translated_files_are_bounded_by_count_and_bytes(monkeypatch) -> None:
     monkeypatch.setattr(serve_app, "MAX_FILES", 2)
     assert files.put("d", b"d") and files.put("e", b"e")
     assert [files.get(k) for k in "bcde"] == [None, None, b"d", b"e"] and files.bytes == 2
+
+
+def test_translated_files_expire_after_their_time(monkeypatch) -> None:
+    """A translated file is there for FILE_TTL_S and gone after it: at the download, and from the store
+    (its bytes freed) when the next file comes in."""
+    import types
+
+    from aiayn.serve import app as serve_app
+
+    now = [1000.0]
+    monkeypatch.setattr(serve_app, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    files = serve_app._Files(max_bytes=100)
+    assert files.put("a", b"a" * 40)
+    now[0] += serve_app.FILE_TTL_S - 1
+    assert files.put("b", b"b" * 40) and files.get("a") == b"a" * 40 and files.bytes == 80
+    now[0] += 1
+    assert files.get("a") is None and files.get("b") == b"b" * 40  # "a" is an hour old, "b" is not
+    assert files.put("c", b"c") and files.bytes == 41 and "a" not in files.items
 
 
 def test_v1_nbest_beam_and_max_length(server: ThreadServer, translator) -> None:

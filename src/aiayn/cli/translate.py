@@ -252,9 +252,12 @@ def _translate_document(a: argparse.Namespace, t: Any) -> int:
         where = a.input or "standard input"
         raise AiaynError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r})") from None
     if a.format == "html":
-        from aiayn.decode.html import translate_html
+        from aiayn.decode.html import HtmlError, translate_html
 
-        out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align, target, starts)
+        try:
+            out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align, target, starts)
+        except HtmlError as e:  # a page libxml2 cannot read whole is refused, not translated in part
+            raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
     else:
         from aiayn.decode.documents import translate_texts
 

@@ -11,7 +11,14 @@ The model was trained on single sentences, so a paragraph handed to it whole com
 (issue #47); LibreTranslate splits first as well. Three steps:
 1. lines: a line break always ends a sentence. Headings, list items and lines without final
    punctuation are sentences of their own, and every newline stays where it was. (Text hard-wrapped
-   inside a sentence is therefore cut at its line ends: `aiayn translate --document` says so.)
+   inside a sentence is therefore cut at its line ends: `aiayn translate --document` says so.) HTML
+   text has no line breaks of its own (a newline there is a space), only its <br>s (`breaks`).
+   A list marker that starts a line is layout, not text: a bullet ("-", "*", "•" ...) or an
+   enumerator ("1.", "1.2.", "2)", "(3)", "a)", "b.", "iv.", "IV)") followed by a space. It stays as
+   it is, in the gap before the line's first sentence, and the rest of the line is cut as a line.
+   sentencex cuts "1." off as a sentence of its own, and the model turns it into words ("11 dogs.").
+   Not a marker: a letter before an abbreviation or a number ("z. B.", "d. h.", "S. 3"), and a number
+   that sentencex reads as part of the sentence (German ordinals: "1. Mai ist ein Feiertag.").
 2. within a line, sentencex (Wikimedia's rule-based segmenter: abbreviation lists and rules for about
    300 languages, no model to download). Chosen over pysbd by measurement on tests/segment_gold.py
    (German and English: abbreviations, numbers, quotes, ellipses, lines without final punctuation):
@@ -48,7 +55,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -61,6 +68,21 @@ _DE_BEFORE_NUMBER = frozenset(
 )
 # a run-on cut (step 3) leaves at least this many words on each side
 RUN_ON_MIN_WORDS = 3
+# list markers (step 1): bullets alone, and enumerators (numbers of up to three digits, "1.2", one
+# letter, a roman numeral up to 39) before "." or ")" or inside "(...)"
+BULLETS = frozenset("-*+•◦▪▫‣⁃·–—●○■□►▸➢")
+
+
+def _roman(n: int) -> str:
+    """`n` in lower-case roman numerals."""
+    out = ""
+    for value, letters in ((10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
+        while n >= value:
+            out, n = out + letters, n - value
+    return out
+
+
+_ROMAN = frozenset(_roman(n) for n in range(1, 40))
 # what may close a sentence after its last word (a stop, quotes, brackets), for counting last words
 _CLOSING = ".!?\u2026\"'\u201c\u201d\u2019\u00bb\u00ab)]"
 
@@ -68,7 +90,8 @@ _CLOSING = ".!?\u2026\"'\u201c\u201d\u2019\u00bb\u00ab)]"
 @dataclass(frozen=True)
 class Segmented:
     """A text as `gaps[0] + sentences[0] + gaps[1] + ... + sentences[-1] + gaps[-1]`: every sentence
-    stripped of surrounding whitespace, every gap whitespace only (len(gaps) == len(sentences) + 1)."""
+    stripped of surrounding whitespace, every gap whitespace and the list markers that start its lines
+    (step 1 of the module docstring; len(gaps) == len(sentences) + 1)."""
 
     sentences: list[str]
     gaps: list[str]
@@ -212,6 +235,41 @@ def _spans_in_line(line: str, lang: str, starts: SentenceStarts | None = None) -
     return out
 
 
+def _enumerator(body: str) -> bool:
+    """Whether `body` is what a list marker numbers with: "1", "12", "1.2", "a", "iv", "IV"."""
+    if not body.isascii():
+        return False
+    if all(part.isdigit() and len(part) <= 3 for part in body.split(".")):
+        return True
+    return (len(body) == 1 and body.isalpha()) or (body.lower() in _ROMAN and (body.islower() or body.isupper()))
+
+
+def _marker_kind(word: str) -> str:
+    """What list marker the word `word` is: "bullet", "paren" ("a)", "(1)"), "stop" ("1.", "iv."), or ""."""
+    if word in BULLETS:
+        return "bullet"
+    if word.endswith(")") and _enumerator(word[1:-1] if word.startswith("(") else word[:-1]):
+        return "paren"
+    return "stop" if word.endswith(".") and _enumerator(word[:-1]) else ""
+
+
+def _list_marker(line: str, lang: str) -> int:
+    """Where `line`'s text begins after the list marker it starts with (step 1 of the module docstring),
+    0 when it starts with none."""
+    words = line.split(maxsplit=2)
+    kind = _marker_kind(words[0]) if words else ""
+    if not kind:
+        return 0
+    end = line.index(words[0]) + len(words[0])
+    after = words[1] if len(words) > 1 else ""
+    if kind == "stop" and after:
+        if after[0].isdigit() or (after[0].isalpha() and after[1:2] == "."):
+            return 0  # "S. 3", "z. B.", "d. h.": an abbreviation
+        if words[0][0].isdigit() and all(b != end for _, b in _spans_in_line(line, lang)):
+            return 0  # an ordinal inside the sentence, as sentencex reads it ("1. Mai ist ein Feiertag.")
+    return end
+
+
 @lru_cache(maxsize=4096)
 def _ends_de_sentence(word: str) -> bool:
     """Whether a German word followed by a full stop and a number ends a sentence there (sentencex never
@@ -226,19 +284,32 @@ def _ends_de_sentence(word: str) -> bool:
     return len(list(sentencex.segment("de", f"Das ist {word}. Der Rest"))) > 1
 
 
-def segment(text: str, lang: str, lines: bool = True, starts: SentenceStarts | None = None) -> Segmented:
+def segment(
+    text: str,
+    lang: str,
+    lines: bool = True,
+    starts: SentenceStarts | None = None,
+    breaks: Collection[int] = (),
+) -> Segmented:
     """`text` cut into sentences (see the module docstring); `lang` is an ISO 639-1 code ("de"), which
     picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
-    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one.
+    `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one;
+    then `breaks` are the offsets of the characters that end a line all the same (an HTML <br>'s space).
     `starts`: where a sentence without a final stop may run into the next (`learn_sentence_starts`)."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap_start = 0  # where the whitespace before the next sentence begins
     line_start = 0
-    # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
-    shown = "".join(" " if c.isspace() else c for c in text) if not lines else text
-    for line in shown.splitlines(keepends=True) if lines else [shown]:  # every line break Python knows
-        for a, b in _spans_in_line(line, lang, starts) if line.strip() else []:
+    if lines:
+        pieces = text.splitlines(keepends=True)  # every line break Python knows
+    else:  # HTML: sentencex is shown spaces for line breaks, one character for one, so offsets stay
+        shown = "".join(" " if c.isspace() else c for c in text)
+        ends = sorted({x + 1 for x in breaks if 0 <= x < len(text)})
+        pieces = [shown[a:b] for a, b in zip([0, *ends], [*ends, len(text)])]
+    for line in pieces:
+        marker = _list_marker(line, lang)  # kept as it is, in the gap
+        for a, b in _spans_in_line(line[marker:], lang, starts) if line[marker:].strip() else []:
+            a, b = a + marker, b + marker
             gaps.append(text[gap_start : line_start + a])
             sentences.append(text[line_start + a : line_start + b])
             gap_start = line_start + b

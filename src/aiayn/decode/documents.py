@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from aiayn.data.segment import Segmented, SentenceStarts, segment
@@ -65,11 +65,18 @@ class SplitTexts:
 
 
 def split_texts(
-    texts: Sequence[str], lang: str, lines: bool = True, starts: SentenceStarts | None = None
+    texts: Sequence[str],
+    lang: str,
+    lines: bool = True,
+    starts: SentenceStarts | None = None,
+    breaks: Sequence[Collection[int]] | None = None,
 ) -> SplitTexts:
     """Each text cut into sentences (aiayn.data.segment) in the source language `lang`; `lines` False:
-    line breaks are plain whitespace (HTML); `starts`: see the module docstring."""
-    return SplitTexts([segment(t, lang, lines, starts) for t in texts])
+    line breaks are plain whitespace (HTML), and `breaks` (one collection per text) the offsets of the
+    characters that end a line all the same (a <br>'s); `starts`: see the module docstring."""
+    if breaks is None:
+        return SplitTexts([segment(t, lang, lines, starts) for t in texts])
+    return SplitTexts([segment(t, lang, lines, starts, b) for t, b in zip(texts, breaks, strict=True)])
 
 
 def translate_texts(

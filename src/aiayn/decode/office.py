@@ -11,7 +11,8 @@ stand-in HTML paragraph:
 - a Word hyperlink is an `<a>` around its runs (with its own most common formatting as plain);
   PowerPoint keeps its links in the run's formatting, so they follow their words as spans;
 - tabs and line breaks are `<br>`s: the model reads a space there, and they are written in the place
-  of the translation's space;
+  of the translation's space; a line break (Word's Shift+Enter, PowerPoint's a:br) ends a sentence, as
+  an HTML <br> does, a tab does not (its `<br>` is marked as a space);
 - whatever else stands in a paragraph (pictures, fields such as page and slide numbers, bookmarks,
   tracked changes, content controls) is a point kept as it is, untranslated.
 Then the paragraph's runs are written anew from the translated stand-in: each piece of text gets the
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.data.segment import SentenceStarts
-from aiayn.decode.html import HtmlDocument, Links, same_language
+from aiayn.decode.html import SPACE_BR, HtmlDocument, Links, parser_stop, same_language
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"  # PowerPoint's text
@@ -161,8 +162,9 @@ class _Paragraph:
         return len(self.things) - 1
 
     def _pieces(self, children: list[Any]) -> list[tuple[str, Any]]:
-        """("text", (run, text, its formatting)) | ("break" | "point", [elements]) | ("link", hyperlink), in order. A
-        Word field (fldChar begin ... end: a page number, a table of contents) is one point, untranslated."""
+        """("text", (run, text, its formatting)) | ("break" | "tab" | "point", [elements]) | ("link", hyperlink),
+        in order. A Word field (fldChar begin ... end: a page number, a table of contents) is one point,
+        untranslated."""
         q = self.kind.q
         pieces: list[tuple[str, Any]] = []
         for child in children:
@@ -183,7 +185,8 @@ class _Paragraph:
                         if c.text:
                             pieces.append(("text", (child, c.text, _rpr_key(child, self.kind))))
                     elif c.tag in _SPACES and c.get(_w("type"), "textWrapping") == "textWrapping":
-                        pieces.append(("break", [_run_of(child, c)]))  # read as a space, written in its place
+                        # read as a space, written in its place; a line break also ends its sentence
+                        pieces.append((_SPACES[c.tag], [_run_of(child, c)]))
                     elif c.tag != q("rPr") and c.tag not in _DROPPED:
                         pieces.append(("point", [_run_of(child, c)]))  # a page break, a symbol, a hyphen
             elif child.tag == f"{{{A}}}br":  # PowerPoint's line break, between runs
@@ -223,7 +226,8 @@ class _Paragraph:
                 inner, link_plain = self._inline(list(what))
                 out.append(f'<a data-k="{self._add(what)}" data-plain="{self._add(link_plain)}">{inner}</a>')
             else:
-                out.append(f'<{"br" if kind == "break" else "img"} data-k="{self._add(what)}">')
+                tag = {"break": "br", "tab": f"br {SPACE_BR}", "point": "img"}[kind]
+                out.append(f'<{tag} data-k="{self._add(what)}">')
         if span is not None:
             out.append("</span>")
         return "".join(out), first.get(plain)
@@ -267,7 +271,8 @@ class _Paragraph:
             t.set(XML_SPACE, "preserve")
 
 
-_SPACES = frozenset(_w(t) for t in ("tab", "ptab", "br", "cr"))  # a line break, a tab: a <br> in the stand-in
+# a line break, a tab: a <br> in the stand-in, that ends a sentence or not
+_SPACES = {_w("tab"): "tab", _w("ptab"): "tab", _w("br"): "break", _w("cr"): "break"}
 _RUN_PARTS = frozenset(
     [_w(t) for t in "rPr t tab br cr noBreakHyphen softHyphen lastRenderedPageBreak ptab sym".split()]
     + [f"{{{A}}}{t}" for t in ("rPr", "t")]
@@ -343,7 +348,12 @@ class OfficeDocument:
 
         try:
             return etree.fromstring(self.zip.read(name), parser=parser)
-        except (etree.XMLSyntaxError, zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
+        except etree.XMLSyntaxError as e:
+            # it stops at the first error (a limit too: elements nested more than 256 deep), never reads in part
+            last = e.error_log.last_error
+            why = parser_stop(last.message if last is not None else str(e.msg))
+            raise OfficeError(f"{name} cannot be read past line {e.lineno}, column {e.position[1]} ({why})") from None
+        except (zipfile.BadZipFile, ValueError, NotImplementedError, RuntimeError) as e:
             # RuntimeError: an encrypted entry; NotImplementedError: a compression zipfile lacks
             raise OfficeError(f"{name} cannot be read: {e}") from None
 

@@ -44,7 +44,7 @@ from aiayn.config import DecodeConfig
 from aiayn.data.language import detect
 from aiayn.data.segment import SentenceStarts
 from aiayn.decode.documents import SplitTexts, split_texts
-from aiayn.decode.html import HtmlDocument
+from aiayn.decode.html import HtmlDocument, HtmlError
 from aiayn.decode.office import KINDS, OfficeDocument, OfficeError
 from aiayn.errors import AiaynError
 from aiayn.serve.batcher import Backend, Batcher, BatchStats, Coalesced, Hypothesis, Overloaded, SearchOptions
@@ -463,6 +463,8 @@ class Service(Requests):
         try:
             s = self.settings
             return [HtmlDocument(t, s.source_lang, s.target_lang, s.sentence_starts) for t in texts]
+        except HtmlError as e:  # libxml2 stopped reading (too deep): never a 200 without the rest of the text
+            raise ApiError(400, f"Invalid request: {_one_line(e)}") from None
         except (ValueError, LxmlError) as e:
             raise ApiError(400, f"Invalid request: cannot parse the HTML ({_one_line(e)})") from None
 
