@@ -273,6 +273,8 @@ def train(out: Path, steps: int, which: list[str]) -> None:
             str(d / "test_2016_flickr.en.gz"),
             "--train.max_steps",
             str(steps),
+            "--train.max_minutes",
+            "null",  # the same updates for every corpus, however busy the machine
             "--train.progress",
             "false",
         )

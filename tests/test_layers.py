@@ -37,6 +37,8 @@ LAYERS: list[tuple[str, ...]] = [
         "aiayn.publish",
         "aiayn.argos",
         "aiayn.dual_scores",
+        "aiayn.synthetic",
+        "aiayn.distill",
     ),
     # 7 the command line: every parser (aiayn.cli.*), which reaches across packages, e.g.
     #   `aiayn evaluate` -> aiayn.evaluate

@@ -105,6 +105,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CPU-scale sizes for Multi30k-like data (about 30k sentence pairs)
     "small": dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, dropout=0.1),
     "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, dropout=0.1),
+    # students for sequence-level distillation (aiayn distill), fast to decode: a deep encoder and a
+    # one-layer decoder (Kasai et al. 2021: the decoder's layers are what each output step pays for),
+    # at the width of the quickstart's model; and a narrow model of half that width
+    "deep-shallow": dict(d_model=128, n_heads=4, d_ff=512, n_encoder_layers=6, n_decoder_layers=1, dropout=0.1),
+    "narrow": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, n_decoder_layers=2, dropout=0.1),
 }
 
 
@@ -176,6 +181,12 @@ class DecodeConfig:
     # Beam search ends a sentence once beam x patience hypotheses have finished (fairseq's and CTranslate2's
     # rule at 1), or earlier when no live beam can still win; inf: only then, tensor2tensor's exact stop.
     patience: float = 1.0
+    # Sampling instead of search (back-translation, Edunov et al. 2018): 1 = no sampling (beam / greedy
+    # as above); 0 = from the whole distribution; k = from the k likeliest pieces; at this temperature;
+    # seeded, each sentence one draw
+    sampling_topk: int = 1
+    sampling_temperature: float = 1.0
+    sampling_seed: int = 0
 
 
 # --- training (owned by the training layer) ---------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from aiayn import __version__, registry
-from aiayn.cli import ablate, data, export, hub, model, predict, quickstart, serve, train, viz
+from aiayn.cli import ablate, data, export, hub, model, predict, quickstart, serve, synthetic, train, viz
 from aiayn.cli._args import parse
 from aiayn.errors import AiaynError
 
@@ -34,6 +34,8 @@ Register = Callable[[argparse._SubParsersAction], None]
 # in the order of a user's workflow; the tasks' own verbs come after `train`
 _BEFORE_TASKS: list[Register] = [quickstart.register, data.register, train.register]
 _AFTER_TASKS: list[Register] = [
+    synthetic.register,
+    synthetic.register_distill,
     predict.register,
     viz.register,
     ablate.register,

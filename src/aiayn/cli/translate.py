@@ -39,7 +39,7 @@ def _count_lines(path: str) -> int:
     return n + (last != b"\n")
 
 
-def _add_search_args(p: argparse.ArgumentParser) -> None:
+def add_search_args(p: argparse.ArgumentParser) -> None:
     # Every setting left out (None) comes from the run's config.yaml `decode` section, else DecodeConfig
     # (§6.1); `decode_config` resolves them into one DecodeConfig.
     d, run = DecodeConfig(), "default: the run's decode"
@@ -55,6 +55,14 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
             f"beam can still win (exact; torch engine) ({run}.patience, else {d.patience:g})",
         ),
         ("--max-tokens", int, f"batch budget: source tokens x beam ({run}.max_tokens, else {d.max_tokens})"),
+        (
+            "--sampling-topk",
+            int,
+            "sample each translation instead of searching: 0 = from the whole distribution, K = from the K "
+            f"likeliest pieces; 1 = search ({run}.sampling_topk, else {d.sampling_topk})",
+        ),
+        ("--sampling-temperature", float, f"the sampling's temperature (else {d.sampling_temperature:g})"),
+        ("--seed", int, f"the sampling's seed (else {d.sampling_seed})"),
     ):
         p.add_argument(flag, type=kind, help=what)
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if present; cpu with --int8)")
@@ -125,12 +133,17 @@ def decode_config(a: argparse.Namespace) -> DecodeConfig:
         "max_len_b": a.max_len_b,
         "max_tokens": a.max_tokens,
         "patience": a.patience,
+        "sampling_topk": a.sampling_topk,
+        "sampling_temperature": a.sampling_temperature,
+        "sampling_seed": a.seed,
     }
     d = dataclasses.replace(_decode_defaults(_members(a)[0]), **{k: v for k, v in flags.items() if v is not None})
     if d.beam < 1 or d.length_penalty < 0 or d.max_len_b < 0 or d.max_len_a < 0 or d.max_tokens < 1:
         raise AiaynError("need --beam >= 1, --lenpen >= 0, --max-len-a/b >= 0 and --max-tokens >= 1")
     if not d.patience >= 1:  # NaN too
         raise AiaynError(f"--patience must be >= 1 (inf: the exact stop), not {d.patience:g}")
+    if d.sampling_topk < 0 or not d.sampling_temperature > 0:
+        raise AiaynError("need --sampling-topk >= 0 (1: no sampling) and --sampling-temperature > 0")
     if getattr(a, "n_best", 1) > d.beam or getattr(a, "n_best", 1) < 1:
         raise AiaynError(f"--n-best must lie in 1..beam ({d.beam})")
     return d
@@ -357,8 +370,8 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
         help="print the N best hypotheses per line as 'i ||| text ||| score' (default 1)",
     )
     _add_document_args(p)
-    _add_search_args(p)
-    _add_thread_args(p)
+    add_search_args(p)
+    add_thread_args(p)
     p.set_defaults(run=_translate)
 
 
@@ -393,7 +406,7 @@ def _add_document_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_thread_args(p: argparse.ArgumentParser) -> None:
+def add_thread_args(p: argparse.ArgumentParser) -> None:
     """How many CPU threads decode, and in how many CTranslate2 replicas."""
     p.add_argument(
         "--threads",
@@ -442,5 +455,5 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--output", help="also write the hypotheses to this file")
     p.add_argument("--json", action="store_true", help="also print the scores as one JSON line")
-    _add_search_args(p)
+    add_search_args(p)
     p.set_defaults(run=_evaluate)

@@ -205,6 +205,16 @@ def _sources(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Sourc
     return {s: None if p is None else LinePair(*p) for s, p in pairs.items()}
 
 
+def split_chunks(cfg: DataConfig, split: str, n: int = 20_000) -> Iterator[tuple[list[str], list[str]]]:
+    """A split's (source lines, target lines) as read, in chunks of n, decoded (nothing filtered): what a
+    teacher translates for distillation, streamed whatever the corpus's size."""
+    for c in chunks_of(_sources(cfg, [split])[split], n):
+        yield tuple(  # type: ignore[misc]
+            decode_blob(name, b"\n".join(lines), c.first + 1).split("\n") if lines else []
+            for name, lines in zip(c.names, c.lines)
+        )
+
+
 def _given_pair(cfg: DataConfig, split: str) -> LinePair | None:
     """data.<split>_src / _tgt as a pair of files, when given."""
     src, tgt = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")

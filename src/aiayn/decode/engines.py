@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from aiayn.config import DecodeConfig, ModelConfig
-from aiayn.decode.search import Constraint, beam_search, greedy_search
+from aiayn.decode.search import Constraint, Sample, beam_search, greedy_search
 from aiayn.devices import cpu_cores, resolve_device, shape_free_attention
 from aiayn.errors import AiaynError
 from aiayn.model.int8 import is_int8
@@ -60,6 +60,7 @@ class TorchEngine:
         self.model = model.to(self.device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
         self.constraint = constraint  # which tokens each hypothesis may write next (aiayn.decode.search)
+        self._draws: torch.Generator | None = None  # the sampling's random stream (reseed)
 
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
         eos, pad = self.config.eos_id, self.config.pad_id
@@ -72,6 +73,13 @@ class TorchEngine:
         self.model.eval()  # the trainer validates with its live model: restore its mode after
         try:
             c = self.constraint
+            if d.sampling_topk != 1:  # one draw a sentence
+                if self._draws is None:
+                    self.reseed(d.sampling_seed)
+                assert self._draws is not None
+                sample = Sample(d.sampling_topk, d.sampling_temperature, self._draws)
+                drawn = greedy_search(self.model, src, d.max_len_a, d.max_len_b, c, sample)
+                return [[(ids, float("nan"))] for ids in drawn]
             if d.beam == 1 and n_best == 1:
                 return [[(ids, float("nan"))] for ids in greedy_search(self.model, src, d.max_len_a, d.max_len_b, c)]
             return beam_search(
@@ -79,6 +87,11 @@ class TorchEngine:
             )
         finally:
             self.model.train(was_training)
+
+    def reseed(self, seed: int) -> None:
+        """Start the sampling's draws afresh from `seed` (Translator does, at every call that samples:
+        the same lines and seed then give the same draws, whatever came before)."""
+        self._draws = torch.Generator(self.device).manual_seed(seed)
 
     def cross_attention(self, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> list[Any]:
         """Per (source, target) pair of ids (no BOS/EOS), the last decoder layer's encoder-decoder attention
@@ -186,6 +199,27 @@ class CTranslate2Engine:
         c = self.config
         self._banned = [[self.vocabulary[c.pad_id]], [self.vocabulary[c.bos_id]]]
 
+    def _sample(self, pieces: list[list[str]], limits: list[int], d: DecodeConfig) -> Hypotheses:
+        """CTranslate2's own sampling: one draw a sentence (seeded by `reseed`), cut to its limit."""
+        res = self.translator.translate_batch(
+            pieces,
+            max_batch_size=max(1, d.max_tokens),
+            batch_type="tokens",
+            beam_size=1,
+            sampling_topk=d.sampling_topk,
+            sampling_temperature=d.sampling_temperature,
+            max_decoding_length=max(limits) + 1,
+            max_input_length=0,
+            suppress_sequences=self._banned,
+        )
+        return [[([self.ids[p] for p in r.hypotheses[0]][:lim], math.nan)] for r, lim in zip(res, limits)]
+
+    def reseed(self, seed: int) -> None:
+        """Start CTranslate2's draws afresh from `seed` (its random generator is the process's)."""
+        import ctranslate2
+
+        ctranslate2.set_random_seed(seed)
+
     def limits(self, sources: Sequence[Sequence[Any]], max_len_a: float, max_len_b: float) -> list[int]:
         """aiayn.decode.search.max_lengths: floor(a * (pieces + EOS) + b), capped by the positions."""
         cap = self.config.max_positions - 1
@@ -194,6 +228,8 @@ class CTranslate2Engine:
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
         pieces = [[self.vocabulary[i] for i in ids] for ids in sources]
         limits = self.limits(sources, d.max_len_a, d.max_len_b)
+        if d.sampling_topk != 1:
+            return self._sample(pieces, limits, d)
         if d.beam == 1 and n_best == 1:  # one call to the longest limit + EOS, each output cut to its own
             res = self.translator.translate_batch(
                 pieces,

@@ -138,12 +138,32 @@ def _start(model: Decodable, src: Tensor, max_len: Tensor):
     return model.init_cache(memory, padding_mask(src, cfg.pad_id), capacity=int(max_len.max()) + 1)
 
 
-def greedy_next(logits: Tensor, cfg: ModelConfig, forced: Tensor) -> Tensor:
+@dataclass
+class Sample:
+    """Sampling instead of the argmax: from the `topk` likeliest pieces (0: all), at `temperature`, drawn
+    with `generator` (seeded once: a stream of draws across calls)."""
+
+    topk: int
+    temperature: float
+    generator: torch.Generator
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        """(n, V) logits (banned ones -inf) -> (n,) sampled ids."""
+        logits = logits / self.temperature
+        if 0 < self.topk < logits.size(1):
+            kth = logits.topk(self.topk, dim=1).values[:, -1:]  # (n, 1)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=1)  # (n, V)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+
+
+def greedy_next(logits: Tensor, cfg: ModelConfig, forced: Tensor, sample: Sample | None = None) -> Tensor:
     """Greedy search's choice from one step's (n, 1, V) logits: the best token other than pad and BOS
-    (the argmax of the logits is the argmax of the log-probs), or EOS where `forced` (n,) is True."""
+    (the argmax of the logits is the argmax of the log-probs), or a draw with `sample`; EOS where
+    `forced` (n,) is True."""
     logits = logits[:, -1].float()  # (n, V)
     logits[:, [cfg.pad_id, cfg.bos_id]] = float("-inf")  # never generated
-    nxt = argmax(logits)  # (n,)
+    nxt = argmax(logits) if sample is None else sample(logits)  # (n,)
     return torch.where(forced, torch.full_like(nxt, cfg.eos_id), nxt)  # forced end
 
 
@@ -154,9 +174,10 @@ def greedy_search(
     max_len_a: float = DecodeConfig.max_len_a,
     max_len_b: float = DecodeConfig.max_len_b,
     constraint: Constraint | None = None,
+    sample: Sample | None = None,
 ) -> list[list[int]]:
     """Argmax decoding of a (B, S) source batch -> per sentence the output ids (no BOS/EOS); with a
-    `constraint`, the best token it allows."""
+    `constraint`, the best token it allows; with `sample`, a draw from the model's distribution instead."""
     cfg = model.config
     B, dev = src.size(0), src.device
     max_len = max_lengths(model, src, max_len_a, max_len_b)  # (B,)
@@ -171,7 +192,7 @@ def greedy_search(
         logits, cache = model.step(ids, cache)  # (n, 1, V)
         if constraint is not None:
             logits = logits.masked_fill(constraint.banned(state, max_len[alive] - t)[:, None], float("-inf"))
-        nxt = greedy_next(logits, cfg, max_len[alive] <= t)  # (n,)
+        nxt = greedy_next(logits, cfg, max_len[alive] <= t, sample)  # (n,)
         nxt = nxt.masked_fill(~running, cfg.eos_id)  # finished rows ride along until compacted: EOS again
         out[alive, t] = nxt
         t += 1

@@ -196,10 +196,12 @@ class Translator:
         length_penalty: float | None = None,
         max_len_a: float | None = None,
         max_len_b: float | None = None,
+        **more: Any,
     ) -> DecodeConfig:
-        """`decode` with the given (not None) settings replacing its own."""
+        """`decode` with the given (not None) settings replacing its own (`more`: other DecodeConfig
+        fields, such as sampling_topk)."""
         given: dict[str, Any] = dict(beam=beam, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b)
-        return dataclasses.replace(self.decode, **{k: v for k, v in given.items() if v is not None})
+        return dataclasses.replace(self.decode, **{k: v for k, v in {**given, **more}.items() if v is not None})
 
     def translate(
         self,
@@ -209,13 +211,15 @@ class Translator:
         max_len_a: float | None = None,
         max_len_b: float | None = None,
         n_best: int = 1,
+        **more: Any,
     ) -> list:
         """Translate lines, input order kept; empty line -> "". beam=1 is greedy search. A setting left
-        None is the Translator's own (`decode`).
+        None is the Translator's own (`decode`); `more`: other DecodeConfig fields (sampling_topk,
+        sampling_seed, ...).
 
         Returns list[str], or with n_best > 1 a list of n-best lists of strings.
         """
-        nbest = self.translate_scored(lines, beam, length_penalty, max_len_a, max_len_b, n_best)
+        nbest = self.translate_scored(lines, beam, length_penalty, max_len_a, max_len_b, n_best, **more)
         if n_best == 1:
             return [h[0][0] if h else "" for h in nbest]
         return [[text for text, _ in h] for h in nbest]
@@ -229,10 +233,14 @@ class Translator:
         max_len_b: float | None = None,
         n_best: int = 1,
         first_line: int = 1,
+        **more: Any,
     ) -> list[list[tuple[str, float]]]:
-        """Like `translate`, with each hypothesis' score (sum log p / lp; greedy: nan). `first_line`:
-        the number of lines[0] in the user's input, for warnings (a stream is translated in chunks)."""
-        d = self.search_config(beam, length_penalty, max_len_a, max_len_b)
+        """Like `translate`, with each hypothesis' score (sum log p / lp; greedy and sampling: nan).
+        `first_line`: the number of lines[0] in the user's input, for warnings (a stream is translated in
+        chunks)."""
+        d = self.search_config(beam, length_penalty, max_len_a, max_len_b, **more)
+        if d.sampling_topk != 1 and hasattr(self.searcher, "reseed"):  # each call's draws from its own seed
+            self.searcher.reseed(d.sampling_seed)
         texts = [replace_lone_surrogates(line) for line in lines]
         encoded = self.tokenizer.encode_batch(texts) if texts else []
         limit = self.max_input_len - 1  # room for EOS
