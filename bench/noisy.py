@@ -309,7 +309,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep-best", type=float, default=0.8)
-    p.add_argument("--scorer-steps", type=int, default=1500)
+    p.add_argument("--scorer-steps", type=int, default=4000)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--corpora", default="clean,noisy,cleaned")
     a = p.parse_args()

@@ -128,8 +128,10 @@ def train_scorers(
     progress: bool = False,
 ) -> tuple[Path, Path]:
     """A forward and a backward run (`recipe`, a config file or a packaged recipe; `steps` updates each,
-    one shared BPE, the warmup at most a quarter of them) trained on the pairs of `files`: the first
-    VALID_PAIRS validate, the rest train. Each run resumes when interrupted; a finished one is reused."""
+    one shared BPE; the warmup at most a quarter of them, to the recipe's peak learning rate) trained on
+    the pairs of `files`: the first VALID_PAIRS validate, the rest train. Each run resumes when
+    interrupted; a finished one is reused. The scores are only as good as the scorers: a run that has
+    not learnt to read its source yet scores like a language model (check with aiayn translate)."""
     from aiayn.train import train
 
     data = out_dir / "scorers" / "data"
@@ -156,6 +158,7 @@ def train_scorers(
             "data.valid_src": str(split[("valid", s)]),
             "data.valid_tgt": str(split[("valid", t)]),
             "train.max_steps": steps,
+            "train.max_minutes": None,  # the updates asked for, however long they take (a recipe may cap the time)
             "train.eval_every": 0,
             "train.save_every": steps,
             "train.eval_bleu": False,
@@ -164,8 +167,10 @@ def train_scorers(
         if runs:  # one BPE for both directions: their scores are per piece of the same pieces
             overrides["data.spm_model"] = str(runs[0] / "spm.model")
         cfg = Config.load(recipe, overrides)
-        if cfg.optim.warmup > steps // 4:  # a short run reaches its peak rate early enough to learn
-            cfg = Config.load(recipe, {**overrides, "optim.warmup": max(1, steps // 4)})
+        if cfg.optim.warmup > steps // 4:  # a short run warms up in its first quarter, to the same peak rate
+            warmup = max(1, steps // 4)
+            scale = cfg.optim.lr_scale * (warmup / cfg.optim.warmup) ** 0.5  # §5.3: the peak is warmup^-0.5
+            cfg = Config.load(recipe, {**overrides, "optim.warmup": warmup, "optim.lr_scale": scale})
         done = (run / "best.safetensors").is_file() and _finished(run, steps)
         if not done:
             train(cfg, run, resume=(run / "checkpoints").is_dir())

@@ -85,7 +85,9 @@ def _register_clean(dsub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--keep-best", type=float, default=None, help="with --score-with: keep this best share (e.g. 0.9)")
     c.add_argument("--max-score", type=float, default=None, help="with --score-with: keep pairs scoring this or less")
-    c.add_argument("--scorer-steps", type=int, default=1500, help="with --score-with auto: updates of each scorer")
+    c.add_argument(
+        "--scorer-steps", type=int, default=4000, help="with --score-with auto: updates of each scorer (default 4,000)"
+    )
     c.add_argument(
         "--scorer-config",
         default="quickstart",
