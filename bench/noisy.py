@@ -280,7 +280,7 @@ def train(out: Path, steps: int, which: list[str]) -> None:
         )
         minutes = round((time.perf_counter() - t) / 60, 1)
         res = subprocess.run(
-            [sys.executable, "-m", "aiayn", "evaluate", "-c", str(run), "--split", "test"],
+            [sys.executable, "-m", "aiayn", "evaluate", "-c", str(run), "--split", "test", "--json"],
             check=True,
             capture_output=True,
             text=True,
@@ -292,7 +292,7 @@ def train(out: Path, steps: int, which: list[str]) -> None:
                 "corpus": name,
                 "steps": steps,
                 "minutes": minutes,
-                "evaluate": res.stdout.strip().splitlines()[-1],
+                "test": json.loads(res.stdout.strip().splitlines()[-1]),
             },
         )
 

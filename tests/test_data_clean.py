@@ -78,7 +78,12 @@ def test_clean_reads_a_translation_memory_with_the_filters_asked_for(tmp_path, h
         (["--src-lang", "en", "--tgt-lang", "en"], "--src-lang and --tgt-lang are both 'en'"),
         (["--src-lang", "de", "--tgt-lang", "xx"], "the language identifier knows no 'xx'"),
         (["--src-lang", "de", "--tgt-lang", "en", "--filters", "[spelling]"], "unknown filter 'spelling'"),
-        (["--src-lang", "de", "--tgt-lang", "en", "--score-with", "a", "b"], "needs one of --keep-best"),
+        (["--src-lang", "de", "--tgt-lang", "en", "--score-with", "a", "b"], "give one of --keep-best"),
+        (["--src-lang", "de", "--tgt-lang", "en", "--score-with", "a", "b", "--keep-best", "80"],
+         "--keep-best is a share of the pairs in (0, 1], not 80"),
+        (["--src-lang", "de", "--tgt-lang", "en", "--filters", "[default, {langid"], "--filters: not YAML"),
+        (["--src-lang", "de", "--tgt-lang", "en", "--filters", "[{length: {max_chars: abc}}]"],
+         "length's max_chars is a number"),
         (["--src-lang", "de", "--tgt-lang", "en", "--filters", "[untranslated]", "--name", "same"],
          "source 'same' has no pairs left after cleaning: untranslated 40"),
     ],
@@ -88,7 +93,29 @@ def test_clean_mistakes_are_one_line(tmp_path, home, args, message):
     r = run_aiayn("data", "clean", same, same, "-o", tmp_path / "out", "--no-progress", *args, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert not list((tmp_path / "out").glob("same.*")) if (tmp_path / "out").is_dir() else True
+    left = list((tmp_path / "out").iterdir()) if (tmp_path / "out").is_dir() else []
+    assert left == []  # nothing half-written (hidden .part files included)
+
+
+def test_a_corpus_that_fails_half_way_leaves_nothing_behind(tmp_path, home):
+    src = write_lines(tmp_path / "bad.de", DE[:3])
+    tgt = write_lines(tmp_path / "bad.en", EN[:2])
+    r = run_aiayn("data", "clean", src, tgt, "--src-lang", "de", "--tgt-lang", "en", "-o", tmp_path / "out",
+                  "--write-removed", text=True)  # fmt: skip
+    assert r.returncode == 2 and "line counts differ" in r.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_clean_reports_a_tables_own_line_numbers(tmp_path, home):
+    pairs = list(dict.fromkeys(zip(DE, EN)))[:20]
+    rows = ["German\tEnglish"] + [f"{d}\t{e}" for d, e in pairs] + [f"{pairs[3][0]}\t{pairs[3][1]}"]
+    table = write_lines(tmp_path / "glossary.tsv", rows)
+    out = tmp_path / "out"
+    r = run_aiayn("data", "clean", table, "--src-lang", "de", "--tgt-lang", "en", "-o", out, "--write-removed",
+                  "--filters", "[duplicates]", "--columns", "[German, English]", text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (removed,) = (out / "glossary.removed.tsv").read_text().split("\n")[:-1]
+    assert removed.split("\t")[:2] == [str(len(rows)), "duplicates"]  # the file's line, after its header
 
 
 def test_clean_refuses_a_row_without_its_column_in_one_line(tmp_path, home):
@@ -118,6 +145,26 @@ def test_clean_with_a_config_cleans_each_source_with_its_own_filters(tmp_path, h
     assert (tmp_path / "out" / "tm.de").read_text().split("\n")[:-1] == [s for s, _ in pairs]
 
 
+def test_clean_with_a_config_counts_copies_across_sources(tmp_path, home):
+    pairs = list(dict.fromkeys(zip(DE, EN)))[:30]
+    a = (write_lines(tmp_path / "a.de", [s for s, _ in pairs]), write_lines(tmp_path / "a.en", [t for _, t in pairs]))
+    more = list(dict.fromkeys(zip(DE, EN)))[30:35]
+    b_pairs = pairs[20:] + more  # 10 copies of a's pairs and 5 of its own
+    b = (
+        write_lines(tmp_path / "b.de", [s for s, _ in b_pairs]),
+        write_lines(tmp_path / "b.en", [t for _, t in b_pairs]),
+    )
+    cfg = tmp_path / "data.yaml"
+    cfg.write_text(
+        "data:\n  corpus: sources\n  src_lang: de\n  tgt_lang: en\n  filters: [duplicates]\n  sources:\n"
+        f"    - {{src: {a[0]}, tgt: {a[1]}}}\n    - {{src: {b[0]}, tgt: {b[1]}}}\n"
+    )
+    r = run_aiayn("data", "clean", "--config", cfg, "-o", tmp_path / "out", "--no-progress", text=True)
+    assert r.returncode == 0, r.stderr
+    by = {s["name"]: s for s in json.loads((tmp_path / "out" / "report.json").read_text())["sources"]}
+    assert (by["a"]["kept"], by["b"]["kept"], by["b"]["removed"]["duplicates"]) == (30, 5, 10)
+
+
 SCORER = """\
 model:
   preset: tiny
@@ -143,8 +190,11 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
     target = list(en)
     for i, j in zip(wrong, wrong[1:] + wrong[:1]):  # each takes another's target
         target[i] = en[j]
-    misaligned = {i + 1 for i in wrong if target[i] != en[i]}
-    src, tgt = write_lines(tmp_path / "c.de", de), write_lines(tmp_path / "c.en", target)
+    # 100 pairs with an empty side first, which the rules drop: the scores are of the pairs after them, and
+    # the removed pairs must be named by their lines in the input
+    misaligned = {100 + i + 1 for i in wrong if target[i] != en[i]}
+    src = write_lines(tmp_path / "c.de", ["Leer"] * 100 + de)
+    tgt = write_lines(tmp_path / "c.en", [""] * 100 + target)
     (tmp_path / "scorer.yaml").write_text(SCORER)
     out = tmp_path / "out"
     args = ["data", "clean", src, tgt, "--src-lang", "de", "--tgt-lang", "en", "--filters", "[length]",
@@ -152,7 +202,9 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
     r = run_aiayn(*args, "-o", out, "--score-with", "auto", "--scorer-config", tmp_path / "scorer.yaml",
                   "--scorer-steps", "300", text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    removed = {int(x.split("\t")[0]) for x in (out / "c.removed.tsv").read_text().split("\n")[:-1]}
+    rows = [x.split("\t") for x in (out / "c.removed.tsv").read_text().split("\n")[:-1]]
+    assert {int(n) for n, reason, *_ in rows if reason == "empty"} == set(range(1, 101))
+    removed = {int(n) for n, reason, *_ in rows if reason == "dual_xent"}
     assert 440 <= len(removed) <= 450  # the worst 15 % (ties at the threshold stay)
     assert len(removed & misaligned) >= 0.8 * len(misaligned)  # 96 % when written
     report = json.loads((out / "report.json").read_text())

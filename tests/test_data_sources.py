@@ -113,8 +113,10 @@ def test_each_format_reads_the_pairs_as_they_are(tmp_path, fmt):
     entry = FORMATS[fmt](tmp_path)
     path = Path(entry["path"])
     kind = {".tmx": "tmx", ".xlf": "xliff", ".xliff": "xliff", ".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
-    pairs = list(read_pairs(path, kind[path.suffix], "de", "en", entry.get("columns")))
-    assert pairs == list(zip(DE, EN))
+    found = list(read_pairs(path, kind[path.suffix], "de", "en", entry.get("columns")))
+    assert [(s, t) for _, s, t in found] == list(zip(DE, EN))
+    lines = [n for n, _, _ in found]
+    assert lines == sorted(lines) and len(set(lines)) == len(lines) and lines[0] >= 1  # each pair's own line
 
 
 def _sources_cfg(tmp_path: Path, sources: list, **kw) -> DataConfig:
@@ -158,7 +160,7 @@ def test_tmx_keeps_inline_text_and_drops_native_codes(tmp_path):
         '<tu><tuv xml:lang="de"><seg>Nur Deutsch.</seg></tuv></tu>'
         "</body></tmx>"
     )
-    assert list(read_pairs(path, "tmx", "de", "en")) == [
+    assert [(s, t) for _, s, t in read_pairs(path, "tmx", "de", "en")] == [
         ("Ein Hund  rennt schnell.", "A dog runs fast."),
         ("Nur Deutsch.", ""),
     ]
@@ -171,7 +173,7 @@ def test_xliff_units_without_a_target_are_empty_pairs_and_other_languages_are_re
         '<trans-unit id="1"><source>Ein <g id="1">Hund</g><x id="2"/>.</source></trans-unit>'
         "</body></file></xliff>"
     )
-    assert list(read_pairs(path, "xliff", "de", "en")) == [("Ein Hund.", "")]
+    assert list(read_pairs(path, "xliff", "de", "en")) == [(1, "Ein Hund.", "")]
     with pytest.raises(DataError, match=r"m\.xlf: the file translates de -> en, not fr -> en"):
         list(read_pairs(path, "xliff", "fr", "en"))
 
@@ -222,6 +224,12 @@ def test_sources_mistakes_are_one_line_each(tmp_path, home):
         ([{"src": de, "tgt": de}, {"src": de, "tgt": de}], "the name 'm' is given twice"),
         ([{"path": de}], r"is one file of plain lines; give `src` and `tgt`, or its `format`"),
         ([{"src": de, "tgt": de, "filters": [{"langid": {"marg": 1}}]}], r"filter langid has no setting marg"),
+        ([{"src": de, "tgt": de, "filters": [{"length": {"max_chars": "many"}}]}], r"length's max_chars is a number"),
+        ([{"path": de, "weight": float("inf")}], r"weight must be a number above 0"),
+        (
+            [{"src": de, "tgt": de}, {"src": de, "tgt": de, "name": "v", "split": "valid", "weight": 2}],
+            "a valid source is read as it is",
+        ),
     ]
     for sources, message in cases:
         with pytest.raises(DataError, match=message):
@@ -322,3 +330,71 @@ def test_an_opus_corpus_comes_by_name_through_a_mirror(tmp_path, home, monkeypat
     assert again.report["cached"] is True
     with pytest.raises(DataError, match="OPUS has no corpus 'NoSuchCorpus'"):
         prepare(_sources_cfg(tmp_path, ["opus:NoSuchCorpus"]), options=Options(workers=1))
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "columns", "want"),
+    [
+        ("bom.csv", b"\xef\xbb\xbfde,en\r\nHallo,Hello\r\n", None, [(2, "Hallo", "Hello")]),
+        ("bom.tsv", b"\xef\xbb\xbfGerman\tEnglish\nHallo\tHello\n", ["German", "English"], [(2, "Hallo", "Hello")]),
+        ("crlf.tsv", b"Hallo\tHello\r\nTsch\xc3\xbcss\tBye\r\n", None, [(1, "Hallo", "Hello"), (2, "Tschüss", "Bye")]),
+        ("header.tsv", b"id\ten-GB\tde-DE\n7\tA dog.\tEin Hund.\n", None, [(2, "Ein Hund.", "A dog.")]),
+        ("quoted.csv", b'de,en\n"Ein\nHund","A, dog"\n', None, [(3, "Ein Hund", "A, dog")]),
+        ("bom.jsonl", b'\xef\xbb\xbf{"de": "Hallo", "en": "Hi\\ud83d"}\n', None, [(1, "Hallo", "Hi?")]),
+    ],
+)
+def test_spreadsheets_and_json_as_they_come(tmp_path, name, data, columns, want):
+    """A byte-order mark (Excel writes one), Windows line ends, a header naming the languages with their
+    regions, a quoted field holding a line break, a JSON escape of half a character."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    fmt = path.suffix.lstrip(".")
+    assert list(read_pairs(path, fmt, "de", "en", columns)) == want
+
+
+def test_an_xliff_2_file_is_read_as_a_stream_holding_no_earlier_unit(tmp_path, monkeypatch):
+    from aiayn.data import formats
+
+    path = xliff20(tmp_path / "big.xliff", DE * 5, EN * 5)
+    held = []
+    original = formats.inline_text
+
+    def spy(el):
+        unit = el.getparent().getparent()  # source -> segment -> unit
+        held.append(len(list(unit.itersiblings(preceding=True))))
+        return original(el)
+
+    monkeypatch.setattr(formats, "inline_text", spy)
+    assert len(list(read_pairs(path, "xliff", "de", "en"))) == 5 * len(DE)
+    assert max(held) <= 1
+
+
+def test_a_changed_filter_of_ones_own_prepares_the_data_again(tmp_path, home):
+    code = tmp_path / "mine.py"
+    code.write_text("def short(src, tgt):\n    return [True for s in src]\n")
+    plain = {"src": str(write_lines(tmp_path / "m.de", DE)), "tgt": str(write_lines(tmp_path / "m.en", EN))}
+    cfg = _sources_cfg(tmp_path, [plain], filters=[f"{code}:short"])
+    first = prepare(cfg, options=Options(workers=1))
+    code.write_text("def short(src, tgt):\n    return [len(s) % 2 == 0 for s in src]\n")
+    again = prepare(cfg, options=Options(workers=1))
+    assert again.report["cached"] is False and again.cache_dir != first.cache_dir
+    assert len(again.splits["train"]) < len(first.splits["train"])
+
+
+def test_weights_with_resharding_and_a_later_epoch_see_every_draw_once():
+    """A mixed epoch resumed on another world size still gives each position of its draw once."""
+    split = _split(600)
+    mix = [(100, 3.0), (500, 0.5)]
+    whole = BatchIterator(split, 200, seed=2, mix=mix)
+    whole.set_epoch(3)
+    want = np.sort(np.concatenate([b.ids.numpy() for b in whole]))
+    ranks = [BatchIterator(split, 200, seed=2, mix=mix, rank=r, world_size=2) for r in range(2)]
+    for it in ranks:
+        it.set_epoch(3)
+    gens = [iter(it) for it in ranks]
+    seen = [b.ids.numpy() for _ in range(3) for g in gens for b in [next(g)]]
+    state = ranks[0].state_dict()
+    one = BatchIterator(split, 200, seed=2, mix=mix)
+    one.load_state_dict(state)  # world size 2 -> 1: the rest of epoch 3
+    rest = [b.ids.numpy() for b in one if one.epoch == 3]
+    assert np.array_equal(np.sort(np.concatenate(seen + rest)), want)

@@ -22,6 +22,10 @@ CASES = [
     ("length_ratio", {}, ("Ein Hund.", "A dog runs through the tall grass of a park."),
      ("Ein Hund rennt.", "A dog runs.")),
     ("length_ratio", {"max_words": 2}, ("Hund", "a dog runs"), ("Hund", "a dog")),
+    ("length_ratio", {"max_words": 9, "max_chars": 2.0}, ("Hund rennt", "the big dog runs far away"),
+     ("Hund rennt", "the dog runs")),
+    ("length", {"max_chars": 10}, ("Ein Hund rennt", "A dog"), ("Ein Hund", "A dog")),
+    ("length", {"min_words": 2}, ("Hund", "dog"), ("Ein Hund", "A dog")),
     ("langid", {}, ("Ein Hund rennt über die Wiese.", "Un chien court dans la prairie."),
      ("Ein Hund rennt über die Wiese.", "A dog runs across the meadow.")),
     ("langid", {}, ("A dog runs across the meadow.", "A dog runs across the meadow."),
@@ -38,7 +42,9 @@ CASES = [
     ("markup", {}, ("Ein <b>Hund</b>", "A <b>dog</b>"), ("Ein Hund < Katze", "A dog < cat")),
     ("markup", {}, ("Steine &amp; Fliesen", "stone &amp; tile"), ("Steine & Fliesen", "stone & tile")),
     ("punctuation", {}, ("*** !!! ---", "*** !!! ---"), ("Hallo, Welt!", "Hello, world!")),
+    ("punctuation", {"max_share": 0.3}, ("a.b.c.d", "a.b.c.d"), ("ab.cd.e", "ab.cd.e")),
     ("case", {}, ("EIN HUND RENNT", "a dog runs"), ("Ein Hund rennt", "A dog runs")),
+    ("case", {"max_diff": 0.2}, ("EIN Hund", "a dog"), ("Ein Hund", "A dog")),
     ("contains", {"words": ["Cookies"]}, ("Wir nutzen Cookies.", "We use cookies."),
      ("Wir nutzen Kekse.", "We use cookies.")),
 ]  # fmt: skip
@@ -60,6 +66,41 @@ def test_the_default_rules_keep_real_captions():
     chain = F.Chain(tuple(fs), F.reasons_of([fs]))
     codes = F.Deduplicator(chain.reasons)(chain.verdicts(de, en))
     assert (codes != 0).sum() < 0.001 * len(de)  # Multi30k's own few: "&amp;" left in 15 captions, 3 copies
+
+
+def test_langid_drops_a_wrong_language_only_past_its_margin():
+    """ "Hallo Welt" is a near tie between languages: dropped with no margin, kept with the default one."""
+    from aiayn.data.language import language_probabilities
+
+    short, long_ = "Tor!", "Ein Hund rennt über die grüne Wiese im Park."
+    top, p_top, p_de = language_probabilities([short, long_], "de")
+    assert top[0] != "de" and 0 < p_top[0] - p_de[0] < 0.5 and top[1] == "de"  # the premise: a near tie
+    for margin, kept in ((0.0, [False, True]), (0.5, [True, True])):
+        assert (
+            F.langid([short, long_], ["Hello, my friend.", "A dog runs."], "de", "en", margin=margin).tolist() == kept
+        )
+
+
+def test_length_ratio_leaves_scripts_without_spaces_alone():
+    zh = ["我今天早上去商店买了一些苹果和香蕉。", "他们在公园里踢足球。"]
+    en = [
+        "This morning I went to the store and bought some apples and bananas.",
+        "They are playing football in the park.",
+    ]
+    assert F.length_ratio(zh, en) == [True, True]
+    assert F.length_ratio(["Hund"], ["This morning I went to the store and bought some apples."]) == [False]
+
+
+def test_langid_reads_region_tags_as_their_language():
+    (langid,) = [f for f in F.parse_filters(["default"], "de-DE", "en_GB") if f.name == "langid"]
+    assert (langid.settings["src_lang"], langid.settings["tgt_lang"]) == ("de", "en")
+
+
+def test_repeated_empty_pairs_count_as_empty():
+    fs = F.parse_filters(["duplicates"], "de", "en")
+    chain = F.Chain(tuple(fs), F.reasons_of([fs]))
+    codes = F.Deduplicator(chain.reasons)(chain.verdicts(["", "", "Hund", "Hund"], ["dog", "dog", "dog", "dog"]))
+    assert [chain.reasons[c - 1] if c else "kept" for c in codes.tolist()] == ["empty", "empty", "kept", "duplicates"]
 
 
 def test_settings_replace_and_default_expands_once():

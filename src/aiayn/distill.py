@@ -30,7 +30,9 @@ from typing import Any
 from aiayn.config import Config
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream
-from aiayn.fileio import atomic_write
+from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write, replacing
+from aiayn.train.metrics import stopped_early
 
 STAGES = ("data", "translate", "select", "train", "export")
 
@@ -48,6 +50,10 @@ def distill(
 ) -> dict[str, Any]:
     """Run (or continue) every stage; returns the stages' records (also in out/stages.json)."""
     from aiayn.checkpoint import find_in_run
+    from aiayn.dual_scores import check_share
+
+    if keep_best is not None:
+        check_share(keep_best)  # now, not after the teacher has translated
 
     found = find_in_run(teacher[0], "config.yaml")
     if found is None:
@@ -102,14 +108,12 @@ def _write_data(cfg: Config, data: Path, src: str, tgt: str, log: Callable[[str]
     for split, stem in (("train", "source"), ("valid", "valid"), ("test", "test")):
         names = {"train": (f"source.{src}", f"reference.{tgt}")}.get(split, (f"{stem}.{src}", f"{stem}.{tgt}"))
         n = 0
-        parts = [data / f".{name}.part" for name in names]
-        with open(parts[0], "w", encoding="utf-8") as a, open(parts[1], "w", encoding="utf-8") as b:
-            for s, t in split_chunks(cfg.data, split):
-                a.write("".join(x + "\n" for x in s))
-                b.write("".join(x + "\n" for x in t))
-                n += len(s)
-        for part, name in zip(parts, names):
-            part.replace(data / name)
+        with replacing(*(data / name for name in names)) as parts:
+            with open(parts[0], "w", encoding="utf-8") as a, open(parts[1], "w", encoding="utf-8") as b:
+                for s, t in split_chunks(cfg.data, split):
+                    a.write("".join(x + "\n" for x in s))
+                    b.write("".join(x + "\n" for x in t))
+                    n += len(s)
         counts[split] = n
     if counts["train"] == 0 or counts["valid"] == 0:
         raise DataError(f"the teacher's data has {counts['train']} training and {counts['valid']} validation pairs")
@@ -148,8 +152,6 @@ def _select(data: Path, src: str, tgt: str, keep_best: float, log: Callable[[str
 
     from aiayn.dual_scores import keep_lines
 
-    if not 0.0 < keep_best <= 1.0:
-        raise DataError(f"--keep-best is a share of the pairs in (0, 1], not {keep_best}")
     chrf = CHRF()
     scores = []
     with LineStream(data / f"distilled.{tgt}") as hyp, LineStream(data / f"reference.{tgt}") as ref:
@@ -200,7 +202,7 @@ def _train(
         test_tgt=str(data / f"test.{tgt}") if (data / f"test.{tgt}").stat().st_size else None,
         spm_model=str(Path(teacher) if Path(teacher).is_dir() else Path(teacher).parent),
     )
-    d["train"].update(max_steps=steps, progress=progress)
+    d["train"].update(max_steps=steps, progress=progress, max_minutes=None)  # the updates, however long
     d["train"]["save_every"] = min(d["train"].get("save_every", steps), steps)
     for key, value in (overrides or {}).items():
         section, _, field = key.partition(".")
@@ -208,9 +210,10 @@ def _train(
     student_cfg = Config.from_dict(d)
     found = list_checkpoints(student)
     resume = bool(found)
-    if not (found and found[-1][0] >= steps):
+    if not (found and found[-1][0] >= steps) and not stopped_early(student):
         log(f"distill: train: student {preset} for {steps:,} updates{' (resumed)' if resume else ''}")
-        train(student_cfg, student, resume=resume)
+        if train(student_cfg, student, resume=resume).get("interrupted"):
+            raise AiaynError("distill: the student's training was interrupted; the same command continues it")
     summary = [json.loads(x) for x in (student / "metrics.jsonl").read_text().splitlines() if '"valid"' in x]
     return {"run": str(student), "preset": preset, "steps": steps, "last_valid": summary[-1] if summary else None}
 

@@ -18,7 +18,6 @@ another cut without scoring again.
 from __future__ import annotations
 
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ from aiayn.config import Config
 from aiayn.data.errors import DataError
 from aiayn.data.io import LineStream, decode_lines
 from aiayn.decode.forced import ForcedScorer
-from aiayn.fileio import atomic_write
+from aiayn.errors import AiaynError
+from aiayn.fileio import atomic_write, replacing
 
 REASON = "dual_xent"  # the removed pairs' reason in the report
 CHUNK = 20_000  # pairs scored at once: the text of one chunk is all this holds of the corpus
@@ -58,15 +58,25 @@ def dual_scores(
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
+def check_cut(keep_best: float | None, max_score: float | None) -> None:
+    """One of the two, and a share that is one (checked before any work)."""
+    if (keep_best is None) == (max_score is None):
+        raise DataError("give one of --keep-best (a share of the pairs) or --max-score (a score)")
+    if keep_best is not None:
+        check_share(keep_best)
+
+
+def check_share(share: float) -> None:
+    if not 0.0 < share <= 1.0:
+        raise DataError(f"--keep-best is a share of the pairs in (0, 1], not {share}")
+
+
 def cut(scores: np.ndarray, keep_best: float | None = None, max_score: float | None = None) -> tuple[np.ndarray, float]:
     """(which pairs to keep, the score threshold): the best `keep_best` share (ties at the threshold
     kept), or every pair scoring `max_score` or less."""
-    if (keep_best is None) == (max_score is None):
-        raise DataError("give one of --keep-best (a share of the pairs) or --max-score (a score)")
+    check_cut(keep_best, max_score)
     if max_score is None:
         assert keep_best is not None
-        if not 0.0 < keep_best <= 1.0:
-            raise DataError(f"--keep-best is a share of the pairs in (0, 1], not {keep_best}")
         k = max(1, int(round(keep_best * len(scores))))
         max_score = float(np.partition(scores, k - 1)[k - 1]) if len(scores) else 0.0
     return scores <= max_score, float(max_score)
@@ -79,38 +89,33 @@ def keep_lines(
     removed pairs as examples, each with its line number in the input (`lines`: the input's line of each
     line of the files). With `removed`, every removed pair is added to that removed.tsv."""
     examples: list[dict[str, Any]] = []
-    tmp = [f.with_name(f".{f.name}.part") for f in files]
     rm = open(removed, "a", encoding="utf-8") if removed is not None else None
     try:
-        with LineStream(files[0]) as a, LineStream(files[1]) as b, open(tmp[0], "wb") as x, open(tmp[1], "wb") as y:
-            at = 0
-            while True:
-                src, tgt = a.take(CHUNK), b.take(CHUNK)
-                if not src:
-                    break
-                mask = keep[at : at + len(src)]
-                if len(src) != len(tgt) or len(mask) != len(src):
-                    raise DataError(f"{files[0]}: its lines and its {len(keep)} scores do not match")
-                for i, (s, t, k) in enumerate(zip(src, tgt, mask.tolist())):
-                    if k:
-                        x.write(s + b"\n")
-                        y.write(t + b"\n")
-                        continue
-                    pair = {"line": int(lines[at + i]), "src": s.decode(), "tgt": t.decode()}
-                    if len(examples) < 5:
-                        examples.append(pair)
-                    if rm is not None:
-                        rm.write(f"{pair['line']}\t{REASON}\t{pair['src']}\t{pair['tgt']}\n")
-                at += len(src)
-        if at != len(keep):
-            raise DataError(f"{files[0]} has {at} lines, its scores {len(keep)}")
-        for part, f in zip(tmp, files):
-            part.replace(f)
+        with replacing(*files) as parts, LineStream(files[0]) as a, LineStream(files[1]) as b:
+            with open(parts[0], "wb") as x, open(parts[1], "wb") as y:
+                at = 0
+                while src := a.take(CHUNK):
+                    tgt, mask = b.take(CHUNK), keep[at : at + len(src)]
+                    if len(src) != len(tgt) or len(mask) != len(src):
+                        raise DataError(f"{files[0]}: its lines and its {len(keep)} scores do not match")
+                    for i, (s, t, k) in enumerate(zip(src, tgt, mask.tolist())):
+                        if k:
+                            x.write(s + b"\n")
+                            y.write(t + b"\n")
+                            continue
+                        line, src_text, tgt_text = int(lines[at + i]), s.decode(), t.decode()
+                        if len(examples) < 5:
+                            examples.append({"line": line, "src": src_text, "tgt": tgt_text})
+                        if rm is not None:  # one tab-separated row
+                            rm.write(
+                                f"{line}\t{REASON}\t{src_text.replace(chr(9), ' ')}\t{tgt_text.replace(chr(9), ' ')}\n"
+                            )
+                    at += len(src)
+            if at != len(keep):
+                raise DataError(f"{files[0]} has {at} lines, its scores {len(keep)}")
     finally:
         if rm is not None:
             rm.close()
-        for part in tmp:
-            part.unlink(missing_ok=True)
     return examples
 
 
@@ -135,17 +140,28 @@ def train_scorers(
     from aiayn.train import train
 
     data = out_dir / "scorers" / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    split = {}
-    with LineStream(files[0]) as a, LineStream(files[1]) as b:
-        src, tgt = a.take(sys.maxsize), b.take(sys.maxsize)  # a corpus a CPU trains scorers on is small
-    if len(src) < 2 * VALID_PAIRS:
-        raise DataError(f"training scorers needs at least {2 * VALID_PAIRS} pairs; {files[0]} has {len(src)}")
-    for name, lines, lang in (("src", src, langs[0]), ("tgt", tgt, langs[1])):
-        for part, chunk in (("valid", lines[:VALID_PAIRS]), ("train", lines[VALID_PAIRS:])):
-            path = data / f"{part}.{lang}"
-            atomic_write(path, partial(_write, b"".join(x + b"\n" for x in chunk)))
-            split[(part, name)] = path
+    split = {
+        (part, side): data / f"{part}.{lang}"
+        for part in ("valid", "train")
+        for side, lang in zip(("src", "tgt"), langs)
+    }
+    n = 0
+    with replacing(*split.values()) as parts, LineStream(files[0]) as a, LineStream(files[1]) as b:
+        handles = dict(zip(split, (open(p, "wb") for p in parts)))
+        try:
+            while lines := (a.take(CHUNK), b.take(CHUNK)):
+                if not lines[0]:
+                    break
+                for k, (s_line, t_line) in enumerate(zip(*lines)):  # the first VALID_PAIRS validate
+                    part = "valid" if n + k < VALID_PAIRS else "train"
+                    handles[(part, "src")].write(s_line + b"\n")
+                    handles[(part, "tgt")].write(t_line + b"\n")
+                n += len(lines[0])
+        finally:
+            for h in handles.values():
+                h.close()
+        if n < 2 * VALID_PAIRS:
+            raise DataError(f"training scorers needs at least {2 * VALID_PAIRS} pairs; {files[0]} has {n}")
     runs: list[Path] = []
     for direction, (s, t) in (("forward", ("src", "tgt")), ("backward", ("tgt", "src"))):
         run = out_dir / "scorers" / direction
@@ -171,22 +187,20 @@ def train_scorers(
             warmup = max(1, steps // 4)
             scale = cfg.optim.lr_scale * (warmup / cfg.optim.warmup) ** 0.5  # §5.3: the peak is warmup^-0.5
             cfg = Config.load(recipe, {**overrides, "optim.warmup": warmup, "optim.lr_scale": scale})
-        done = (run / "best.safetensors").is_file() and _finished(run, steps)
-        if not done:
-            train(cfg, run, resume=(run / "checkpoints").is_dir())
+        if not _finished(run, steps) and train(cfg, run, resume=(run / "checkpoints").is_dir()).get("interrupted"):
+            raise AiaynError(f"{run}: the scorer's training was interrupted; the same command continues it")
         runs.append(run)
     return runs[0], runs[1]
 
 
-def _write(data: bytes, tmp: str) -> None:
-    Path(tmp).write_bytes(data)
-
-
 def _finished(run: Path, steps: int) -> bool:
+    """A run trained to its last update (or stopped early), with its best weights."""
     from aiayn.checkpoint import list_checkpoints
+    from aiayn.train.metrics import stopped_early
 
     found = list_checkpoints(run)
-    return bool(found) and found[-1][0] >= steps
+    done = bool(found) and found[-1][0] >= steps or stopped_early(run)
+    return done and (run / "best.safetensors").is_file()
 
 
 def _bar(progress: bool, src_file: Path) -> Any:

@@ -52,3 +52,21 @@ def file_lock(path: str | os.PathLike, waiting: str | None = None) -> Iterator[N
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def replacing(*paths: str | os.PathLike) -> Iterator[list[Path]]:
+    """Temporary files beside `paths` to write in a stream: each renamed onto its path when the block ends,
+    all removed when it raises, so a file appears whole or not at all (atomic_write for a writer that
+    is not one function call)."""
+    finals = [Path(p) for p in paths]
+    parts = [p.with_name(f".{p.name}.part") for p in finals]
+    for p in parts:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield parts
+        for part, final in zip(parts, finals):
+            os.replace(part, final)
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)

@@ -47,13 +47,14 @@ def translate_into_pair(
     t0, written = time.perf_counter(), 0
     bar = _bar(progress, text, done)
     with LineStream(text) as src, open(translated, "ab") as out_t, open(kept, "ab") as out_k:
-        skipped = src.take(done)  # the lines a run before this one wrote
-        if len(skipped) < done:
-            raise DataError(f"{translated} has {done} lines, more than {text}: give another output directory")
         k = done // chunk
+        for _ in range(k):  # the whole chunks a run before this one wrote, read past
+            if len(src.take(chunk)) < chunk:
+                raise DataError(f"{translated} has {done} lines, more than {text}: give another output directory")
         if done % chunk:  # a chunk cut short, translated with its seed from its start: the same lines
-            src_rest = src.take(chunk - done % chunk)
-            lines = decode_lines(text, skipped[k * chunk :] + src_rest)
+            lines = decode_lines(text, src.take(chunk))
+            if len(lines) < done % chunk:
+                raise DataError(f"{translated} has {done} lines, more than {text}: give another output directory")
             out = _translate(translator, lines, base_seed, k)[done % chunk :]
             written += _append(out_t, out_k, out, lines[done % chunk :], tag)
             k += 1

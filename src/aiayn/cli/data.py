@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from aiayn.cli._args import collect_overrides
 
@@ -150,16 +151,21 @@ def _clean(a: argparse.Namespace) -> int:
 
     from aiayn.data.clean import clean_source, summary, write_report
     from aiayn.data.errors import DataError
+    from aiayn.data.filters import HashSet
     from aiayn.data.pipeline import Options
+    from aiayn.dual_scores import check_cut
 
     out = Path(a.output)
     options = Options(workers=a.workers, progress=False if a.no_progress else None)  # None: on a terminal
-    if a.score_with is not None and (a.keep_best is None) == (a.max_score is None):
-        raise DataError("--score-with needs one of --keep-best SHARE or --max-score SCORE")
     jobs, langs = _clean_jobs(a)
+    if a.score_with is not None:  # refused now, not after the rules and the scorers' training
+        check_cut(a.keep_best, a.max_score)
+        if a.score_with == ["auto"] and len(jobs) != 1:
+            raise DataError("--score-with auto trains scorers on one corpus: give RUN_F RUN_B for several sources")
     cleaned, filters = [], {}
+    seen = (HashSet(), HashSet())  # the copies across sources are duplicates too
     for name, source, fs in jobs:
-        c = clean_source(source, name, fs, langs[0], langs[1], out, options, a.write_removed)
+        c = clean_source(source, name, fs, langs[0], langs[1], out, options, a.write_removed, seen)
         print(summary(c))
         cleaned.append(c)
         filters[name] = fs
@@ -175,17 +181,18 @@ def _clean_jobs(a: argparse.Namespace) -> tuple[list, tuple[str, str]]:
     """(name, source, filters) of each corpus to clean, and the languages."""
     from pathlib import Path
 
-    import yaml
-
     from aiayn.data.errors import DataError
     from aiayn.data.filters import parse_filters
     from aiayn.data.formats import format_of
     from aiayn.data.pairs import LinePair
-    from aiayn.data.sources import FilePairs, source_filters, source_specs, split_sources
+    from aiayn.data.sources import FilePairs, source_filters, source_specs, split_sources, stem
 
     if a.config:
         from aiayn.config import Config
 
+        if a.inputs or a.filters or a.format or a.columns or a.name:
+            raise DataError("--config cleans the config's sources with their filters: give no SRC, --filters, "
+                            "--format, --columns or --name with it")  # fmt: skip
         cfg = Config.load(a.config, a.overrides).data
         if cfg.corpus != "sources":
             raise DataError(f"--config: data.corpus is {cfg.corpus!r}; aiayn data clean reads corpus sources")
@@ -199,10 +206,9 @@ def _clean_jobs(a: argparse.Namespace) -> tuple[list, tuple[str, str]]:
         raise DataError("give SRC [TGT] with --src-lang and --tgt-lang, or --config")
     langs = (a.src_lang, a.tgt_lang)
     _check_code(langs)
-    specs_yaml = yaml.safe_load(a.filters) if a.filters else ["default"]
-    fs = parse_filters(specs_yaml, *langs, where="--filters")
+    fs = parse_filters(_yaml(a.filters, "--filters") if a.filters else ["default"], *langs, where="--filters")
     first = Path(a.inputs[0])
-    name = a.name or first.name.split(".")[0] or first.name
+    name = a.name or stem(first)
     for p in map(Path, a.inputs):
         if not p.is_file():
             raise DataError(f"file not found: {p}")
@@ -211,8 +217,20 @@ def _clean_jobs(a: argparse.Namespace) -> tuple[list, tuple[str, str]]:
     fmt = a.format or format_of(first)
     if fmt == "lines":
         raise DataError(f"{first} is one file of plain lines: give its target file too, or --format")
-    columns = yaml.safe_load(a.columns) if a.columns else None
+    columns = _yaml(a.columns, "--columns") if a.columns else None
     return [(name, FilePairs(first, fmt, *langs, columns), fs)], langs
+
+
+def _yaml(text: str, flag: str) -> Any:
+    """A flag's YAML value; a syntax error is one line naming the flag."""
+    import yaml
+
+    from aiayn.data.errors import DataError
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise DataError(f"{flag}: not YAML ({str(e).splitlines()[0]}): {text}") from None
 
 
 def _check_code(langs: tuple[str, str]) -> None:

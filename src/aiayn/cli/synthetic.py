@@ -34,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _backtranslate(a: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from aiayn.checkpoint import find_in_run
     from aiayn.cli.translate import decode_config, resolve_members, say_engine
     from aiayn.config import Config
+    from aiayn.data.sources import stem
     from aiayn.decode.translator import Translator
     from aiayn.errors import AiaynError
     from aiayn.synthetic import translate_into_pair, write_summary
@@ -43,13 +45,13 @@ def _backtranslate(a: argparse.Namespace) -> int:
     resolve_members(a)
     decode = decode_config(a)
     run, more = a.checkpoint[0], a.checkpoint[1:]
-    config = Path(run) / "config.yaml" if Path(run).is_dir() else Path(run).parent / "config.yaml"
-    if not config.is_file():
+    config = find_in_run(run, "config.yaml")
+    if config is None:
         raise AiaynError(f"{run}: no config.yaml to say its languages; give a run directory")
     data = Config.load(str(config)).data
     mono_lang, synthetic_lang = data.src_lang, data.tgt_lang  # the reverse run reads the monolingual side
     text = Path(a.input)
-    name = a.name or text.name.split(".")[0] or text.name
+    name = a.name or stem(text)
     out = Path(a.output)
     t = Translator.load(
         run, device=a.device, ensemble=more, int8=a.int8, decode=decode, engine=a.engine,

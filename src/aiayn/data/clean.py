@@ -6,9 +6,9 @@ input order, and a report of what each filter removed, with examples.
 
 The filters (aiayn.data.filters) run in worker processes on chunks of pairs, as `aiayn data prepare`
 runs them; deduplication follows in this process, in corpus order; memory stays flat in the corpus's
-size (chunks in flight, and 16 bytes a pair of hashes). `write_removed` also writes every removed
-pair with its line number and reason (`<name>.removed.tsv`), to measure a filter or choose its
-threshold.
+size (chunks in flight; 16 bytes a pair of hashes, and 8 for the line number of each pair kept).
+`write_removed` also writes every removed pair with its line number and reason (`<name>.removed.tsv`),
+to measure a filter or choose its threshold.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import numpy as np
 
 from aiayn.data.cache import map_ordered, worker_pool
 from aiayn.data.errors import DataError
-from aiayn.data.filters import Chain, Deduplicator, Filter, Verdicts, reasons_of
+from aiayn.data.filters import Chain, Deduplicator, Filter, HashSet, Verdicts, reasons_of
 from aiayn.data.io import decode_blob
 from aiayn.data.pipeline import Chunk, Options, Source
 from aiayn.data.tokenizer import collapse_whitespace
-from aiayn.fileio import atomic_write
+from aiayn.fileio import atomic_write, replacing
 
 EXAMPLES = 5  # removed pairs shown per reason
 PARALLEL_BYTES = 4 << 20
@@ -70,23 +70,21 @@ def clean_source(
     out_dir: Path,
     options: Options | None = None,
     write_removed: bool = False,
+    seen: tuple[HashSet, HashSet] | None = None,
 ) -> Cleaned:
     """Stream `source` through `filters`; write the kept pairs to out_dir/<name>.<src_lang> and
-    .<tgt_lang> (each atomically, when complete) and return the counts. A source with nothing left is a
-    DataError naming the filters that took its pairs."""
+    .<tgt_lang> (each whole when complete, nothing when it fails) and return the counts. `seen`: the
+    hashes of the sources cleaned before this one, so that a copy across sources is a duplicate too. A
+    source with nothing left is a DataError naming the filters that took its pairs."""
     options = options or Options()
     t0 = time.perf_counter()
     chain = Chain(tuple(filters), reasons_of([filters]))
-    dedup = Deduplicator(chain.reasons) if chain.dedup else None
-    out_dir.mkdir(parents=True, exist_ok=True)
+    dedup = Deduplicator(chain.reasons, seen) if chain.dedup else None
     files = (out_dir / f"{name}.{src_lang}", out_dir / f"{name}.{tgt_lang}")
-    removed = dict.fromkeys(chain.reasons, 0)
-    examples: dict[str, list[dict[str, Any]]] = {}
-    lines = kept = 0
-    kept_lines: list[np.ndarray] = []
-    tmp = [f.with_name(f".{f.name}.part") for f in files]
-    removed_file = out_dir / f"{name}.removed.tsv"
-    with open(tmp[0], "wb") as out_src, open(tmp[1], "wb") as out_tgt, _maybe(removed_file, write_removed) as rm:
+    tally = _Tally(chain.reasons)
+    outputs = [*files, out_dir / f"{name}.removed.tsv"] if write_removed else list(files)
+    with replacing(*outputs) as parts, open(parts[0], "wb") as out_src, open(parts[1], "wb") as out_tgt:
+        rm = open(parts[2], "w", encoding="utf-8") if write_removed else None
         bar = _bar(options, source, name)
         pending: deque[Chunk] = deque()
         big = source.size() > PARALLEL_BYTES  # smaller: starting processes costs more than it saves
@@ -96,34 +94,50 @@ def clean_source(
                     chunk = pending.popleft()
                     codes = v.codes if dedup is None else dedup(v)
                     _write_kept(chunk, codes, out_src, out_tgt)
-                    kept_lines.append((chunk.first + 1 + np.flatnonzero(codes == 0)).astype(np.int64))
-                    for i in np.flatnonzero(codes).tolist():
-                        reason = chain.reasons[codes[i] - 1]
-                        removed[reason] += 1
-                        shown = examples.setdefault(reason, [])
-                        if len(shown) < EXAMPLES or rm is not None:
-                            pair = _pair(chunk, i)
-                            if len(shown) < EXAMPLES:
-                                shown.append(pair)
-                            if rm is not None:
-                                rm.write(f"{pair['line']}\t{reason}\t{pair['src']}\t{pair['tgt']}\n")
-                    lines += len(codes)
-                    kept += int((codes == 0).sum())
+                    tally.add(chunk, codes, rm)
                     if bar is not None:
                         bar.update(max(0, chunk.pos - bar.n))
-                        bar.set_postfix_str(f"kept {kept:,} of {lines:,}", refresh=False)
+                        bar.set_postfix_str(f"kept {tally.kept:,} of {tally.lines:,}", refresh=False)
         finally:
             if bar is not None:
                 bar.close()
-    if kept == 0:
-        for t in tmp:
-            t.unlink()
-        took = ", ".join(f"{k} {v:,}" for k, v in sorted(removed.items(), key=lambda kv: -kv[1]) if v)
-        raise DataError(f"source {name!r} has no pairs left after cleaning: {took or 'it has no lines'}")
-    for t, f in zip(tmp, files):
-        t.replace(f)
-    removed = {k: v for k, v in removed.items() if v or k not in ("duplicates", "near_duplicates", "empty")}
-    return Cleaned(name, lines, kept, removed, examples, files, time.perf_counter() - t0, np.concatenate(kept_lines))
+            if rm is not None:
+                rm.close()
+        if tally.kept == 0:
+            took = ", ".join(f"{k} {v:,}" for k, v in sorted(tally.removed.items(), key=lambda kv: -kv[1]) if v)
+            raise DataError(f"source {name!r} has no pairs left after cleaning: {took or 'it has no lines'}")
+    removed = {k: v for k, v in tally.removed.items() if v or k not in ("duplicates", "near_duplicates", "empty")}
+    seconds = time.perf_counter() - t0
+    return Cleaned(name, tally.lines, tally.kept, removed, tally.examples, files, seconds, tally.kept_lines())
+
+
+class _Tally:
+    """What one source's cleaning removed, by reason, with examples; the input lines of the pairs kept."""
+
+    def __init__(self, reasons: tuple[str, ...]) -> None:
+        self.reasons = reasons
+        self.removed = dict.fromkeys(reasons, 0)
+        self.examples: dict[str, list[dict[str, Any]]] = {}
+        self.lines = self.kept = 0
+        self._kept: list[np.ndarray] = []
+
+    def add(self, chunk: Chunk, codes: np.ndarray, rm: IO[str] | None) -> None:
+        self._kept.append(line_numbers(chunk)[codes == 0])
+        for i in np.flatnonzero(codes).tolist():
+            reason = self.reasons[codes[i] - 1]
+            self.removed[reason] += 1
+            shown = self.examples.setdefault(reason, [])
+            if len(shown) < EXAMPLES or rm is not None:
+                pair = _pair(chunk, i)
+                if len(shown) < EXAMPLES:
+                    shown.append(pair)
+                if rm is not None:
+                    rm.write(f"{pair['line']}\t{reason}\t{pair['src']}\t{pair['tgt']}\n")
+        self.lines += len(codes)
+        self.kept += int((codes == 0).sum())
+
+    def kept_lines(self) -> np.ndarray:
+        return np.concatenate(self._kept) if self._kept else np.zeros(0, dtype=np.int64)
 
 
 def write_report(
@@ -159,10 +173,18 @@ def _short(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def line_numbers(chunk: Chunk) -> np.ndarray:
+    """(N,) each pair's line in its file (from 1): its row, JSON line or unit for a format that gives it."""
+    if chunk.numbers is not None:
+        return np.asarray(chunk.numbers, dtype=np.int64)
+    return chunk.first + 1 + np.arange(len(chunk.lines[0]), dtype=np.int64)
+
+
 def _pair(chunk: Chunk, i: int) -> dict[str, Any]:
-    s = decode_blob(chunk.names[0], chunk.lines[0][i], chunk.first + i + 1)
-    t = decode_blob(chunk.names[1], chunk.lines[1][i], chunk.first + i + 1)
-    return {"line": chunk.first + i + 1, "src": s.replace("\t", " "), "tgt": t.replace("\t", " ")}
+    line = int(line_numbers(chunk)[i])
+    s = decode_blob(chunk.names[0], chunk.lines[0][i], line)
+    t = decode_blob(chunk.names[1], chunk.lines[1][i], line)
+    return {"line": line, "src": s.replace("\t", " "), "tgt": t.replace("\t", " ")}
 
 
 def _jobs(source: Source, n: int, pending: deque[Chunk]) -> Iterator[tuple[bytes, bytes, str, str, int]]:
@@ -170,22 +192,6 @@ def _jobs(source: Source, n: int, pending: deque[Chunk]) -> Iterator[tuple[bytes
     for c in source.chunks(n):
         pending.append(c)
         yield b"\n".join(c.lines[0]), b"\n".join(c.lines[1]), c.names[0], c.names[1], c.first
-
-
-class _maybe:
-    """An open text file, or None when not asked for."""
-
-    def __init__(self, path: Path, wanted: bool) -> None:
-        self.path, self.wanted, self.f = path, wanted, None
-
-    def __enter__(self) -> IO[str] | None:
-        if self.wanted:
-            self.f = open(self.path, "w", encoding="utf-8")  # type: ignore[assignment]
-        return self.f
-
-    def __exit__(self, *exc: object) -> None:
-        if self.f is not None:
-            self.f.close()
 
 
 def _bar(options: Options, source: Source, name: str) -> Any:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.data.errors import DataError
+from aiayn.data.formats import primary
 from aiayn.data.language import known_languages, language_probabilities
 
 KeepFn = Callable[..., Any]  # (src lines, tgt lines, **settings) -> one bool a pair, True = keep
@@ -73,13 +74,28 @@ def length(
 
 
 def length_ratio(src: Sequence[str], tgt: Sequence[str], max_chars: float = 3.0, max_words: float = 3.0) -> list[bool]:
+    """Within the ratios, when both sides are written with spaces between words: a script without them
+    (Chinese, Japanese, Thai) has neither words to count nor characters of a comparable length."""
+
     def within(a: int, b: int, most: float) -> bool:
         return max(a, b) <= most * max(1, min(a, b))
 
+    def judged(s: str, t: str) -> bool:
+        return not unspaced(s) and not unspaced(t)
+
     return [
-        within(len(s), len(t), max_chars) and within(len(s.split()), len(t.split()), max_words)
+        not judged(s, t) or (within(len(s), len(t), max_chars) and within(len(s.split()), len(t.split()), max_words))
         for s, t in zip(src, tgt)
     ]
+
+
+def unspaced(s: str) -> bool:
+    """A line of a script written without spaces: one word, most of its characters letters beyond Latin,
+    Greek and Cyrillic (CJK ideographs, kana, Thai)."""
+    if " " in s.strip():
+        return False
+    far = sum(1 for c in s if c.isalpha() and ord(c) >= 0x0E00)
+    return far > len(s) // 2
 
 
 def langid(
@@ -214,16 +230,50 @@ class Filter:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **self.settings}
+        """What of the filter decides what it keeps (part of the prepared cache's key): its name and
+        settings; for a user's own, where it is and a hash of its code's file; for langid and markup,
+        the versions of the libraries that judge."""
+        out: dict[str, Any] = {"name": self.name, **self.settings}
+        if self.ref not in BUILTIN and self.ref != DUPLICATE:
+            out["ref"] = self.ref
+            out["code"] = code_hash(self.ref)
+        elif self.ref in ("langid", "markup"):
+            out["library"] = library_version("py3langid" if self.ref == "langid" else "lxml")
+        return out
+
+
+def code_hash(ref: str) -> str:
+    """sha256 of the file that defines a user's filter (a .py path, or the module's file)."""
+    fn = resolve(ref)
+    path = inspect.getsourcefile(fn) or ""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "unknown"
+
+
+def library_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 _RESOLVED: dict[str, KeepFn] = {}
 
 
 def resolve(ref: str) -> KeepFn:
-    """The function a filter reference names (imported once per process)."""
-    if ref in _RESOLVED:
-        return _RESOLVED[ref]
+    """The function a filter reference names (imported once per process; a file again when it changed)."""
+    where = ref.rpartition(":")[0]
+    if where.endswith(".py") and Path(where).is_file():
+        st = Path(where).stat()
+        key = f"{ref}@{st.st_mtime_ns}:{st.st_size}"
+    else:
+        key = ref
+    if key in _RESOLVED:
+        return _RESOLVED[key]
     if ref in BUILTIN:
         fn = BUILTIN[ref]
     else:
@@ -238,7 +288,7 @@ def resolve(ref: str) -> KeepFn:
             fn = getattr(module, name)
         except (ImportError, AttributeError, OSError) as e:
             raise DataError(f"filter {ref!r} cannot be loaded: {e}") from None
-    _RESOLVED[ref] = fn
+    _RESOLVED[key] = fn
     return fn
 
 
@@ -262,7 +312,7 @@ def parse_filters(specs: Any, src_lang: str, tgt_lang: str, where: str = "filter
     out: list[Filter] = []
     for spec in specs:
         if spec == "default":
-            out += [_checked(n, {}, src_lang, tgt_lang, where) for n in DEFAULT if n not in {f.name for f in out}]
+            out += [_checked(n, {}, src_lang, tgt_lang, where) for n in DEFAULT if n not in {f.ref for f in out}]
             continue
         settings: dict[str, Any] = {}
         if isinstance(spec, str):
@@ -272,8 +322,9 @@ def parse_filters(specs: Any, src_lang: str, tgt_lang: str, where: str = "filter
             settings = dict(settings or {})
         else:
             raise DataError(f"{where}: {spec!r} is not a filter name or {{name: {{setting: value}}}}")
-        out = [f for f in out if f.name != name]  # named again: its settings replace the earlier ones
-        out.append(_checked(str(name), settings, src_lang, tgt_lang, where))
+        f = _checked(str(name), settings, src_lang, tgt_lang, where)
+        out = [g for g in out if g.ref != f.ref]  # named again: its settings replace the earlier ones
+        out.append(f)
     return out
 
 
@@ -289,9 +340,16 @@ def _checked(name: str, settings: dict[str, Any], src_lang: str, tgt_lang: str, 
     if unknown:
         known = [k for k in params if k not in ("src", "tgt", "src_lang", "tgt_lang")]
         raise DataError(f"{where}: filter {name} has no setting {', '.join(unknown)}; its settings: {known or 'none'}")
+    for key, value in settings.items():
+        default = params[key].default if key in params else None
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise DataError(f"{where}: filter {name}'s {key} is a number, not {value!r}")
+        elif isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
+            raise DataError(f"{where}: filter {name}'s {key} is a list, not {value!r}")
     for lang_key, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
         if lang_key in params and lang_key not in settings:
-            settings[lang_key] = lang
+            settings[lang_key] = primary(lang)  # de-DE is de, to the identifier
     if fn is langid:
         for lang in (settings["src_lang"], settings["tgt_lang"]):
             if lang not in known_languages():
@@ -401,14 +459,16 @@ class Deduplicator:
     before is a duplicate, one whose near hash came before a near duplicate, whatever else its verdict;
     the first copy keeps its own."""
 
-    def __init__(self, reasons: Sequence[str]) -> None:
-        self.exact, self.near = HashSet(), HashSet()
+    def __init__(self, reasons: Sequence[str], seen: tuple[HashSet, HashSet] | None = None) -> None:
+        self.exact, self.near = seen or (HashSet(), HashSet())  # shared: copies across sources count too
         self.dup, self.near_dup = 1 + reasons.index(DUPLICATE), 1 + reasons.index(NEAR_DUPLICATE)
+        self.empty = 1 + reasons.index(EMPTY)
 
     def __call__(self, v: Verdicts) -> np.ndarray:
         assert v.exact is not None and v.near is not None
         codes = v.codes.copy()
         exact, near = self.exact.add(v.exact), self.near.add(v.near)
-        codes[near] = self.near_dup
-        codes[exact] = self.dup
+        full = codes != self.empty  # an empty pair is counted as empty, however often it comes
+        codes[near & full] = self.near_dup
+        codes[exact & full] = self.dup
         return codes

@@ -3,7 +3,7 @@
 (source, target) pairs, never the whole file in memory (lxml's iterparse, the csv module, one JSON
 object a line). Plain or gzipped files alike (gzip by its magic bytes).
 
-    for src, tgt in read_pairs(Path("memory.tmx"), "tmx", "de", "en"): ...
+    for line, src, tgt in read_pairs(Path("memory.tmx"), "tmx", "de", "en"): ...
 
 A segment's own line breaks become spaces (a pair is one line of each side downstream); inline markup
 of TMX and XLIFF keeps its text (<hi>, <g>, <pc>, <mrk>) and drops native codes (<bpt>, <ept>, <ph>,
@@ -25,6 +25,7 @@ from typing import IO, Any
 from lxml import etree
 
 from aiayn.data.errors import DataError
+from aiayn.data.tokenizer import replace_lone_surrogates
 
 FORMATS = ("lines", "tsv", "csv", "tmx", "xliff", "jsonl")
 _SUFFIXES = {
@@ -67,26 +68,28 @@ def open_binary(path: Path) -> tuple[IO[bytes], IO[bytes]]:
 
 
 def one_line(text: str) -> str:
-    """A segment's text with its line breaks (any that str.splitlines knows) made spaces."""
-    return " ".join(text.splitlines()) if text else ""
+    """A segment's text with its line breaks (any that str.splitlines knows) made spaces, and a lone
+    surrogate (a JSON escape can make one) replaced: a pair is one line of UTF-8 each side downstream."""
+    return replace_lone_surrogates(" ".join(text.splitlines())) if text else ""
 
 
 def read_pairs(
     path: Path, fmt: str, src_lang: str, tgt_lang: str, columns: Any = None, position: list[int] | None = None
-) -> Iterator[tuple[str, str]]:
-    """The (source, target) pairs of one file of format `fmt` (not `lines`: a pair of files is read by
-    aiayn.data.io). `columns`: TSV/CSV column names (a header row) or 0-based numbers, or JSON keys, as
-    [source, target]; default: the language codes (a header naming them), else columns 0 and 1.
-    `position[0]` follows the bytes of the file read so far."""
+) -> Iterator[tuple[int, str, str]]:
+    """The (line, source, target) of each pair of one file of format `fmt` (not `lines`: a pair of files
+    is read by aiayn.data.io): `line` the file's line (from 1) where the pair is (its row, JSON line, or
+    the start of its unit). `columns`: TSV/CSV column names (a header row) or 0-based numbers, or JSON
+    keys, as [source, target]; default: the language codes (a header naming them), else columns 0 and
+    1. `position[0]` follows the bytes of the file read so far."""
     readers = {"tsv": _delimited, "csv": _delimited, "tmx": _tmx, "xliff": _xliff, "jsonl": _jsonl}
     if fmt not in readers:
         raise DataError(f"{path}: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     stream, raw = open_binary(path)
     try:
-        for pair in readers[fmt](path, stream, fmt, primary(src_lang), primary(tgt_lang), columns):
+        for found in readers[fmt](path, stream, fmt, primary(src_lang), primary(tgt_lang), columns):
             if position is not None:
                 position[0] = raw.tell()
-            yield pair
+            yield found
     finally:
         stream.close()
         raw.close()
@@ -95,8 +98,10 @@ def read_pairs(
 # -- TSV and CSV ------------------------------------------------------------------------------------
 
 
-def _delimited(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[str, str]]:
-    text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
+def _delimited(
+    path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any
+) -> Iterator[tuple[int, str, str]]:
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")  # a spreadsheet's BOM is no header text
     rows = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(text)
     try:
         first = next(rows, None)
@@ -104,10 +109,10 @@ def _delimited(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, colu
             return
         cols, header = _columns(path, first, src, tgt, columns)
         if not header:
-            yield _row(path, rows.line_num, first, cols)
+            yield (rows.line_num, *_row(path, rows.line_num, first, cols))
         for row in rows:
             if row:  # a blank line between rows is no pair (a pair with an empty side is a row "a<TAB>")
-                yield _row(path, rows.line_num, row, cols)
+                yield (rows.line_num, *_row(path, rows.line_num, row, cols))
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: line {rows.line_num + 1} is not valid UTF-8 ({e.reason})") from None
     except csv.Error as e:
@@ -141,13 +146,15 @@ def _row(path: Path, line: int, row: list[str], cols: tuple[int, int]) -> tuple[
 # -- JSON lines -------------------------------------------------------------------------------------
 
 
-def _jsonl(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[str, str]]:
+def _jsonl(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[int, str, str]]:
+    if columns is not None and (not isinstance(columns, (list, tuple)) or len(columns) != 2):
+        raise DataError(f"{path}: columns must be the [source, target] keys of its JSON objects")
     keys = tuple(columns) if columns is not None else (src, tgt)
     for n, line in enumerate(stream, 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line.removeprefix(b"\xef\xbb\xbf") if n == 1 else line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DataError(f"{path}: line {n} is not JSON ({e})") from None
         if isinstance(obj, dict) and columns is None and isinstance(obj.get("translation"), dict):
@@ -156,7 +163,7 @@ def _jsonl(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns:
             obj = {primary(k): v for k, v in obj.items()}
         if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in keys):
             raise DataError(f"{path}: line {n} is not an object with the strings {keys[0]!r} and {keys[1]!r}")
-        yield one_line(obj[keys[0]]), one_line(obj[keys[1]])
+        yield n, one_line(obj[keys[0]]), one_line(obj[keys[1]])
 
 
 # -- TMX and XLIFF ----------------------------------------------------------------------------------
@@ -187,15 +194,18 @@ def _elements(path: Path, stream: IO[bytes], tags: tuple[str, ...]) -> Iterator[
             if event == "end" and _local(el) in tags:
                 yield el
                 el.clear(keep_tail=True)
-                while el.getprevious() is not None:  # drop what the tree keeps of earlier siblings
-                    del el.getparent()[0]
+                node = el
+                while node.getparent() is not None:  # what the tree keeps of earlier units, at every depth
+                    while node.getprevious() is not None:
+                        del node.getparent()[0]
+                    node = node.getparent()
             elif event == "start" and _local(el) in ("file", "xliff"):
                 yield el  # XLIFF's languages are attributes of these, known at their start
     except etree.XMLSyntaxError as e:
         raise DataError(f"{path}: not well-formed XML: {e}") from None
 
 
-def _tmx(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[str, str]]:
+def _tmx(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[int, str, str]]:
     seen: set[str] = set()
     for tu in _elements(path, stream, ("tu",)):
         if _local(tu) != "tu":
@@ -210,12 +220,12 @@ def _tmx(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: A
             if seg is not None and lang not in segs:
                 segs[lang] = one_line(inline_text(seg))
         if src in segs or tgt in segs:  # a unit in other languages only is no pair of this corpus
-            yield segs.get(src, ""), segs.get(tgt, "")
+            yield tu.sourceline or 0, segs.get(src, ""), segs.get(tgt, "")
     if seen and not {src, tgt} & seen:
         raise DataError(f"{path}: the memory holds {', '.join(sorted(seen))}, not {src} or {tgt}")
 
 
-def _xliff(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[str, str]]:
+def _xliff(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns: Any) -> Iterator[tuple[int, str, str]]:
     """XLIFF 1.2 (<file source-language target-language> of <trans-unit>s) and 2.0 (<xliff srcLang
     trgLang> of <unit>s of <segment>s). A file translating the other way round gives its pairs swapped;
     a unit without a target is a pair with an empty target (the `empty` filter counts it)."""
@@ -232,7 +242,7 @@ def _xliff(path: Path, stream: IO[bytes], fmt: str, src: str, tgt: str, columns:
         if source is None:
             continue
         pair = one_line(inline_text(source)), "" if target is None else one_line(inline_text(target))
-        yield (pair[1], pair[0]) if swap else pair
+        yield (el.sourceline or 0, *(pair[::-1] if swap else pair))
 
 
 def _direction(path: Path, file_src: str, file_tgt: str, src: str, tgt: str) -> bool:

@@ -58,9 +58,11 @@ P = TypeVar("P")  # what a kind's prepared data is
 
 class Chunk(NamedTuple):
     """Aligned lines of one split as read: one list per stream (a pair has two: source and target).
-    `names` and `first` (the first line's number in its file, from 0) name a line in an error; `pos` is
-    bytes of the split's files read so far (progress); `last`: the split's last chunk; `part`: which of
-    the split's sources it comes from (a split of several sources reads them in turn)."""
+    `names` and `first` (the first example's number in its file, from 0: its line, for text) name a line
+    in an error; `pos` is bytes of the split's files read so far (progress); `last`: the split's last
+    chunk; `part`: which of the split's sources it comes from (a split of several sources reads them in
+    turn); `numbers`: for a format not one example a line (TMX, TSV, ...), each example's line in its
+    file (from 1), else None."""
 
     names: tuple[str, ...]
     first: int
@@ -68,6 +70,7 @@ class Chunk(NamedTuple):
     last: bool = False
     pos: int = 0
     part: int = 0
+    numbers: tuple[int, ...] | None = None
 
 
 class Job(NamedTuple):

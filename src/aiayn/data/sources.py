@@ -30,12 +30,12 @@ from typing import Any
 
 from aiayn.config import DataConfig
 from aiayn.data import opus
+from aiayn.data.cache import SPLITS
 from aiayn.data.errors import DataError
 from aiayn.data.filters import Filter, parse_filters
 from aiayn.data.formats import FORMATS, format_of, read_pairs
 from aiayn.data.pipeline import Chunk, Source, files_stamp
 
-SPLIT_NAMES = ("train", "valid", "test")
 _KEYS = {"name", "path", "src", "tgt", "opus", "format", "columns", "weight", "filters", "split"}
 
 
@@ -91,11 +91,13 @@ def _spec(i: int, entry: Any) -> SourceSpec:
     if len(kinds) != 1 or (entry.get("src") is None) != (entry.get("tgt") is None):
         raise DataError(f"{where}: give exactly one of `path`, `src` with `tgt`, or `opus`")
     split = str(entry.get("split", "train"))
-    if split not in SPLIT_NAMES:
+    if split not in SPLITS:
         raise DataError(f"{where}: split must be train, valid or test, not {split!r}")
     weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
         raise DataError(f"{where}: weight must be a number above 0, not {weight!r}")
+    if split != "train" and ("weight" in entry or "filters" in entry):
+        raise DataError(f"{where}: a {split} source is read as it is: weight and filters are for training sources")
     paths: tuple[Path, ...]
     if entry.get("opus"):
         name = str(entry["opus"]).removeprefix("opus:")
@@ -103,10 +105,10 @@ def _spec(i: int, entry: Any) -> SourceSpec:
         default_name = name.partition("@")[0]
     elif entry.get("src"):
         paths = (Path(entry["src"]), Path(entry["tgt"]))
-        fmt, default_name = "lines", _stem(paths[0])
+        fmt, default_name = "lines", stem(paths[0])
     else:
         paths = (Path(entry["path"]),)
-        fmt, default_name = str(entry.get("format") or format_of(paths[0])), _stem(paths[0])
+        fmt, default_name = str(entry.get("format") or format_of(paths[0])), stem(paths[0])
         if fmt == "lines":
             raise DataError(f"{where}: {paths[0]} is one file of plain lines; give `src` and `tgt`, or its `format`")
     if fmt not in FORMATS:
@@ -126,7 +128,7 @@ def _spec(i: int, entry: Any) -> SourceSpec:
     )
 
 
-def _stem(path: Path) -> str:
+def stem(path: Path) -> str:
     """A source's default name: its file name without suffixes (crawl.de.gz -> crawl)."""
     return path.name.split(".")[0] or path.name
 
@@ -179,15 +181,17 @@ class FilePairs:
         position = [0]
         src: list[bytes] = []
         tgt: list[bytes] = []
+        numbers: list[int] = []
         first = 0
-        for s, t in read_pairs(self.path, self.format, self.src_lang, self.tgt_lang, self.columns, position):
+        for line, s, t in read_pairs(self.path, self.format, self.src_lang, self.tgt_lang, self.columns, position):
             src.append(s.encode())
             tgt.append(t.encode())
+            numbers.append(line)
             if len(src) == n:
-                yield Chunk(self.names, first, (src, tgt), pos=position[0])
-                first, src, tgt = first + n, [], []
+                yield Chunk(self.names, first, (src, tgt), pos=position[0], numbers=tuple(numbers))
+                first, src, tgt, numbers = first + n, [], [], []
         if src:
-            yield Chunk(self.names, first, (src, tgt), pos=position[0])
+            yield Chunk(self.names, first, (src, tgt), pos=position[0], numbers=tuple(numbers))
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,7 @@ def split_sources(cfg: DataConfig, specs: list[SourceSpec], make_pair: Any) -> d
     """Each split's sources as one `Parts` (None: no source for it); `make_pair(src, tgt)` is the pair
     of line-aligned files (aiayn.data.pairs.LinePair). An OPUS corpus is downloaded here when missing."""
     out: dict[str, Parts | None] = {}
-    for split in SPLIT_NAMES:
+    for split in SPLITS:
         parts: list[Source] = []
         for spec in (s for s in specs if s.split == split):
             if spec.opus is not None:

@@ -32,6 +32,7 @@ from aiayn.model.int8 import is_int8
 
 Hypotheses = list[list[tuple[list[int], float]]]  # per sentence: n-best (ids, score), best first
 ALIGN_TOKENS = 4096  # padded source + target tokens in one forward of TorchEngine.cross_attention
+ALIGN_LAYERS: tuple[int, ...] = (-1,)  # the decoder layers (from the top) whose encoder-decoder attention links words
 ENGINES = ("auto", "torch", "ctranslate2")
 
 
@@ -61,6 +62,7 @@ class TorchEngine:
         self.config: ModelConfig = model.config  # type: ignore[assignment]
         self.constraint = constraint  # which tokens each hypothesis may write next (aiayn.decode.search)
         self._draws: torch.Generator | None = None  # the sampling's random stream (reseed)
+        self.align_layers: tuple[int, ...] = ALIGN_LAYERS  # the decoder layers whose attention links words
 
     def search(self, sources: Sequence[list[int]], d: DecodeConfig, n_best: int) -> Hypotheses:
         eos, pad = self.config.eos_id, self.config.pad_id
@@ -127,8 +129,9 @@ class TorchEngine:
                 for r, i in enumerate(group):
                     src[r, : len(sources[i]) + 1] = torch.tensor(sources[i] + [c.eos_id])
                     tgt_in[r, : len(targets[i]) + 1] = torch.tensor([c.bos_id] + targets[i])
-                w = self.model.attention_weights(src.to(self.device), tgt_in.to(self.device))["cross"][-1]
-                mean = w.float().mean(1).cpu()  # (B, T, S): heads averaged
+                cross = self.model.attention_weights(src.to(self.device), tgt_in.to(self.device))["cross"]
+                layers = [cross[k] for k in self.align_layers]  # each (B, h, T, S)
+                mean = torch.stack([w.float() for w in layers]).mean((0, 2)).cpu()  # (B, T, S): heads averaged
                 for r, i in enumerate(group):
                     out[i] = mean[r, : len(targets[i]), : len(sources[i])]
         finally:

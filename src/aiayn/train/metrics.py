@@ -111,3 +111,11 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
     out.setdefault("train", [])
     out.setdefault("valid", [])
     return out
+
+
+def stopped_early(run_dir: str | os.PathLike) -> bool:
+    """Whether a run stopped before its last update (early stopping, a `stop` record): it is finished."""
+    try:
+        return bool(read_metrics(run_dir).get("stop"))
+    except MetricsError:
+        return False
