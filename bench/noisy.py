@@ -174,69 +174,31 @@ def aiayn(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "aiayn", *args], check=True)
 
 
-def filters(out: Path) -> None:
+def clean(out: Path, dest: str, *extra: str) -> float:
+    """`aiayn data clean` of the noisy corpus into OUT/dest with the default rules (and `extra`), unless
+    done already; its seconds (0 when it was)."""
+    if (out / dest / "report.json").is_file():
+        return 0.0
     t = time.perf_counter()
-    aiayn(
-        "data",
-        "clean",
-        str(out / "noisy.de"),
-        str(out / "noisy.en"),
-        "--src-lang",
-        "de",
-        "--tgt-lang",
-        "en",
-        "-o",
-        str(out / "rules"),
-        "--write-removed",
-        "--no-progress",
-    )
+    aiayn("data", "clean", str(out / "noisy.de"), str(out / "noisy.en"), "--src-lang", "de", "--tgt-lang", "en",
+          "-o", str(out / dest), "--write-removed", "--no-progress", *extra)  # fmt: skip
+    return round(time.perf_counter() - t, 1)
+
+
+def filters(out: Path) -> None:
+    seconds = clean(out, "rules")
     rows = table(labels(out), removals(out / "rules" / "noisy.removed.tsv"))
-    record(out, {"stage": "filters", "seconds": round(time.perf_counter() - t, 1), "by_label": rows})
+    record(out, {"stage": "filters", "seconds": seconds, "by_label": rows})
 
 
 def score(out: Path, keep_best: float, steps: int) -> None:
-    t = time.perf_counter()
-    aiayn(
-        "data",
-        "clean",
-        str(out / "noisy.de"),
-        str(out / "noisy.en"),
-        "--src-lang",
-        "de",
-        "--tgt-lang",
-        "en",
-        "-o",
-        str(out / "cleaned"),
-        "--write-removed",
-        "--no-progress",
-        "--score-with",
-        "auto",
-        "--keep-best",
-        str(keep_best),
-        "--scorer-steps",
-        str(steps),
-    )
-    lab = labels(out)
-    removed = removals(out / "cleaned" / "noisy.removed.tsv")
-    # the model stage's removals: lines of the rule-cleaned file, in order, mapped back to the input's
-    survivors = [i for i in range(1, len(lab) + 1) if i not in removed]
-    scores = [float(x) for x in (out / "cleaned" / "noisy.scores").read_text().split()]
+    extra = ("--score-with", "auto", "--keep-best", str(keep_best), "--scorer-steps", str(steps))
+    seconds = clean(out, "cleaned", *extra)
     report = json.loads((out / "cleaned" / "report.json").read_text())
     threshold = report["model"]["sources"]["noisy"]["threshold"]
-    for line, s in zip(survivors, scores):
-        if s > threshold:
-            removed[line] = "dual_xent"
-    record(
-        out,
-        {
-            "stage": "score",
-            "keep_best": keep_best,
-            "scorer_steps": steps,
-            "threshold": threshold,
-            "seconds": round(time.perf_counter() - t, 1),
-            "by_label": table(lab, removed),
-        },
-    )
+    rows = table(labels(out), removals(out / "cleaned" / "noisy.removed.tsv"))  # rules and model, input lines
+    record(out, {"stage": "score", "keep_best": keep_best, "scorer_steps": steps, "threshold": threshold,
+                 "seconds": seconds, "by_label": rows})  # fmt: skip
 
 
 def train(out: Path, steps: int, which: list[str]) -> None:
