@@ -23,7 +23,7 @@ The model was trained on single sentences, so a paragraph handed to it whole com
    300 languages, no model to download). Chosen over pysbd by measurement on tests/segment_gold.py
    (German and English: abbreviations, numbers, quotes, ellipses, lines without final punctuation):
    with step 1 both find the same boundaries there, and sentencex is maintained and ~30x faster
-   (docs/serving.md, bench/segmenters.py).
+   (docs/benchmarks.md, bench/segmenters.py).
 
 sentencex does not read the ellipsis character U+2026 as an end of sentence (it does "..."), so it is
 shown a full stop in its place; and it cuts German compounds of abbreviations ("Dipl.-Ing. Hans"), so

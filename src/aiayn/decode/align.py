@@ -11,7 +11,7 @@ source word with pieces has a link).
     links[1]   # -> frozenset({1}): "Mann" is "man"
 
 Translator.align encodes each whitespace word on its own, so a piece's word is known exactly, whatever
-sentencepiece's normalisation makes of the characters. docs/serving.md measures it against placing
+sentencepiece's normalisation makes of the characters. docs/benchmarks.md measures it against placing
 tags by relative position.
 """
 
