@@ -829,13 +829,13 @@ def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
 
 
 def test_translated_files_are_bounded_by_count_and_bytes(monkeypatch) -> None:
-    from aiayn.serve import app as serve_app
+    from aiayn.serve import files as serve_files
 
-    files = serve_app._Files(max_bytes=100)
+    files = serve_files.Files(max_bytes=100)
     assert files.put("a", b"a" * 40) and files.put("b", b"b" * 40) and files.put("c", b"c" * 40)
     assert files.get("a") is None and files.get("b") == b"b" * 40 and files.bytes == 80  # the oldest went
     assert not files.put("big", b"x" * 101) and files.get("big") is None and files.bytes == 80
-    monkeypatch.setattr(serve_app, "MAX_FILES", 2)
+    monkeypatch.setattr(serve_files, "MAX_FILES", 2)
     assert files.put("d", b"d") and files.put("e", b"e")
     assert [files.get(k) for k in "bcde"] == [None, None, b"d", b"e"] and files.bytes == 2
 
@@ -845,13 +845,13 @@ def test_translated_files_expire_after_their_time(monkeypatch) -> None:
     (its bytes freed) when the next file comes in."""
     import types
 
-    from aiayn.serve import app as serve_app
+    from aiayn.serve import files as serve_files
 
     now = [1000.0]
-    monkeypatch.setattr(serve_app, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
-    files = serve_app._Files(max_bytes=100)
+    monkeypatch.setattr(serve_files, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    files = serve_files.Files(max_bytes=100)
     assert files.put("a", b"a" * 40)
-    now[0] += serve_app.FILE_TTL_S - 1
+    now[0] += serve_files.FILE_TTL_S - 1
     assert files.put("b", b"b" * 40) and files.get("a") == b"a" * 40 and files.bytes == 80
     now[0] += 1
     assert files.get("a") is None and files.get("b") == b"b" * 40  # "a" is an hour old, "b" is not
@@ -984,12 +984,12 @@ def test_health_is_503_once_the_worker_has_died(monkeypatch) -> None:
     """docs/serving.md: /health is 503 if the worker died. The worker survives any Exception (a
     backend's goes to the requests, a metric's is dropped), so it is ended here by what ends a thread:
     SystemExit, raised after a batch (from its statistics)."""
-    from aiayn.serve import app as serve_app
+    from aiayn.serve import metrics as serve_metrics
 
     def broken(self, stats) -> None:
         raise SystemExit("the worker ends here")
 
-    monkeypatch.setattr(serve_app.Metrics, "observe_batch", broken)
+    monkeypatch.setattr(serve_metrics.Metrics, "observe_batch", broken)
     srv = _serve(_FakeBackend(), max_wait_ms=0)
     try:
         assert httpx.get(srv.url + "/health").status_code == 200

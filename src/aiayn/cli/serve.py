@@ -16,8 +16,9 @@ def _serve(a: argparse.Namespace) -> int:
     try:
         import uvicorn  # noqa: F401  (here: a missing extra is one line before any model loads)
 
-        from aiayn.serve.app import ServeSettings, create_app
+        from aiayn.serve.app import create_app
         from aiayn.serve.backends import load_backend
+        from aiayn.serve.settings import ServeSettings
     except ImportError as e:
         raise AiaynError(
             f"aiayn serve needs the serve extra ({e.name} is missing): pip install 'aiayn[serve]'"

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from aiayn._lazy import lazy_exports
 
 _EXPORTS = {  # submodule -> the names it gives the package
-    "app": ("create_app", "ServeSettings"),
+    "app": ("create_app",),
+    "settings": ("ServeSettings",),
     "batcher": ("Batcher", "SearchOptions"),
     "backends": ("load_backend", "TorchBackend", "CTranslate2Backend"),
 }
@@ -19,6 +20,7 @@ __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from aiayn.serve.app import ServeSettings, create_app
+    from aiayn.serve.app import create_app
     from aiayn.serve.backends import CTranslate2Backend, TorchBackend, load_backend
     from aiayn.serve.batcher import Batcher, SearchOptions
+    from aiayn.serve.settings import ServeSettings

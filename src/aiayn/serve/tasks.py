@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from aiayn.errors import AiaynError
-from aiayn.serve.app import ApiError, Requests, ServeSettings, add_error_handlers
+from aiayn.serve.http import ApiError, Requests, add_error_handlers
+from aiayn.serve.settings import ServeSettings
 from aiayn.train.tasks.spec import Predict
 
 
