@@ -625,7 +625,7 @@ def _doubler(seen: list[list[int]], release: asyncio.Event):
 def test_coalesced_calls_run_together_and_each_caller_gets_its_own() -> None:
     """Calls that arrive while one runs make one call; an error reaches the callers of its call only; a
     caller that goes away costs the others nothing."""
-    from aiayn.serve.batcher import Coalesced
+    from aiayn.serve.coalesced import Coalesced
 
     seen: list[list[int]] = []
 
@@ -654,7 +654,7 @@ def test_coalesced_calls_run_together_and_each_caller_gets_its_own() -> None:
 def test_coalesced_isolates_an_error_and_caps_a_call() -> None:
     """A merged call that fails is run again caller by caller, so only the caller whose items fail sees
     the error; one call takes callers up to max_items items (a bigger caller alone)."""
-    from aiayn.serve.batcher import Coalesced
+    from aiayn.serve.coalesced import Coalesced
 
     seen: list[list[int]] = []
 
@@ -688,7 +688,7 @@ def test_coalesced_isolates_an_error_and_caps_a_call() -> None:
 def test_a_cancelled_coalesced_drain_leaves_no_caller_waiting(when: str) -> None:
     """At the server's shutdown the drain task is cancelled: the callers it held, in flight or waiting,
     are cancelled with it, not left awaiting forever; a later call starts a new drain."""
-    from aiayn.serve.batcher import Coalesced
+    from aiayn.serve.coalesced import Coalesced
 
     async def main() -> tuple:
         async def forever(items: list[int]) -> list[int]:

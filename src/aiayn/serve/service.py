@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from aiayn.data.language import detect
 from aiayn.decode.documents import SplitTexts, split_texts
 from aiayn.decode.html import HtmlDocument, HtmlError
-from aiayn.serve.batcher import Backend, Batcher, Coalesced, Hypothesis, Overloaded, SearchOptions
+from aiayn.serve.batcher import Backend, Batcher, Hypothesis, Overloaded, SearchOptions
+from aiayn.serve.coalesced import Coalesced
 from aiayn.serve.files import Files
 from aiayn.serve.http import ApiError, Requests, one_line
 from aiayn.serve.metrics import Metrics
