@@ -322,13 +322,15 @@ def test_ranks_wait_for_a_build_outside_collectives_longer_than_their_timeout(tm
     timeout: both ranks wait on the lock, not in a collective, so neither times out; then they train."""
     import fcntl
 
-    from aiayn.data.pairs import build_lock
+    from aiayn.data.cache import lock_path
+    from aiayn.data.pairs import sentence_pairs
+    from aiayn.data.pipeline import stamp_key
 
     cfg = corpus(tmp_path / "c", 2000)
     home = tmp_path / "home"
     os.environ["AIAYN_HOME"], old = str(home), os.environ.get("AIAYN_HOME")
     try:
-        lock = build_lock(cfg)
+        lock = lock_path(stamp_key(sentence_pairs(cfg)))  # what the builder of cfg's cache holds
     finally:
         os.environ.pop("AIAYN_HOME") if old is None else os.environ.__setitem__("AIAYN_HOME", old)
     lock.parent.mkdir(parents=True)

@@ -27,7 +27,6 @@ from aiayn.evalb import (
     f1_by_length,
     read_evalb_lines,
     read_trees,
-    report,
     scoring,
 )
 from conftest import shared_data
@@ -332,8 +331,8 @@ def test_craft_report_under_collins_prm_itself(evalb_c: Path, craft_trees: dict[
     assert Params.parse(prm_text) == Params.collins()
     assert_same_as_c(evalb_c, gold, test, prm_text, tmp_path)
     all_f1, cut_f1 = f1(gold, test)
-    assert f"Bracketing FMeasure       = {all_f1:6.2f}" in report(gold, test)
-    assert f"Bracketing FMeasure       = {cut_f1:6.2f}" in report(gold, test)
+    assert f"Bracketing FMeasure       = {all_f1:6.2f}" in evaluate(gold, test).report()
+    assert f"Bracketing FMeasure       = {cut_f1:6.2f}" in evaluate(gold, test).report()
 
 
 @needs_shared
@@ -622,7 +621,7 @@ def test_f1_wants_as_many_trees_on_both_sides() -> None:
     with pytest.raises(AiaynError):
         f1(["(S (A a))"], [])
     assert f1(["(X a)"], ["(X a)"]) == (0.0, 0.0)  # EVALB prints -nan: nothing to score
-    assert "Bracketing FMeasure       =   -nan" in report(["(X a)"], ["(X a)"])
+    assert "Bracketing FMeasure       =   -nan" in evaluate(["(X a)"], ["(X a)"]).report()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -461,7 +461,7 @@ def test_unwritable_run_dir_fails_before_training(home, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(TrainingError, match="not writable"):
         train(Config.from_dict(TINY), tmp_path / "file" / "run")
-    from aiayn.train.trainer import check_run_dir
+    from aiayn.train.rundir import check_run_dir
 
     with pytest.raises(TrainingError, match="MiB free"):  # a full disk: asks the real file system for 1 EiB
         check_run_dir(tmp_path, need_bytes=2**60)

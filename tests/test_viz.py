@@ -18,6 +18,7 @@ from aiayn.checkpoint import save_weights
 from aiayn.config import BOS_ID, EOS_ID, ModelConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.model import Transformer
+from aiayn.train.metrics import MetricsError, read_metrics
 from inprocess import run_aiayn
 
 SENTENCE = "Ein Hund rennt über die Wiese."
@@ -224,7 +225,7 @@ def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
         [(20, 3.9, 5.0), (40, 2.9, 9.0)],
         tail='{"kind": "train", "st',
     )
-    m = viz.read_metrics(tmp_path / "r")
+    m = read_metrics(tmp_path / "r")
     assert [r["step"] for r in m["train"]] == [10, 20, 30, 40]
     assert [r["loss"] for r in m["train"]] == [5.0, 4.1, 3.4, 3.0]  # the resumed run's records win
     assert [r["bleu"] for r in m["valid"]] == [5.0, 9.0]
@@ -234,9 +235,9 @@ def test_read_metrics_resume_duplicates_and_a_cut_last_line(tmp_path):
         '{"kind": "train", "step": 1}\nnot json\n{"kind": "x", "step": 2}\n'
     )
     with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
-        viz.read_metrics(tmp_path / "bad")
-    with pytest.raises(viz.PlotError, match="metrics.jsonl"):
-        viz.read_metrics(tmp_path / "nowhere")
+        read_metrics(tmp_path / "bad")
+    with pytest.raises(MetricsError, match="metrics.jsonl"):
+        read_metrics(tmp_path / "nowhere")
 
 
 def test_plot_runs_overlays_runs(tmp_path, monkeypatch):

@@ -42,7 +42,8 @@ from aiayn.config import ModelConfig
 from aiayn.errors import AiaynError
 from aiayn.model import Transformer
 from aiayn.train import train
-from aiayn.viz import plot_runs, read_metrics
+from aiayn.train.metrics import read_metrics
+from aiayn.viz import plot_runs
 
 PAPER = dict(N=6, d_model=512, d_ff=2048, h=8, d_k=64)  # Table 3, row "base"
 

@@ -67,7 +67,6 @@ __all__ = [
     "f1",
     "read_evalb_lines",
     "read_trees",
-    "report",
 ]
 
 # C's isspace() in the "C" locale. Python's str.isspace() also takes Unicode spaces (U+00A0, U+2009...)
@@ -633,11 +632,6 @@ def evaluate_files(gold: str | Path, test: str | Path, params: Params | str | Pa
     if params is not None and not isinstance(params, Params):
         params = Params.read(params)
     return evaluate(read_evalb_lines(gold), read_evalb_lines(test), params)
-
-
-def report(gold: Iterable[str], test: Iterable[str], params: Params | None = None) -> str:
-    """EVALB's output text for these trees (see `evaluate`)."""
-    return evaluate(gold, test, params).report()
 
 
 def scoring(gold_trees: Sequence[str], test_trees: Sequence[str], params: Params | None = None) -> Evaluation:

@@ -26,8 +26,7 @@ if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
 
 from aiayn.config import DecodeConfig
 from aiayn.errors import AiaynError
-from aiayn.train.metrics import MetricsError
-from aiayn.train.metrics import read_metrics as _read_metrics
+from aiayn.train.metrics import read_metrics
 
 PLOT_HINT = "plotting needs matplotlib: pip install 'aiayn[plot]'"
 KINDS = ("encoder", "decoder", "cross")
@@ -236,15 +235,6 @@ def plot_attention(
 
 
 # -- training curves -------------------------------------------------------------------------------
-
-
-def read_metrics(path: str | os.PathLike) -> dict[str, list[dict]]:
-    """RUN/metrics.jsonl (or the run directory) -> {"train": [...], "valid": [...]} sorted by step
-    (the format and its reader live in aiayn.train.metrics)."""
-    try:
-        return _read_metrics(path)
-    except MetricsError as e:
-        raise PlotError(str(e)) from None
 
 
 def _run_labels(paths: Sequence[Path]) -> list[str]:

@@ -25,7 +25,7 @@ import sentencepiece
 
 from aiayn.config import DataConfig
 from aiayn.data import embedded, multi30k, wmt14
-from aiayn.data.cache import SPLITS, given_tokenizer, lock_path, spm_model_bytes, train_tokenizer
+from aiayn.data.cache import SPLITS, given_tokenizer, spm_model_bytes, train_tokenizer
 from aiayn.data.encoded import EncodedSplit
 from aiayn.data.errors import DataError
 from aiayn.data.filters import Chain, Filter, parse_filters, reasons_of
@@ -42,7 +42,6 @@ from aiayn.data.pipeline import (
     files_stamp,
     prepare_examples,
     refuse_empty_training,
-    stamp_key,
 )
 from aiayn.data.segment import SentenceStarts, learn_sentence_starts
 from aiayn.data.sources import source_filters, source_specs, split_sources
@@ -388,9 +387,3 @@ def _settings(cfg: DataConfig, symbols: Sequence[str] = ()) -> dict[str, Any]:
     elif symbols:  # absent when empty: the caches of corpora without symbols keep their keys
         settings["symbols"] = list(symbols)
     return settings
-
-
-def build_lock(cfg: DataConfig) -> Path:
-    """The file whose exclusive lock (fcntl.flock) the builder of `cfg`'s cache holds; the other
-    processes preparing the same data wait on it."""
-    return lock_path(stamp_key(sentence_pairs(cfg)))

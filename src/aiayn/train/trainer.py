@@ -51,8 +51,6 @@ from aiayn.train.state import TrainState
 from aiayn.train.step import Flags, StepResult, TrainStep, skipped_update
 from aiayn.train.validate import Validator
 
-check_run_dir = rundir.check_run_dir
-
 
 class Trainer:
     def __init__(
@@ -419,4 +417,4 @@ def train(
         distributed.teardown()
 
 
-__all__ = ["train", "Trainer", "TrainingError", "Batches", "check_run_dir", "noam_lr", "derive_update_freq"]
+__all__ = ["train", "Trainer", "TrainingError", "Batches", "noam_lr", "derive_update_freq"]
