@@ -2,8 +2,9 @@
 
     python bench/noisy.py make    --out /tmp/noisy                 # the noisy corpus and its labels
     python bench/noisy.py filters --out /tmp/noisy                 # each filter's removals, by label
-    python bench/noisy.py score   --out /tmp/noisy --keep-best 0.8 # + the model-based filter (trains 2 scorers)
-    python bench/noisy.py train   --out /tmp/noisy --steps 3000    # clean / noisy / cleaned, test2016 BLEU
+    python bench/noisy.py score   --out /tmp/noisy                 # + the model-based filter (trains 2 scorers)
+    python bench/noisy.py score   --out /tmp/noisy --score-method dcce   # the paper's score, same scorers
+    python bench/noisy.py train   --out /tmp/noisy --steps 3000    # clean, noisy, rules, cleaned-gain: BLEU
 
 `make` builds from Multi30k train (de-en; French for the wrong-language pairs), seeded, the noise a web
 crawl carries, at shares like a crawl's. In place of a clean pair: a misaligned target (another
@@ -12,12 +13,13 @@ French caption), a truncated target (40-60 % of its words). Added: boilerplate l
 templates (menus, cookie notices, pagers, prices; numbers, dates and names vary), glued pairs (two
 source captions, one target), and 250 pairs repeated 30 times each. `noisy.labels` says what each line is.
 
-`filters` runs `aiayn data clean` with the default rules and counts what each filter removed of each
-label: the share of the rule-visible noise removed (untranslated, wrong language, boilerplate, every
-copy of a duplicate after the first) and of the clean pairs. `score` adds the model-based filter
-(dual conditional cross-entropy, two quickstart-recipe scorers trained on the rule-cleaned pairs) and
-counts its removals the same way. `train` trains the quickstart recipe for the same updates on the
-clean corpus, the noisy one and the cleaned one, and scores each on test2016 (`aiayn evaluate`).
+`filters` runs `aiayn data clean` with the default rules (into OUT/rules) and counts what each filter
+removed of each label: the share of the rule-visible noise removed (untranslated, wrong language,
+boilerplate, every copy of a duplicate after the first) and of the clean pairs. `score` adds the
+model-based filter (two quickstart-recipe scorers trained on the rule-cleaned pairs, the best
+--keep-best kept by --score-method) and counts its removals the same way. `train` trains the quickstart
+recipe for the same updates on each corpus named (the clean one, the noisy one, OUT/rules, OUT/cleaned-gain)
+and scores each on test2016 (`aiayn evaluate`).
 Results go to OUT/results.jsonl, one JSON line each.
 """
 
@@ -191,14 +193,23 @@ def filters(out: Path) -> None:
     record(out, {"stage": "filters", "seconds": seconds, "by_label": rows})
 
 
-def score(out: Path, keep_best: float, steps: int) -> None:
-    extra = ("--score-with", "auto", "--keep-best", str(keep_best), "--scorer-steps", str(steps))
-    seconds = clean(out, "cleaned", *extra)
-    report = json.loads((out / "cleaned" / "report.json").read_text())
+def score(out: Path, keep_best: float, steps: int, method: str) -> None:
+    """The rules and the model-based filter into OUT/cleaned-METHOD. The two scorers are trained once
+    (`--score-with auto`, into the first such directory, linked as OUT/scorers) and reused by every method."""
+    dest, scorers = f"cleaned-{method}", out / "scorers"
+    if all((scorers / d / "best.safetensors").is_file() for d in ("forward", "backward")):
+        using: tuple[str, ...] = ("--score-with", str(scorers / "forward"), str(scorers / "backward"))
+    else:
+        using = ("--score-with", "auto", "--scorer-steps", str(steps))
+    seconds = clean(out, dest, *using, "--keep-best", str(keep_best), "--score-method", method)
+    if not scorers.exists():
+        scorers.symlink_to(out / dest / "scorers")
+    report = json.loads((out / dest / "report.json").read_text())
     threshold = report["model"]["sources"]["noisy"]["threshold"]
-    rows = table(labels(out), removals(out / "cleaned" / "noisy.removed.tsv"))  # rules and model, input lines
-    record(out, {"stage": "score", "keep_best": keep_best, "scorer_steps": steps, "threshold": threshold,
-                 "seconds": seconds, "by_label": rows})  # fmt: skip
+    rows = table(labels(out), removals(out / dest / "noisy.removed.tsv"))  # rules and model, input lines
+    record(out, {"stage": "score", "method": method, "keep_best": keep_best, "scorer_steps": steps,
+                 "scorers_trained": using[1] == "auto", "threshold": threshold, "seconds": seconds,
+                 "by_label": rows})  # fmt: skip
 
 
 def train(out: Path, steps: int, which: list[str]) -> None:
@@ -206,11 +217,9 @@ def train(out: Path, steps: int, which: list[str]) -> None:
     corpora = {
         "clean": (d / "train.de.gz", d / "train.en.gz"),
         "noisy": (out / "noisy.de", out / "noisy.en"),
-        "cleaned": (out / "cleaned" / "noisy.de", out / "cleaned" / "noisy.en"),
-        "rules": (out / "rules" / "noisy.de", out / "rules" / "noisy.en"),
     }
-    for name in which:
-        src, tgt = corpora[name]
+    for name in which:  # clean, noisy, rules or cleaned-METHOD (the score stage's)
+        src, tgt = corpora.get(name, (out / name / "noisy.de", out / name / "noisy.en"))
         run = out / "runs" / name
         t = time.perf_counter()
         aiayn(
@@ -270,17 +279,18 @@ def main() -> None:
     p.add_argument("stage", choices=["make", "filters", "score", "train"])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--keep-best", type=float, default=0.8)
+    p.add_argument("--keep-best", type=float, default=0.85)
+    p.add_argument("--score-method", choices=["gain", "dcce"], default="gain")
     p.add_argument("--scorer-steps", type=int, default=4000)
     p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--corpora", default="clean,noisy,cleaned")
+    p.add_argument("--corpora", default="clean,noisy,rules,cleaned-gain")
     a = p.parse_args()
     if a.stage == "make":
         make(a.out, a.seed)
     elif a.stage == "filters":
         filters(a.out)
     elif a.stage == "score":
-        score(a.out, a.keep_best, a.scorer_steps)
+        score(a.out, a.keep_best, a.scorer_steps, a.score_method)
     else:
         train(a.out, a.steps, a.corpora.split(","))
 

@@ -206,7 +206,7 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
     assert {int(n) for n, reason, *_ in rows if reason == "empty"} == set(range(1, 101))
     removed = {int(n) for n, reason, *_ in rows if reason == "dual_xent"}
     assert 440 <= len(removed) <= 450  # the worst 15 % (ties at the threshold stay)
-    assert len(removed & misaligned) >= 0.8 * len(misaligned)  # 96 % when written
+    assert len(removed & misaligned) >= 0.8 * len(misaligned)  # 85 % when written
     report = json.loads((out / "report.json").read_text())
     assert report["sources"][0]["removed"]["dual_xent"] == len(removed) == 3000 - report["sources"][0]["kept"]
     scores = (out / "c.scores").read_text().split()
@@ -216,3 +216,12 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "c.scores").read_text().split() == scores
     assert (tmp_path / "again" / "c.en").read_text() == (out / "c.en").read_text()
+    # the paper's combination from the same runs: other scores, recorded as such. On these short synthetic
+    # captions with 300-update scorers it finds 95 % (gain 85 %); on real text with trained scorers gain
+    # leads by far (docs/data.md), hence the default
+    dcce = run_aiayn(*args, "-o", tmp_path / "dcce", "--score-with", *runs, "--score-method", "dcce", text=True)
+    assert dcce.returncode == 0, dcce.stderr
+    assert (tmp_path / "dcce" / "c.scores").read_text().split() != scores
+    assert json.loads((tmp_path / "dcce" / "report.json").read_text())["model"]["method"] == "dcce"
+    rows = [x.split("\t") for x in (tmp_path / "dcce" / "c.removed.tsv").read_text().split("\n")[:-1]]
+    assert len({int(n) for n, reason, *_ in rows if reason == "dual_xent"} & misaligned) >= 0.8 * len(misaligned)

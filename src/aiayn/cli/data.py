@@ -85,6 +85,13 @@ def _register_clean(dsub: argparse._SubParsersAction) -> None:
         "the rule-cleaned pairs first",
     )
     c.add_argument("--keep-best", type=float, default=None, help="with --score-with: keep this best share (e.g. 0.9)")
+    c.add_argument(
+        "--score-method",
+        choices=["gain", "dcce"],
+        default="gain",
+        help="with --score-with: gain (default; how much each run's cross-entropy drops for reading the "
+        "other side) or dcce (Junczys-Dowmunt's |H_F - H_B| + (H_F + H_B) / 2)",
+    )
     c.add_argument("--max-score", type=float, default=None, help="with --score-with: keep pairs scoring this or less")
     c.add_argument(
         "--scorer-steps", type=int, default=4000, help="with --score-with auto: updates of each scorer (default 4,000)"
@@ -258,9 +265,15 @@ def _score(a: argparse.Namespace, out, cleaned: list, langs: tuple[str, str], op
         run_f, run_b = a.score_with
     else:
         raise DataError("--score-with takes RUN_F RUN_B (forward and backward runs), or auto")
-    model: dict = {"runs": [str(run_f), str(run_b)], "keep_best": a.keep_best, "max_score": a.max_score, "sources": {}}
+    model: dict = {
+        "runs": [str(run_f), str(run_b)],
+        "method": a.score_method,
+        "keep_best": a.keep_best,
+        "max_score": a.max_score,
+        "sources": {},
+    }
     for c in cleaned:
-        scores = dual_scores(str(run_f), str(run_b), c.files[0], c.files[1], a.device, options.bars)
+        scores = dual_scores(str(run_f), str(run_b), c.files[0], c.files[1], a.device, options.bars, a.score_method)
         write_scores(out / f"{c.name}.scores", scores)
         keep, threshold = cut(scores, a.keep_best, a.max_score)
         removed_tsv = out / f"{c.name}.removed.tsv" if a.write_removed else None
@@ -270,5 +283,8 @@ def _score(a: argparse.Namespace, out, cleaned: list, langs: tuple[str, str], op
         c.removed[REASON] = removed
         c.examples[REASON] = examples
         model["sources"][c.name] = {"threshold": threshold, "removed": removed, "kept": c.kept}
-        print(f"{c.name}: dual cross-entropy kept {c.kept:,}, removed {removed:,} (score above {threshold:.3f})")
+        print(
+            f"{c.name}: dual cross-entropy ({a.score_method}) kept {c.kept:,}, "
+            f"removed {removed:,} (score above {threshold:.3f})"
+        )
     return model
