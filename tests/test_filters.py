@@ -21,6 +21,8 @@ CASES = [
     ("length", {"min_chars": 3}, ("Ja", "Yes"), ("Jaa", "Yes")),
     ("length_ratio", {}, ("Ein Hund.", "A dog runs through the tall grass of a park."),
      ("Ein Hund rennt.", "A dog runs.")),
+    ("length_ratio", {}, ("Ein Hund rennt über die große Wiese.", "A dog runs over."),  # truncated: 2.2x
+     ("Ein Hund rennt über die Wiese.", "A dog runs over.")),  # 1.9x
     ("length_ratio", {"max_words": 2}, ("Hund", "a dog runs"), ("Hund", "a dog")),
     ("length_ratio", {"max_words": 9, "max_chars": 2.0}, ("Hund rennt", "the big dog runs far away"),
      ("Hund rennt", "the dog runs")),

@@ -73,9 +73,11 @@ def length(
     return [fits(s) and fits(t) for s, t in zip(src, tgt)]
 
 
-def length_ratio(src: Sequence[str], tgt: Sequence[str], max_chars: float = 3.0, max_words: float = 3.0) -> list[bool]:
+def length_ratio(src: Sequence[str], tgt: Sequence[str], max_chars: float = 2.0, max_words: float = 3.0) -> list[bool]:
     """Within the ratios, when both sides are written with spaces between words: a script without them
-    (Chinese, Japanese, Thai) has neither words to count nor characters of a comparable length."""
+    (Chinese, Japanese, Thai) has neither words to count nor characters of a comparable length. Two in
+    characters is Bicleaner's hard rule: a truncated target (half a sentence) is past it, a translation
+    rarely is, and a few truncated targets teach a model to stop early (docs/data.md)."""
 
     def within(a: int, b: int, most: float) -> bool:
         return max(a, b) <= most * max(1, min(a, b))
