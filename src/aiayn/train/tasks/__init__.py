@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiayn._lazy import lazy_exports
 from aiayn.config import Config, DataConfig
-from aiayn.data.pipeline import Options
 from aiayn.train.tasks.spec import (
     Predict,
     PreparedData,
@@ -38,6 +37,7 @@ from aiayn.train.tasks.spec import (
 # so it loads when asked for, and a record read for its data (`aiayn data prepare`) loads none
 __getattr__ = lazy_exports(__name__, {"translate_task": ("TranslationTask",)})
 if TYPE_CHECKING:
+    from aiayn.data.pipeline import Options
     from aiayn.train.tasks.translate_task import TranslationTask
 
 
@@ -47,6 +47,8 @@ def prepare_data(
     """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`;
     `options`: how to prepare (default: all cores, bars when stderr is a terminal). A validation split
     with nothing to measure is a DataError here, before any training."""
+    from aiayn.data.pipeline import Options
+
     prepared = spec.prepare(cfg, data, run_dir, options or Options())
     require_validation_examples(prepared)
     return prepared

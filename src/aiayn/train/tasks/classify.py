@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from aiayn.config import Config, DataConfig
-from aiayn.data.pipeline import Options
-from aiayn.data.text import PreparedText
 from aiayn.fileio import atomic_write
 from aiayn.registry import Later
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
 from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register
 
+if TYPE_CHECKING:
+    from aiayn.data.pipeline import Options
+    from aiayn.data.text import PreparedText
+
 
 def save_label_names(run_dir: Path, prepared: PreparedText) -> None:
     """RUN/labels.json: the class names in id order, and whether examples are sentence pairs."""
+    import numpy as np
+
     pairs = bool(len(prepared.splits["train"]) and np.asarray(prepared.splits["train"].tgt_lengths).max() > 0)
     text = json.dumps({"labels": list(prepared.label_names), "pairs": pairs}, indent=1) + "\n"
     atomic_write(Path(run_dir) / "labels.json", lambda tmp: Path(tmp).write_text(text))

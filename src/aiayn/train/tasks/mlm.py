@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiayn.config import Config, ConfigError, DataConfig
-from aiayn.data.pipeline import Options
-from aiayn.data.text import PreparedText, prepare_text
-from aiayn.data.tokenizer import ENCODER_SPECIALS
 from aiayn.registry import Later
 from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register
+
+if TYPE_CHECKING:
+    from aiayn.data.pipeline import Options
+    from aiayn.data.text import PreparedText
 
 
 @dataclasses.dataclass
@@ -37,6 +39,9 @@ def prepare_lines(
     cfg: Config, data: DataConfig, run_dir: Path | None, options: Options, labelled: bool = False
 ) -> PreparedText:
     """One example a line, encoded with the encoder's specials ([CLS], [SEP], [MASK]): mlm and classify."""
+    from aiayn.data.text import prepare_text
+    from aiayn.data.tokenizer import ENCODER_SPECIALS
+
     if data.text_unit != "line":
         raise ConfigError(f"task {cfg.task.name} reads one example a line: set data.text_unit: line")
     return prepare_text(data, run_dir, labelled=labelled, specials=ENCODER_SPECIALS, options=options)

@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from aiayn import registry
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig, build_section
-from aiayn.data.encoded import EncodedSplit
-from aiayn.data.errors import DataError
-from aiayn.data.pipeline import Options
-from aiayn.data.sources import source_mix
-from aiayn.data.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # torch only for the types: a task's record loads without it (`aiayn data prepare`)
+if TYPE_CHECKING:  # for the types only: a task's record loads without torch, numpy or sentencepiece
     import numpy as np
     import torch
     from torch import Tensor
 
     from aiayn.data.batching import BatchIterator
+    from aiayn.data.encoded import EncodedSplit
+    from aiayn.data.pipeline import Options
+    from aiayn.data.tokenizer import Tokenizer
     from aiayn.distributed import DistInfo
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -105,6 +103,8 @@ TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
 
 def require_validation_examples(prepared: PreparedData) -> None:
     """Every task's check of its prepared data, before any training: validation needs an example."""
+    from aiayn.data.errors import DataError
+
     if len(prepared.splits["valid"]) == 0:
         raise DataError(
             "the validation split has no examples (its lines are all empty, or it is missing): "
@@ -123,6 +123,7 @@ def sentence_batches(
     rank-sharded, drawn from the sources by their weights); without `collate_fn` a batch is collated
     during the update."""
     from aiayn.data.batching import BatchIterator
+    from aiayn.data.sources import source_mix
 
     return BatchIterator(
         prepared.splits["train"],

@@ -4,9 +4,24 @@ run trains or predicts: this record, which `aiayn data prepare` reads, loads no 
 
 from __future__ import annotations
 
-from aiayn.data.pairs import prepare
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiayn.config import Config, DataConfig
 from aiayn.registry import Later
 from aiayn.train.tasks.spec import PARALLEL_CORPORA, TaskSpec, register
+
+if TYPE_CHECKING:
+    from aiayn.data.pairs import Prepared
+    from aiayn.data.pipeline import Options
+
+
+def prepare_pairs(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> Prepared:
+    """Parallel text: joint BPE, encoded splits, cached (aiayn.data.pairs)."""
+    from aiayn.data.pairs import prepare
+
+    return prepare(data, run_dir, options=options)
+
 
 SPEC = register(
     TaskSpec(
@@ -17,7 +32,7 @@ SPEC = register(
         measures={"bleu": True},
         default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
         corpora=PARALLEL_CORPORA,
-        prepare=lambda cfg, data, run_dir, options: prepare(data, run_dir, options=options),
+        prepare=prepare_pairs,
         longest_row=lambda cfg: (
             cfg.data.max_len + 1,
             "data.max_len subwords + EOS, or BOS + data.max_len",
