@@ -3,11 +3,11 @@
 A task turns a batch into a summed loss (and names the count that sum is normalised by) and says what
 validation measures. The loop (accumulation, DDP, AMP, skipping non-finite updates, checkpoints,
 early stopping) knows nothing else about the model. `task.name` in the config picks one `TaskSpec`
-(spec.py), found through the `aiayn.tasks` entry points (aiayn.registry); the built-in ones are one
-file each in this package (`aiayn train --help` lists every task with its summary).
+(spec.py), found where aiayn.registry says: the built-in ones are one file each in this package
+(`aiayn train --help` lists every task with its summary).
 
 A new task is a module that builds its TaskSpec, declared as an `aiayn.tasks` entry point by its own
-distribution (or registered with `register` by the user's code before training).
+distribution: the one way a task is registered.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from aiayn.train.tasks.spec import (
     get_spec,
     higher_is_better,
     patience_metric,
-    register,
     require_validation_examples,
     resolved,
     spec_for,
@@ -80,7 +79,6 @@ __all__ = [
     "PreparedData",
     "TranslationTask",
     "Predict",
-    "register",
     "get_spec",
     "spec_for",
     "task_names",

@@ -11,7 +11,7 @@ from aiayn.config import Config, DataConfig
 from aiayn.fileio import atomic_write
 from aiayn.registry import Later
 from aiayn.train.tasks.mlm import encoder_row, prepare_lines
-from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register
+from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec
 
 if TYPE_CHECKING:
     from aiayn.data.pipeline import Options
@@ -34,20 +34,19 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Option
     return prepared
 
 
-SPEC = register(
-    TaskSpec(
-        name="classify",
-        summary="text classification (encoder-only with a pooled head, usually from an mlm run)",
-        hub_tag="text-classification",
-        model_kind="encoder-only",
-        measures={"accuracy": True},
-        default_metric="accuracy",
-        corpora=TEXT_CORPORA,
-        prepare=prepare,
-        train_batches=Later("aiayn.train.tasks.classify_task:train_batches"),
-        longest_row=encoder_row,
-        build=Later("aiayn.train.tasks.classify_task:ClassifyTask"),
-        find_unused_parameters=True,  # the masked-token head stays unused under DDP
-        predictor=Later("aiayn.train.tasks.classify_task:labels"),
-    )
+SPEC = TaskSpec(
+    name="classify",
+    summary="text classification (encoder-only with a pooled head, usually from an mlm run)",
+    hub_tag="text-classification",
+    model_kind="encoder-only",
+    measures={"accuracy": True},
+    default_metric="accuracy",
+    corpora=TEXT_CORPORA,
+    prepare=prepare,
+    train_batches=Later("aiayn.train.tasks.classify_task:train_batches"),
+    longest_row=encoder_row,
+    build=Later("aiayn.train.tasks.classify_task:ClassifyTask"),
+    find_unused_parameters=True,  # the masked-token head stays unused under DDP
+    predictor=Later("aiayn.train.tasks.classify_task:labels"),
+    commands="aiayn.cli.classify",
 )

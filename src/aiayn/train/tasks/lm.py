@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.errors import DataError
 from aiayn.registry import Later
-from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register, task_options
+from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, task_options
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,18 +67,17 @@ def longest_row(cfg: Config) -> tuple[int, str, str]:
     return cfg.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
 
 
-SPEC = register(
-    TaskSpec(
-        name="lm",
-        summary="language modelling (decoder-only, next token)",
-        hub_tag="text-generation",
-        model_kind="decoder-only",
-        settings=LMSettings,
-        corpora=TEXT_CORPORA,
-        prepare=prepare,
-        train_batches=Later("aiayn.train.tasks.lm_task:train_batches"),
-        longest_row=longest_row,
-        build=Later("aiayn.train.tasks.lm_task:LMTask"),
-        predictor=Later("aiayn.train.tasks.lm_task:continuations"),
-    )
+SPEC = TaskSpec(
+    name="lm",
+    summary="language modelling (decoder-only, next token)",
+    hub_tag="text-generation",
+    model_kind="decoder-only",
+    settings=LMSettings,
+    corpora=TEXT_CORPORA,
+    prepare=prepare,
+    train_batches=Later("aiayn.train.tasks.lm_task:train_batches"),
+    longest_row=longest_row,
+    build=Later("aiayn.train.tasks.lm_task:LMTask"),
+    predictor=Later("aiayn.train.tasks.lm_task:continuations"),
+    commands="aiayn.cli.lm",
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.registry import Later
-from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register
+from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec
 
 if TYPE_CHECKING:
     from aiayn.data.pipeline import Options
@@ -51,19 +51,17 @@ def encoder_row(cfg: Config) -> tuple[int, str, str]:
     return cfg.data.max_len + 2, "[CLS] a [SEP] b [SEP] with a, EOS and b within data.max_len", "data.max_len"
 
 
-SPEC = register(
-    TaskSpec(
-        name="mlm",
-        summary="masked-token pre-training (encoder-only, BERT)",
-        hub_tag="fill-mask",
-        model_kind="encoder-only",
-        settings=MLMSettings,
-        measures={"accuracy": True},
-        corpora=TEXT_CORPORA,
-        prepare=prepare_lines,
-        train_batches=Later("aiayn.train.tasks.mlm_task:train_batches"),
-        longest_row=encoder_row,
-        build=Later("aiayn.train.tasks.mlm_task:MLMTask"),
-        predictor=Later("aiayn.train.tasks.mlm_task:filled_masks"),
-    )
+SPEC = TaskSpec(
+    name="mlm",
+    summary="masked-token pre-training (encoder-only, BERT)",
+    hub_tag="fill-mask",
+    model_kind="encoder-only",
+    settings=MLMSettings,
+    measures={"accuracy": True},
+    corpora=TEXT_CORPORA,
+    prepare=prepare_lines,
+    train_batches=Later("aiayn.train.tasks.mlm_task:train_batches"),
+    longest_row=encoder_row,
+    build=Later("aiayn.train.tasks.mlm_task:MLMTask"),
+    predictor=Later("aiayn.train.tasks.mlm_task:filled_masks"),
 )

@@ -17,7 +17,7 @@ from aiayn.config import Config, DataConfig
 from aiayn.fileio import atomic_write
 from aiayn.registry import Later
 from aiayn.train.tasks import translate
-from aiayn.train.tasks.spec import TaskSpec, register, task_options
+from aiayn.train.tasks.spec import TaskSpec, task_options
 
 if TYPE_CHECKING:
     from aiayn.data.pairs import Prepared
@@ -70,18 +70,18 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None, options: 
     return prepare(as_files, run_dir, options=options, symbols=[WORD_START + t for t in markup])
 
 
-SPEC = register(
-    TaskSpec(
-        name="parse",
-        summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
-        model_kind="encoder-decoder",
-        settings=ParseSettings,
-        measures={"f1": True},
-        default_metric="f1",
-        corpora=("craft", "wsj", "trees"),
-        prepare=prepare_parse,
-        longest_row=translate.SPEC.longest_row,
-        build=Later("aiayn.train.tasks.parse_task:ParseTask"),
-        predictor=Later("aiayn.train.tasks.parse_task:trees"),
-    )
+SPEC = TaskSpec(
+    name="parse",
+    summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
+    model_kind="encoder-decoder",
+    settings=ParseSettings,
+    measures={"f1": True},
+    default_metric="f1",
+    corpora=("craft", "wsj", "trees"),
+    prepare=prepare_parse,
+    longest_row=translate.SPEC.longest_row,
+    build=Later("aiayn.train.tasks.parse_task:ParseTask"),
+    predictor=Later("aiayn.train.tasks.parse_task:trees"),
+    evaluate=Later("aiayn.cli.parsing:evaluate"),
+    commands="aiayn.cli.parsing",
 )

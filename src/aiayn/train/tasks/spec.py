@@ -2,10 +2,12 @@
 one kind of run (its settings, data, loss, validation measures, predictor and model card), and the
 registry that maps `task.name` to it.
 
-A task is one module that builds its record: the built-in ones are files of this package, others come
-from any installed distribution through the `aiayn.tasks` entry points (aiayn.registry). Nothing
-outside the task branches on its name. A record loads no torch: the parts that need it (the loss, the
-batches, the predictor) are named with `aiayn.registry.Later` and load when a run trains or predicts.
+A task is one module that builds its record, named in one table (aiayn.registry): the built-in ones are
+files of this package, others come from any installed distribution through the `aiayn.tasks` entry
+points. Nothing outside the task branches on its name. A record is light to import (the command line
+reads every task's when it starts, for its verbs): the parts that need torch or the data pipeline (the
+loss, the batches, the predictor, the command-line verbs) are named with `aiayn.registry.Later` or a
+dotted path and load when used.
 """
 
 from __future__ import annotations
@@ -166,6 +168,11 @@ class TaskSpec:
     predictor: (run directory or weights, device) -> a function from input lines to one output each, a
       line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict for a task whose
       hub_tag is not translation); None for a task without one.
+    evaluate: `aiayn evaluate -c RUN` on its runs: a function of the command's parsed arguments that prints
+      the scores and returns the exit status (it lives in the task's command-line module: named with
+      Later); None: the task has no evaluation of its own (`aiayn predict` still runs its model).
+    commands: the task's own command-line verbs: "module" (or "module:function") whose `register(sub)`
+      adds them to aiayn's parser, e.g. aiayn.cli.parsing's `aiayn parse`; None: none.
     """
 
     name: str
@@ -182,32 +189,29 @@ class TaskSpec:
     build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
     find_unused_parameters: bool = False
     predictor: Callable[[str, str | None], Predict] | None = None
+    evaluate: Callable[[Any], int] | None = None
+    commands: str | None = None
 
 
-_REGISTRY: dict[str, TaskSpec] = {}
-
-
-def register(spec: TaskSpec) -> TaskSpec:
-    """Make `spec` the task named `spec.name` (a later registration of the name replaces it)."""
-    _REGISTRY[spec.name] = spec
-    return spec
+_LOADED: dict[str, TaskSpec] = {}  # the records read in this process, by task name
 
 
 def task_names() -> list[str]:
-    """Every task: those declared as entry points (aiayn.registry) and those registered in this process."""
-    return sorted(set(registry.task_paths()) | set(_REGISTRY))
+    """Every task (aiayn.registry: aiayn's own and those the `aiayn.tasks` entry points declare)."""
+    return sorted(registry.task_paths())
 
 
 def get_spec(name: str) -> TaskSpec:
-    if name not in _REGISTRY:
+    """The record of the task `name`, read once a process from where aiayn.registry says it is."""
+    if name not in _LOADED:
         path = registry.task_paths().get(name)
         if path is None:
             raise ConfigError(f"task.name must be one of {' | '.join(task_names())}, not {name!r}")
         spec = registry.load(path)
         if not isinstance(spec, TaskSpec) or spec.name != name:
             raise ConfigError(f"the entry point of task {name!r} ({path}) is not a TaskSpec named {name!r}")
-        _REGISTRY[name] = spec
-    return _REGISTRY[name]
+        _LOADED[name] = spec
+    return _LOADED[name]
 
 
 def spec_for(cfg: Config) -> TaskSpec:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiayn.config import Config, DataConfig
 from aiayn.registry import Later
-from aiayn.train.tasks.spec import PARALLEL_CORPORA, TaskSpec, register
+from aiayn.train.tasks.spec import PARALLEL_CORPORA, TaskSpec
 
 if TYPE_CHECKING:
     from aiayn.data.pairs import Prepared
@@ -23,22 +23,22 @@ def prepare_pairs(cfg: Config, data: DataConfig, run_dir: Path | None, options: 
     return prepare(data, run_dir, options=options)
 
 
-SPEC = register(
-    TaskSpec(
-        name="translate",
-        summary="translation (the paper's encoder-decoder)",
-        hub_tag="translation",
-        model_kind="encoder-decoder",
-        measures={"bleu": True},
-        default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
-        corpora=PARALLEL_CORPORA,
-        prepare=prepare_pairs,
-        longest_row=lambda cfg: (
-            cfg.data.max_len + 1,
-            "data.max_len subwords + EOS, or BOS + data.max_len",
-            "data.max_len",
-        ),
-        build=Later("aiayn.train.tasks.translate_task:TranslationTask"),
-        predictor=Later("aiayn.train.tasks.translate_task:translations"),
-    )
+SPEC = TaskSpec(
+    name="translate",
+    summary="translation (the paper's encoder-decoder)",
+    hub_tag="translation",
+    model_kind="encoder-decoder",
+    measures={"bleu": True},
+    default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
+    corpora=PARALLEL_CORPORA,
+    prepare=prepare_pairs,
+    longest_row=lambda cfg: (
+        cfg.data.max_len + 1,
+        "data.max_len subwords + EOS, or BOS + data.max_len",
+        "data.max_len",
+    ),
+    build=Later("aiayn.train.tasks.translate_task:TranslationTask"),
+    predictor=Later("aiayn.train.tasks.translate_task:translations"),
+    evaluate=Later("aiayn.cli.translate:evaluate"),
+    commands="aiayn.cli.translate",
 )
