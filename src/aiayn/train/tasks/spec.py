@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from aiayn import registry
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig, build_section
+from aiayn.registry import Later
 
 if TYPE_CHECKING:  # for the types only: a task's record loads without torch, numpy or sentencepiece
     import numpy as np
@@ -141,6 +142,24 @@ def sentence_batches(
     )
 
 
+@dataclass(frozen=True)
+class Card:
+    """What a task's model card says of a run besides its Hub tag (aiayn.publish.model_card)."""
+
+    languages: tuple[str, ...] = ()  # the front matter's `language:` list
+    what: str = "."  # the end of its first sentence, "... trained with aiayn for the `<task>` task<what>"
+    facts: tuple[str, ...] = ()  # list lines after "- Task: <task>"
+    usage: tuple[str, ...] = ()  # the lines of its Usage section
+
+
+def predictor_card(spec: TaskSpec, cfg: Config, repo_id: str) -> Card:
+    """A task's card unless it says otherwise: its summary, and its model run by `aiayn predict`."""
+    return Card(
+        what=f": {spec.summary}." if spec.summary else ".",
+        usage=("```", f"echo '...' | aiayn predict -c hf://{repo_id}", "```", ""),
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     """Everything aiayn asks of one task, in the order a task declares it.
@@ -166,13 +185,18 @@ class TaskSpec:
     find_unused_parameters: DDP's flag, for a model some of whose parameters get no gradient in some
       updates.
     predictor: (run directory or weights, device) -> a function from input lines to one output each, a
-      line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict for a task whose
-      hub_tag is not translation); None for a task without one.
+      line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict unless the task
+      serves otherwise); None for a task without one.
     evaluate: `aiayn evaluate -c RUN` on its runs: a function of the command's parsed arguments that prints
       the scores and returns the exit status (it lives in the task's command-line module: named with
       Later); None: the task has no evaluation of its own (`aiayn predict` still runs its model).
     commands: the task's own command-line verbs: "module" (or "module:function") whose `register(sub)`
       adds them to aiayn's parser, e.g. aiayn.cli.parsing's `aiayn parse`; None: none.
+    serve: `aiayn serve` on its runs: (the command's parsed arguments, the run directory, this spec, the
+      server's settings) -> the exit status, a CLI function named with Later; by default the predictor
+      at POST /v1/predict, and translate's is the translation server (LibreTranslate's API, the page).
+    card: what its model card says of a run (`Card`: languages, the first sentence, facts, usage), from
+      (this spec, the run's config, the Hub repository); by default its summary and `aiayn predict`.
     """
 
     name: str
@@ -191,6 +215,8 @@ class TaskSpec:
     predictor: Callable[[str, str | None], Predict] | None = None
     evaluate: Callable[[Any], int] | None = None
     commands: str | None = None
+    serve: Callable[[Any, Any, TaskSpec, Any], int] = Later("aiayn.cli.serve:serve_predictions")
+    card: Callable[[TaskSpec, Config, str], Card] = predictor_card
 
 
 _LOADED: dict[str, TaskSpec] = {}  # the records read in this process, by task name

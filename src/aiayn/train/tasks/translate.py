@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiayn.config import Config, DataConfig
 from aiayn.registry import Later
-from aiayn.train.tasks.spec import PARALLEL_CORPORA, TaskSpec
+from aiayn.train.tasks.spec import PARALLEL_CORPORA, Card, TaskSpec, predictor_card
 
 if TYPE_CHECKING:
     from aiayn.data.pairs import Prepared
@@ -21,6 +21,31 @@ def prepare_pairs(cfg: Config, data: DataConfig, run_dir: Path | None, options: 
     from aiayn.data.pairs import prepare
 
     return prepare(data, run_dir, options=options)
+
+
+def translation_card(spec: TaskSpec, cfg: Config, repo_id: str) -> Card:
+    """The model card of a translation run: its languages, and its model used by Translator, aiayn
+    translate and aiayn serve."""
+    src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
+    usage = (
+        "```python",
+        "from aiayn import Translator",
+        "",
+        f'translator = Translator.load("hf://{repo_id}")',
+        'print(translator.translate(["..."]))',
+        "```",
+        "",
+        "or on the command line:",
+        "",
+        "```",
+        f"echo '...' | aiayn translate -c hf://{repo_id}",
+        f"aiayn serve -c hf://{repo_id}",
+        "```",
+        "",
+    )
+    if not (src and tgt):
+        return Card(what=predictor_card(spec, cfg, repo_id).what, facts=("- Languages: unknown",), usage=usage)
+    return Card((src, tgt), f", translating {src} -> {tgt}.", (f"- Languages: {src} -> {tgt}",), usage)
 
 
 SPEC = TaskSpec(
@@ -41,4 +66,6 @@ SPEC = TaskSpec(
     predictor=Later("aiayn.train.tasks.translate_task:translations"),
     evaluate=Later("aiayn.cli.translate:evaluate"),
     commands="aiayn.cli.translate",
+    serve=Later("aiayn.cli.serve:serve_translations"),
+    card=translation_card,
 )
