@@ -83,6 +83,22 @@ def test_a_task_owns_its_settings_and_old_run_configs_still_load(tmp_path):
     assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "lm", "block_size": None, "batch_size": 12}
 
 
+def test_a_setting_a_task_took_over_keeps_its_old_key():
+    """train.eval_bleu is translate's own setting now (task.eval_bleu) and data.ptb_root parse's: a saved
+    run's config, a recipe or an override that still says the old key sets the task's setting, is ignored
+    by a run of another task, and a key no task took over is still refused as unknown."""
+    assert get_spec("translate").moved == ("train.eval_bleu",) and get_spec("parse").moved == ("data.ptb_root",)
+    for old in ({"train": {"eval_bleu": False}}, {"train": {"eval_bleu": False}, "task": {"eval_bleu": True}}):
+        cfg = Config.from_dict(old)
+        assert "eval_bleu" not in cfg.to_dict()["train"]
+        assert resolved(cfg, spec_for(cfg)).task.options == {"eval_bleu": "task" in old}  # the task section first
+    assert Config.load(None, ["--train.eval_bleu", "false"]).task.options == {"eval_bleu": False}
+    lm = Config.load(None, {"task.name": "lm", "data.corpus": "text", "train.eval_bleu": False, "data.ptb_root": "x"})
+    assert lm.task.options == {} and "eval_bleu" not in lm.to_dict()["train"]
+    with pytest.raises(ConfigError, match=r"unknown train fields \['eval_blue'\]"):
+        Config.load(None, {"train.eval_blue": False})
+
+
 def test_a_task_from_one_file_trains(home, tmp_path, monkeypatch):
     import toy_task
 

@@ -34,6 +34,16 @@ def task_paths() -> dict[str, str]:
     return found
 
 
+def moved_settings() -> dict[str, set[str]]:
+    """ "SECTION.KEY" -> the tasks that took over that global setting (their TaskSpec.moved): every task's
+    record is read (light: no torch), so aiayn.config asks only for a key a section does not know."""
+    found: dict[str, set[str]] = {}
+    for name, path in task_paths().items():
+        for key in getattr(load(path), "moved", ()):
+            found.setdefault(key, set()).add(name)
+    return found
+
+
 def load(path: str) -> Any:
     """The object "module:attribute" names (the module itself without an attribute)."""
     module, _, attr = path.partition(":")

@@ -53,12 +53,6 @@ def prepare_data(
     return prepared
 
 
-def n_classes(prepared: Any) -> int | None:
-    """The number of classes of labelled data; None for data without labels."""
-    names = getattr(prepared, "label_names", None)
-    return len(names) if names else None
-
-
 def run_spec(path: str | Path) -> TaskSpec:
     """The task of a run directory (or weights in one): its config.yaml's task.name; translate for
     weights without a run's config."""
@@ -83,7 +77,6 @@ __all__ = [
     "spec_for",
     "task_names",
     "prepare_data",
-    "n_classes",
     "default_metric",
     "patience_metric",
     "higher_is_better",

@@ -34,6 +34,11 @@ def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Option
     return prepared
 
 
+def classes(prepared: PreparedText) -> dict[str, int | None]:
+    """The classification head's size: the count of the labels the data has."""
+    return {"n_classes": len(prepared.label_names) if prepared.label_names else None}
+
+
 SPEC = TaskSpec(
     name="classify",
     summary="text classification (encoder-only with a pooled head, usually from an mlm run)",
@@ -45,6 +50,7 @@ SPEC = TaskSpec(
     prepare=prepare,
     train_batches=Later("aiayn.train.tasks.classify_task:train_batches"),
     longest_row=encoder_row,
+    model_fields=classes,
     build=Later("aiayn.train.tasks.classify_task:ClassifyTask"),
     find_unused_parameters=True,  # the masked-token head stays unused under DDP
     predictor=Later("aiayn.train.tasks.classify_task:labels"),

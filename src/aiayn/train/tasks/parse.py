@@ -75,6 +75,7 @@ SPEC = TaskSpec(
     summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
     model_kind="encoder-decoder",
     settings=ParseSettings,
+    moved=("data.ptb_root",),  # in data: until the task owned it
     measures={"f1": True},
     default_metric="f1",
     corpora=("craft", "wsj", "trees"),

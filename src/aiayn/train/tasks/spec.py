@@ -170,10 +170,15 @@ class TaskSpec:
     model_kind: the stack it trains: encoder-decoder | decoder-only | encoder-only.
     settings: the task's own settings, a dataclass: the `task:` section's keys besides `name`
       (`--task.KEY VALUE` on the command line), read with `task_options`.
+    moved: settings it took over from the global sections, as "SECTION.KEY" (translate: train.eval_bleu):
+      a config that still says SECTION.KEY (a saved run's, --train.eval_bleu) sets task.KEY; the run
+      of another task ignores it (aiayn.config reads these when a section has a key it does not know).
     measures: its validation numbers besides loss (lower is better), each with True where higher is
       better; train.patience_metric may name them, and the best checkpoint is judged by them.
     default_metric: what train.patience_metric=auto watches: a measure's name, or a function of the
       config where that depends on it.
+    check: the task's checks of the rest of the config against its settings (e.g. early stopping on a
+      measure the settings turn off), before any data work; raises ConfigError.
     corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
     prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory; how
       to prepare (worker processes, progress bars) is the caller's `Options`. It refuses data the task
@@ -181,6 +186,8 @@ class TaskSpec:
     train_batches: the stateful iterator of training batches for this rank (its `max_tokens` bounds a
       micro-batch); whole examples under data.max_tokens unless the task says otherwise.
     longest_row: (positions one training row can take, its layout, the setting that bounds it).
+    model_fields: ModelConfig fields that the prepared data decides (classify: n_classes, its labels'
+      count); None: none.
     build: the Task (loss of a batch, validation) for the built model.
     find_unused_parameters: DDP's flag, for a model some of whose parameters get no gradient in some
       updates.
@@ -191,7 +198,7 @@ class TaskSpec:
       the scores and returns the exit status (it lives in the task's command-line module: named with
       Later); None: the task has no evaluation of its own (`aiayn predict` still runs its model).
     commands: the task's own command-line verbs: "module" (or "module:function") whose `register(sub)`
-      adds them to aiayn's parser, e.g. aiayn.cli.parsing's `aiayn parse`; None: none.
+      adds them to aiayn's parser, e.g. aiayn.cli.lm's `aiayn generate`; None: none.
     serve: `aiayn serve` on its runs: (the command's parsed arguments, the run directory, this spec, the
       server's settings) -> the exit status, a CLI function named with Later; by default the predictor
       at POST /v1/predict, and translate's is the translation server (LibreTranslate's API, the page).
@@ -204,12 +211,15 @@ class TaskSpec:
     hub_tag: str = "text2text-generation"
     model_kind: str
     settings: type | None = None
+    moved: tuple[str, ...] = ()
     measures: dict[str, bool] = dataclasses.field(default_factory=dict)
     default_metric: str | Callable[[Config], str] = "loss"
+    check: Callable[[Config], None] | None = None
     corpora: tuple[str, ...] = ()
     prepare: Callable[[Config, DataConfig, Path | None, Options], PreparedData]
     train_batches: Callable[[Config, Any, DistInfo, torch.device], TrainBatches] = sentence_batches
     longest_row: Callable[[Config], tuple[int, str, str]]
+    model_fields: Callable[[Any], dict[str, Any]] | None = None
     build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
     find_unused_parameters: bool = False
     predictor: Callable[[str, str | None], Predict] | None = None
@@ -242,10 +252,12 @@ def get_spec(name: str) -> TaskSpec:
 
 def spec_for(cfg: Config) -> TaskSpec:
     """The run's task, with the settings that only the task can judge checked before any data work: its
-    own settings, its corpus, learned positions long enough for its longest training row, and its
-    early-stopping metric."""
+    own settings (and the task's checks of the rest against them), its corpus, learned positions long
+    enough for its longest training row, and its early-stopping metric."""
     spec = get_spec(cfg.task.name)
     task_options(cfg, spec.settings)
+    if spec.check is not None:
+        spec.check(cfg)
     if spec.corpora and cfg.data.corpus not in spec.corpora:
         raise ConfigError(f"task {spec.name} reads data.corpus {' | '.join(spec.corpora)}, not {cfg.data.corpus!r}")
     m = cfg.model_config(vocab_size=4, kind=spec.model_kind)
@@ -270,12 +282,19 @@ def task_options(cfg: Config, kind: type[T] | None) -> T:
     options = dict(cfg.task.options)
     fields = {f.name for f in dataclasses.fields(cast(Any, kind))} if kind is not None else set()
     if _SHARED_BEFORE <= set(options):
-        options = {k: v for k, v in options.items() if k in fields or k not in _SHARED_BEFORE | {"tree_leaves"}}
+        others = (_SHARED_BEFORE | _every_task_setting()) - fields
+        options = {k: v for k, v in options.items() if k not in others}
     if kind is None:
         if options:
             raise ConfigError(f"task {cfg.task.name} has no settings; unknown task fields {sorted(options)}")
         return None  # type: ignore[return-value]
     return build_section(kind, options, "task")
+
+
+def _every_task_setting() -> set[str]:
+    """The names of every task's settings (an old shared section held some task's of each)."""
+    kinds = [get_spec(name).settings for name in task_names()]
+    return {f.name for kind in kinds if kind is not None for f in dataclasses.fields(kind)}
 
 
 def resolved(cfg: Config, spec: TaskSpec) -> Config:

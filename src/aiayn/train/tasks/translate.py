@@ -4,16 +4,38 @@ run trains or predicts: this record, which `aiayn data prepare` reads, loads no 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiayn.config import Config, DataConfig
+from aiayn.config import Config, ConfigError, DataConfig, build_section
 from aiayn.registry import Later
 from aiayn.train.tasks.spec import PARALLEL_CORPORA, Card, TaskSpec, predictor_card
 
 if TYPE_CHECKING:
     from aiayn.data.pairs import Prepared
     from aiayn.data.pipeline import Options
+
+
+@dataclasses.dataclass
+class TranslateSettings:
+    """The `task:` section of a translate run."""
+
+    # validation also scores greedy translations of the first train.eval_max_sentences sentences with
+    # BLEU (once train.eval_bleu, which other tasks' recipes turned off)
+    eval_bleu: bool = True
+
+
+def eval_bleu(cfg: Config) -> bool:
+    """task.eval_bleu. A task of its own built on TranslationTask (tests/toy_task.py) has other settings:
+    it scores BLEU unless its section too says eval_bleu: false."""
+    own = {k: v for k, v in cfg.task.options.items() if k == "eval_bleu"}
+    return build_section(TranslateSettings, own, "task").eval_bleu
+
+
+def check(cfg: Config) -> None:
+    if cfg.train.patience_metric == "bleu" and not eval_bleu(cfg):
+        raise ConfigError("train.patience_metric=bleu needs task.eval_bleu=true")
 
 
 def prepare_pairs(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> Prepared:
@@ -53,8 +75,11 @@ SPEC = TaskSpec(
     summary="translation (the paper's encoder-decoder)",
     hub_tag="translation",
     model_kind="encoder-decoder",
+    settings=TranslateSettings,
+    moved=("train.eval_bleu",),
     measures={"bleu": True},
-    default_metric=lambda cfg: "bleu" if cfg.train.eval_bleu else "loss",
+    default_metric=lambda cfg: "bleu" if eval_bleu(cfg) else "loss",
+    check=check,
     corpora=PARALLEL_CORPORA,
     prepare=prepare_pairs,
     longest_row=lambda cfg: (
