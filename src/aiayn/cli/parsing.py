@@ -47,7 +47,7 @@ def _run(a: argparse.Namespace) -> int:
         if a.output:
             out.close()
     if a.draw:
-        from aiayn.viz import plot_tree
+        from aiayn.tree_plot import plot_tree
 
         first = next((t for t in trees if t.leaves()), None)
         if first is None:

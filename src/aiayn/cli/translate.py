@@ -422,7 +422,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate",
         help="score a run with its task's measure (translation: sacreBLEU + chrF, + tokenized BLEU, of a test set; "
-        "another task: its own, e.g. EVALB F1)",
+        "another task: its own measure)",
     )
     p.add_argument(
         "-c",
