@@ -1,6 +1,6 @@
 """What a task is: one record (`TaskSpec`, after torchtitan's TrainSpec) holding everything aiayn asks of
-one kind of run (its settings, data, loss, validation measures, predictor and model card), and the
-registry that maps `task.name` to it.
+one kind of run (its settings, data, loss, validation measures, predictor, evaluation, server, model card
+and command-line verbs), and the lookup that maps `task.name` to it.
 
 A task is one module that builds its record, named in one table (aiayn.registry): the built-in ones are
 files of this package, others come from any installed distribution through the `aiayn.tasks` entry
