@@ -12,17 +12,18 @@ import pytest
 
 @contextmanager
 def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[Path, object]]:
-    """Every figure aiayn.viz saves while inside, by the path it is saved to (the PNG is still written)."""
+    """Every figure aiayn.viz saves (its own and aiayn.tree_plot's) while inside, by the path it is saved to
+    (the PNG is still written)."""
     from aiayn import viz
 
     saved: dict[Path, object] = {}
-    real = viz._save
+    real = viz.save_png
 
     def keep(fig, out):
         saved[Path(out)] = fig
         return real(fig, out)
 
-    monkeypatch.setattr(viz, "_save", keep)
+    monkeypatch.setattr(viz, "save_png", keep)
     yield saved
 
 

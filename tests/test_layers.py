@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "aiayn.serve",
         "aiayn.viz",
+        "aiayn.tree_plot",
         "aiayn.ablation",
         "aiayn.quickstart",
         "aiayn.evaluate",

@@ -1,5 +1,5 @@
 """The task registry: a task is its own module (tests/toy_task.py), found through the `aiayn.tasks` entry
-points, and aiayn trains, evaluates and runs it unchanged."""
+points as aiayn's own are found in aiayn.registry, and aiayn trains, evaluates and runs it unchanged."""
 
 from __future__ import annotations
 
@@ -23,16 +23,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_built_in_tasks_are_declared_once_and_registered_with_their_stacks():
-    """pyproject.toml declares the built-in tasks as entry points; aiayn.registry keeps the same list for a
-    checkout that was not reinstalled. Every declared task loads, under its own name."""
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
-    assert declared[registry.TASKS_GROUP] == registry.BUILTIN_TASKS
-    assert declared[registry.COMMANDS_GROUP] == registry.BUILTIN_COMMANDS
+    """aiayn's own tasks are declared once, in aiayn.registry (pyproject.toml declares no entry points that
+    would repeat them), and read as other distributions' `aiayn.tasks` entry points are. Every declared task
+    loads, under its own name; its verbs and its evaluation are fields of its record."""
+    assert "entry-points" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(registry.BUILTIN_TASKS) <= set(task_names())
     for name in registry.BUILTIN_TASKS:
         spec = get_spec(name)
         assert spec.name == name and spec.model_kind in MODEL_KINDS
         assert spec.settings is None or dataclasses.is_dataclass(spec.settings)
+    assert {n: get_spec(n).commands for n in registry.BUILTIN_TASKS} == {
+        "translate": "aiayn.cli.translate",
+        "lm": "aiayn.cli.lm",
+        "mlm": None,
+        "classify": "aiayn.cli.classify",
+        "parse": "aiayn.cli.parsing",
+    }
+    assert [n for n in registry.BUILTIN_TASKS if get_spec(n).evaluate is not None] == ["translate", "parse"]
     with pytest.raises(ConfigError, match=r"task.name must be one of .*translate.*, not .nope."):
         spec_for(Config.load(None, {"task.name": "nope"}))
 
@@ -76,9 +83,26 @@ def test_a_task_owns_its_settings_and_old_run_configs_still_load(tmp_path):
     assert resolved(cfg, spec_for(cfg)).to_dict()["task"] == {"name": "lm", "block_size": None, "batch_size": 12}
 
 
-def test_a_task_from_one_file_trains(home, tmp_path):
-    import toy_task  # registers `reverse`
+def test_a_setting_a_task_took_over_keeps_its_old_key():
+    """train.eval_bleu is translate's own setting now (task.eval_bleu) and data.ptb_root parse's: a saved
+    run's config, a recipe or an override that still says the old key sets the task's setting, is ignored
+    by a run of another task, and a key no task took over is still refused as unknown."""
+    assert get_spec("translate").moved == ("train.eval_bleu",) and get_spec("parse").moved == ("data.ptb_root",)
+    for old in ({"train": {"eval_bleu": False}}, {"train": {"eval_bleu": False}, "task": {"eval_bleu": True}}):
+        cfg = Config.from_dict(old)
+        assert "eval_bleu" not in cfg.to_dict()["train"]
+        assert resolved(cfg, spec_for(cfg)).task.options == {"eval_bleu": "task" in old}  # the task section first
+    assert Config.load(None, ["--train.eval_bleu", "false"]).task.options == {"eval_bleu": False}
+    lm = Config.load(None, {"task.name": "lm", "data.corpus": "text", "train.eval_bleu": False, "data.ptb_root": "x"})
+    assert lm.task.options == {} and "eval_bleu" not in lm.to_dict()["train"]
+    with pytest.raises(ConfigError, match=r"unknown train fields \['eval_blue'\]"):
+        Config.load(None, {"train.eval_blue": False})
 
+
+def test_a_task_from_one_file_trains(home, tmp_path, monkeypatch):
+    import toy_task
+
+    monkeypatch.syspath_prepend(str(install_toy_distribution(tmp_path / "site")))  # its entry point registers it
     assert "reverse" in task_names() and get_spec("reverse") is toy_task.SPEC
     over = {
         "task.name": "reverse",
@@ -105,41 +129,38 @@ def test_a_task_from_one_file_trains(home, tmp_path):
     assert (run / "reverse-data" / "train.src").is_file() and (run / "best.safetensors").is_file()
 
 
-def test_batches_without_max_tokens_are_named_before_training(home, tmp_path):
+def test_batches_without_max_tokens_are_named_before_training(home, tmp_path, monkeypatch):
     """A task whose training batches do not say their micro-batch size (TrainBatches.max_tokens) is
     refused in one message naming the task, on every rank alike, before the first update."""
     import toy_task
     from aiayn.train.tasks import spec
 
-    spec.register(dataclasses.replace(toy_task.SPEC, name="sizeless", train_batches=lambda *args: object()))
+    sizeless = dataclasses.replace(toy_task.SPEC, name="sizeless", train_batches=lambda *args: object())
+    monkeypatch.setitem(spec._LOADED, "sizeless", sizeless)  # as if read from an entry point in this process
     over = {"task.name": "sizeless", "model.preset": "tiny", "data.vocab_size": 300, "train.max_steps": 1}
-    try:
-        with pytest.raises(TypeError, match="task sizeless's train_batches gave a object without max_tokens"):
-            train(Config.load(None, over), tmp_path / "run")
-    finally:
-        del spec._REGISTRY["sizeless"]
+    with pytest.raises(TypeError, match="task sizeless's train_batches gave a object without max_tokens"):
+        train(Config.load(None, over), tmp_path / "run")
     assert not list((tmp_path / "run").glob("checkpoints/*"))
 
 
 def install_toy_distribution(where: Path) -> Path:
     """tests/toy_task.py and toy_task_cli.py as an installed distribution of their own: the modules plus a
-    dist-info whose entry_points.txt declares the task and its command module, as pip would leave them."""
+    dist-info whose entry_points.txt declares the task (its record names its command module), as pip would
+    leave them."""
     where.mkdir(parents=True)
     for name in ("toy_task.py", "toy_task_cli.py"):
         (where / name).write_text((Path(__file__).parent / name).read_text())
     info = where / "toy_task-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-task\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[aiayn.tasks]\nreverse = toy_task:SPEC\n\n[aiayn.commands]\nreverse = toy_task_cli\n"
-    )
+    (info / "entry_points.txt").write_text("[aiayn.tasks]\nreverse = toy_task:SPEC\n")
     return where
 
 
 def test_a_task_from_another_distribution_trains_evaluates_and_predicts_through_the_cli(home, tmp_path):
-    """The toy task, found only through its distribution's entry points, in real `python -m aiayn`
+    """The toy task, found only through its distribution's entry point, in real `python -m aiayn`
     processes: its verb is listed, its setting and measure are used in training (early stopping watches
-    `exact`, higher is better), `aiayn evaluate` reaches its command module and `aiayn predict` its
+    `exact`, higher is better), `aiayn evaluate` reaches its record's evaluation and `aiayn predict` its
     predictor. aiayn is not edited, and the toy's modules are not on the test process's path."""
     dist = install_toy_distribution(tmp_path / "site")
     src = ROOT / "src"

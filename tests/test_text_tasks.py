@@ -550,7 +550,7 @@ def test_predict_fills_in_masks_with_hugging_faces_records(sounds_run, tmp_path,
     assert "no [MASK] in 'the big dog barks loudly'" in capsys.readouterr().err
 
 
-def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, capsys):
+def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, capsys, monkeypatch):
     """`aiayn serve -c RUN` of a task other than translation: a real server process, its predictor at
     /v1/predict; and a task without a predictor is refused in one line before anything loads."""
     pytest.importorskip("uvicorn")
@@ -560,7 +560,7 @@ def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, caps
 
     import httpx
 
-    from aiayn.train.tasks import get_spec, register
+    from aiayn.train.tasks import get_spec, spec
     from local_http import free_port
 
     texts = ["the young bird [MASK] again", "the white [MASK] quacks softly"]
@@ -589,10 +589,6 @@ def test_serve_answers_an_mlm_run_on_v1_predict_as_predict_does(sounds_run, caps
     finally:
         proc.terminate()
         proc.wait(30)
-    mlm = get_spec("mlm")
-    register(dataclasses.replace(mlm, predictor=None))
-    try:
-        assert cli(["serve", "-c", str(sounds_run)]) == 2
-    finally:
-        register(mlm)
+    monkeypatch.setitem(spec._LOADED, "mlm", dataclasses.replace(get_spec("mlm"), predictor=None))
+    assert cli(["serve", "-c", str(sounds_run)]) == 2
     assert "task mlm has no predictor to serve" in capsys.readouterr().err

@@ -479,8 +479,10 @@ def test_train_state_round_trip_and_patience():
 
 
 def test_patience_settings_are_checked():
-    with pytest.raises(ConfigError, match="eval_bleu"):
-        Config.from_dict({"train": {"patience": 2, "patience_metric": "bleu", "eval_bleu": False}})
+    from aiayn.train.tasks import spec_for
+
+    with pytest.raises(ConfigError, match="patience_metric=bleu needs task.eval_bleu=true"):
+        spec_for(Config.from_dict({"train": {"patience": 2, "patience_metric": "bleu"}, "task": {"eval_bleu": False}}))
     with pytest.raises(ConfigError, match="eval_every"):
         Config.from_dict({"train": {"patience": 2, "eval_every": 0}})
 

@@ -296,10 +296,11 @@ def test_cli_attention_and_plot(run_dir, tmp_path):
 
 def test_a_tree_is_drawn_words_in_order_each_constituent_over_its_span(tmp_path, monkeypatch):
     from aiayn.data.treebank import Tree, parse_tree
+    from aiayn.tree_plot import plot_tree
 
     tree = parse_tree("(TOP (S (NP (DT The) (NNS mice)) (VP (VBD ran) (PP (IN to) (NP (NN food)))) (. .)))")
     with plotted.figures(monkeypatch) as saved:
-        out = viz.plot_tree(tree, tmp_path / "tree.png", dpi=40)
+        out = plot_tree(tree, tmp_path / "tree.png", dpi=40)
     assert plt_image(out).shape[:2] == (166, 216)  # (0.55 inch x 7 rows + 0.3) and 0.9 inch x 6 words, at 40 dpi
     ax = saved[out].axes[0]
     at = {}
@@ -313,7 +314,7 @@ def test_a_tree_is_drawn_words_in_order_each_constituent_over_its_span(tmp_path,
     assert ((3.5, 3), (3, 4)) in edges and ((3.5, 3), (4, 4)) in edges  # PP to IN and to NP
     assert len(edges) == len(ax.texts) - 1  # a tree: one edge into every node but the root
     with pytest.raises(viz.PlotError, match="without words"):
-        viz.plot_tree(Tree("TOP", [Tree("S")]), tmp_path / "empty.png")
+        plot_tree(Tree("TOP", [Tree("S")]), tmp_path / "empty.png")
 
 
 def plt_image(path):

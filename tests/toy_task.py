@@ -1,8 +1,8 @@
 """A task added from outside aiayn: `reverse` trains the encoder-decoder to write a sequence of letters
 backwards. It has its own settings (`task.letters`), its own validation measure (`exact`, higher is
-better) and a predictor; tests/toy_task_cli.py is its command-line module. tests/test_tasks.py installs
-both as a separate distribution (entry points `aiayn.tasks` and `aiayn.commands`) and runs it through
-the real CLI; importing this module also registers it in-process. Nothing in aiayn is edited."""
+better), a predictor, an evaluation and a verb of its own (in tests/toy_task_cli.py, its command-line
+module). tests/test_tasks.py installs both as a separate distribution (one entry point, `aiayn.tasks`)
+and runs it through the real CLI. Nothing in aiayn is edited."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from aiayn.config import Config, DataConfig
 from aiayn.data.pairs import Prepared, prepare
 from aiayn.data.pipeline import Options
 from aiayn.decode import Translator
-from aiayn.train.tasks import TaskSpec, TranslationTask, register, task_options
+from aiayn.registry import Later
+from aiayn.train.tasks import TaskSpec, TranslationTask, task_options
 from aiayn.train.tasks.translate_task import translations
 
 
@@ -58,17 +59,17 @@ class ReverseTask(TranslationTask):
         return {**self.valid_loss(model), "exact": exact_match(hyps, list(ref))}
 
 
-SPEC = register(
-    TaskSpec(
-        name="reverse",
-        summary="writing a sequence of letters backwards (a toy)",
-        model_kind="encoder-decoder",
-        settings=ReverseSettings,
-        measures={"exact": True},
-        default_metric="exact",
-        prepare=prepare_reversal,
-        longest_row=lambda cfg: (cfg.data.max_len + 1, "data.max_len letters + EOS", "data.max_len"),
-        build=ReverseTask,
-        predictor=translations,
-    )
+SPEC = TaskSpec(
+    name="reverse",
+    summary="writing a sequence of letters backwards (a toy)",
+    model_kind="encoder-decoder",
+    settings=ReverseSettings,
+    measures={"exact": True},
+    default_metric="exact",
+    prepare=prepare_reversal,
+    longest_row=lambda cfg: (cfg.data.max_len + 1, "data.max_len letters + EOS", "data.max_len"),
+    build=ReverseTask,
+    predictor=translations,
+    evaluate=Later("toy_task_cli:evaluate"),
+    commands="toy_task_cli",
 )

@@ -1,5 +1,5 @@
-"""The command-line module of the toy task (tests/toy_task.py): its own verb, `aiayn reverse-check`, and
-its answer to `aiayn evaluate`. Light to import, like aiayn's own (no torch until a command runs)."""
+"""The command-line module of the toy task (tests/toy_task.py names it): its own verb, `aiayn reverse-check`,
+and its answer to `aiayn evaluate`. Light to import, like aiayn's own (no torch until a command runs)."""
 
 from __future__ import annotations
 

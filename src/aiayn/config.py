@@ -268,15 +268,14 @@ class TrainConfig:
     amp: Literal["auto", "none", "bf16", "fp16"] = "auto"
     compile: bool = False  # torch.compile the training forward
     log_every: int = 100
-    eval_every: int = 1000  # validation loss + greedy BLEU; 0 = only at the end
+    eval_every: int = 1000  # validation: the loss and the task's measures; 0 = only at the end
     save_every: int = 1000
     keep_last: int = 5  # step checkpoints kept (plus best.safetensors); >= 5 lets `average --last 5` work
-    eval_max_sentences: int = 500  # greedy-BLEU subset of the validation set (0 = all)
-    eval_bleu: bool = True
+    eval_max_sentences: int = 500  # the validation sentences a task decodes for its measure, at most (0 = all)
     # Early stopping: stop after this many validations without a better patience_metric (0 = never).
     # The best weights by that metric are RUN/best.safetensors whether or not patience is set.
     patience: int = 0
-    # auto: the task's own choice (translate: bleu with eval_bleu, else loss); else loss or one of the
+    # auto: the task's own choice (translate: bleu with task.eval_bleu, else loss); else loss or one of the
     # validation measures the task declares (TaskSpec.measures: bleu, accuracy, ...)
     patience_metric: str = "auto"
     nan_limit: int = 5  # consecutive skipped (non-finite or fp16-overflow) updates before training stops
@@ -293,8 +292,6 @@ class TrainConfig:
             raise ConfigError(f"train.amp must be auto | none | bf16 | fp16, not {self.amp!r}")
         if self.max_steps < 1 or self.log_every < 1 or self.save_every < 1 or self.keep_last < 1:
             raise ConfigError("train.max_steps, log_every, save_every and keep_last must be >= 1")
-        if self.patience_metric == "bleu" and not self.eval_bleu:
-            raise ConfigError("train.patience_metric=bleu needs train.eval_bleu=true")
         if self.patience < 0 or (self.patience and not self.eval_every):
             raise ConfigError("train.patience must be >= 0, and needs train.eval_every > 0 (validations to count)")
 
@@ -369,13 +366,11 @@ class Config:
                 for k, v in (d.get("model") or {}).items()
             }
         }
-        data, task = dict(d.get("data") or {}), dict(d.get("task") or {})
-        # Saved before the task owned it: data.ptb_root (null unless the run read the WSJ treebank)
-        moved = data.pop("ptb_root", None)
-        if moved is not None:
-            task.setdefault("ptb_root", moved)
+        task = dict(d.get("task") or {})
+        sections = {name: dict(d.get(name) or {}) for name in kinds}
+        _hand_over_moved(sections, kinds, task)
         for name, kind in kinds.items():
-            parts[name] = build_section(kind, data if name == "data" else dict(d.get(name) or {}), name)
+            parts[name] = build_section(kind, sections[name], name)
         parts["task"] = TaskConfig(name=str(task.pop("name", TaskConfig.name)), options=task)
         return cls(**parts)
 
@@ -404,6 +399,30 @@ class Config:
 
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
         atomic_write(path, lambda tmp: open(tmp, "w").write(text))
+
+
+def _hand_over_moved(sections: dict[str, dict[str, Any]], kinds: dict[str, type], task: dict[str, Any]) -> None:
+    """Keys of the global sections that a task took over (its TaskSpec.moved, e.g. train.eval_bleu), as a
+    run saved before still has them and as users may still write them: moved into `task` as the run's
+    task's setting of that name (its section's own value first), dropped for a run of another task.
+    Which keys moved is known from the tasks' records (aiayn.registry), read only when a section has a
+    key it does not know; any other such key stays, to be refused as unknown."""
+    unknown = {f"{n}.{k}" for n, keys in sections.items() for k in keys if k not in _field_names(kinds[n])}
+    if not unknown:
+        return
+    from aiayn import registry
+
+    moved = registry.moved_settings()
+    name = task.get("name", TaskConfig.name)
+    for key in sorted(unknown & set(moved)):
+        section, _, field = key.partition(".")
+        value = sections[section].pop(field)
+        if name in moved[key]:
+            task.setdefault(field, value)
+
+
+def _field_names(kind: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cast(Any, kind))}
 
 
 def read_config_file(path: str | Any) -> dict[str, Any]:

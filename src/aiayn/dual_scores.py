@@ -197,7 +197,7 @@ def train_scorers(
             "train.max_minutes": None,  # the updates asked for, however long they take (a recipe may cap the time)
             "train.eval_every": 0,
             "train.save_every": steps,
-            "train.eval_bleu": False,
+            "task.eval_bleu": False,
             "train.progress": progress,
         }
         if runs:  # one BPE for both directions: their scores are per piece of the same pieces

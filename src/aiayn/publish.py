@@ -108,11 +108,10 @@ def model_card(
     m = weights_config(weights)
     cfg = cfg or Config()
     spec = get_spec(cfg.task.name)
-    translation = spec.hub_tag == "translation"
-    src, tgt = (cfg.data.src_lang, cfg.data.tgt_lang) if translation else ("", "")
+    card = spec.card(spec, cfg, repo_id)  # what the task says of its runs
     front = ["---", "library_name: aiayn", "tags:", f"- {spec.hub_tag}", "- aiayn", f"license: {license}"]
-    if src and tgt:
-        front += ["language:", f"- {src}", f"- {tgt}"]
+    if card.languages:
+        front += ["language:", *(f"- {lang}" for lang in card.languages)]
     front.append("---")
     task, corpus = cfg.task.name, cfg.data.corpus
     params = count_parameters(weights)
@@ -123,11 +122,10 @@ def model_card(
         "",
         f"# {repo_id}",
         "",
-        f"A Transformer ('Attention Is All You Need') trained with aiayn for the `{task}` task"
-        + (f", translating {src} -> {tgt}." if src and tgt else f": {spec.summary}." if spec.summary else "."),
+        f"A Transformer ('Attention Is All You Need') trained with aiayn for the `{task}` task{card.what}",
         "",
         f"- Task: {task}",
-        *([f"- Languages: {src} -> {tgt}" if src and tgt else "- Languages: unknown"] if translation else []),
+        *card.facts,
         f"- Data: corpus `{corpus}`",
         f"- Model: {m.kind}, d_model {m.d_model}, {m.n_encoder_layers} encoder and {m.n_decoder_layers} decoder "
         f"layers, {m.n_heads} heads, d_ff {m.d_ff}, vocabulary {m.vocab_size}, {params:,} parameters",
@@ -137,26 +135,8 @@ def model_card(
         "",
         "## Usage",
         "",
+        *card.usage,
     ]
-    if translation:
-        body += [
-            "```python",
-            "from aiayn import Translator",
-            "",
-            f'translator = Translator.load("hf://{repo_id}")',
-            'print(translator.translate(["..."]))',
-            "```",
-            "",
-            "or on the command line:",
-            "",
-            "```",
-            f"echo '...' | aiayn translate -c hf://{repo_id}",
-            f"aiayn serve -c hf://{repo_id}",
-            "```",
-            "",
-        ]
-    else:
-        body += ["```", f"echo '...' | aiayn predict -c hf://{repo_id}", "```", ""]
     return "\n".join(front + body)
 
 

@@ -1,13 +1,11 @@
-"""Where tasks come from: the entry points of the `aiayn.tasks` group (name -> a module's TaskSpec) and
-of `aiayn.commands` (a task's own command-line module, whose `register(sub)` adds its verbs and whose
-`evaluate(args)`, if any, answers `aiayn evaluate` for its runs).
+"""Where tasks come from: one table, task name -> where its TaskSpec is ("module:SPEC").
 
-Any installed distribution may declare them, so a package outside aiayn adds a task without editing
-it (docs/architecture.md, "Adding a task"). Only names and dotted paths are read here: nothing is
-imported until a task is used, so `aiayn --help` stays free of torch.
-
-The built-in tasks are declared in pyproject.toml; the same list is kept below for a checkout used
-without (re)installing (tests/test_tasks.py checks that the two agree).
+aiayn's own tasks are the table below; any installed distribution adds its own (or replaces one) with an
+entry point of the `aiayn.tasks` group, read the same way, so a package outside aiayn adds a task without
+editing it (docs/architecture.md, "Adding a task"). That is the one way a task is registered: its record
+says the rest (its settings, data, measures, predictor, evaluation, and the module of its command-line
+verbs). Only names and dotted paths are read here; a record is imported when it is asked for
+(aiayn.train.tasks.get_spec), and records are light to import (no torch, numpy or sentencepiece).
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from importlib.metadata import entry_points
 from typing import Any
 
 TASKS_GROUP = "aiayn.tasks"
-COMMANDS_GROUP = "aiayn.commands"
 
 BUILTIN_TASKS = {
     "translate": "aiayn.train.tasks.translate:SPEC",
@@ -26,31 +23,25 @@ BUILTIN_TASKS = {
     "classify": "aiayn.train.tasks.classify:SPEC",
     "parse": "aiayn.train.tasks.parse:SPEC",
 }
-BUILTIN_COMMANDS = {
-    "translate": "aiayn.cli.translate",
-    "lm": "aiayn.cli.lm",
-    "classify": "aiayn.cli.classify",
-    "parse": "aiayn.cli.parsing",
-}
 
 
-def _declared(group: str, builtin: dict[str, str]) -> dict[str, str]:
-    """name -> "module[:attribute]": the built-in list, then what installed distributions declare
-    (a later declaration of a name replaces an earlier one)."""
-    found = dict(builtin)
-    for ep in entry_points(group=group):
+def task_paths() -> dict[str, str]:
+    """Every task's name -> where its TaskSpec is: aiayn's own, then what installed distributions declare
+    in the `aiayn.tasks` group (a later declaration of a name replaces an earlier one)."""
+    found = dict(BUILTIN_TASKS)
+    for ep in entry_points(group=TASKS_GROUP):
         found[ep.name] = ep.value
     return found
 
 
-def task_paths() -> dict[str, str]:
-    """Every task's name -> where its TaskSpec is ("module:SPEC")."""
-    return _declared(TASKS_GROUP, BUILTIN_TASKS)
-
-
-def command_paths() -> dict[str, str]:
-    """Task name -> its command-line module (tasks without one are absent)."""
-    return _declared(COMMANDS_GROUP, BUILTIN_COMMANDS)
+def moved_settings() -> dict[str, set[str]]:
+    """ "SECTION.KEY" -> the tasks that took over that global setting (their TaskSpec.moved): every task's
+    record is read (light: no torch), so aiayn.config asks only for a key a section does not know."""
+    found: dict[str, set[str]] = {}
+    for name, path in task_paths().items():
+        for key in getattr(load(path), "moved", ()):
+            found.setdefault(key, set()).add(name)
+    return found
 
 
 def load(path: str) -> Any:

@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # heavy imports stay out of `aiayn --help`
     from matplotlib.figure import Figure
 
     from aiayn.data.tokenizer import Tokenizer
-    from aiayn.data.treebank import Tree
     from aiayn.model import Transformer
 
 from aiayn.config import DecodeConfig
@@ -45,7 +44,7 @@ class PlotDependencyError(AiaynError, ImportError):
     """matplotlib is not installed."""
 
 
-def _figure(width_in: float, height_in: float, dpi: int) -> Figure:
+def new_figure(width_in: float, height_in: float, dpi: int) -> Figure:
     """A Figure on the Agg canvas; a one-line install hint when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -57,14 +56,15 @@ def _figure(width_in: float, height_in: float, dpi: int) -> Figure:
     return fig
 
 
-def _text(s: str) -> str:
+def label_text(s: str) -> str:
     """Label-safe text: control characters (byte pieces decoded raw) shown as escapes, and `$`
     escaped so matplotlib does not read mathtext."""
     s = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in s)
     return s.replace("$", r"\$")
 
 
-def _save(fig: Figure, out: str | os.PathLike) -> Path:
+def save_png(fig: Figure, out: str | os.PathLike) -> Path:
+    """`fig` as a PNG at `out` (its folder made), at exactly the figure's size."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")  # no bbox_inches="tight": the pixel size stays as documented
@@ -192,7 +192,7 @@ def plot_attention(
     panels = [(k, li) for k in kinds for li in layers]
     n_tok = max(len(lab) for k in kinds for lab in amap.axes(k))
     width, height, cell = attention_grid_size(len(panels), len(heads), n_tok)
-    fig = _figure(width, height, dpi)
+    fig = new_figure(width, height, dpi)
     gap = 1.0
     fig.subplots_adjust(
         left=1.6 / width,
@@ -211,7 +211,7 @@ def plot_attention(
     for r, (k, li) in enumerate(panels):
         q_labels, k_labels = amap.axes(k)
         n_layers = len(amap.weights[k])
-        k_shown, q_shown = [_text(t) for t in k_labels[::stride]], [_text(t) for t in q_labels[::stride]]
+        k_shown, q_shown = [label_text(t) for t in k_labels[::stride]], [label_text(t) for t in q_labels[::stride]]
         for c, hi in enumerate(heads):
             ax = axes[r][c]
             image = ax.imshow(
@@ -229,9 +229,9 @@ def plot_attention(
     cax = fig.add_axes((1 - 0.55 / width, (0.4 + gap) / height, 0.12 / width, min(cell, height - 2.3) / height))
     assert image is not None  # at least one head was drawn
     fig.colorbar(image, cax=cax).ax.tick_params(labelsize=7)
-    title = _text(f"{amap.source}  →  {amap.translation}")
+    title = label_text(f"{amap.source}  →  {amap.translation}")
     fig.suptitle(title if len(title) < 160 else title[:157] + "...", fontsize=10, y=1 - 0.25 / height)
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 # -- training curves -------------------------------------------------------------------------------
@@ -257,7 +257,7 @@ def plot_runs(
     paths = [Path(r) for r in runs]
     metrics = [read_metrics(p) for p in paths]
     names = list(labels) if labels is not None else _run_labels([p.parent if p.is_file() else p for p in paths])
-    fig = _figure(11.0, 8.0, dpi)
+    fig = new_figure(11.0, 8.0, dpi)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.08, wspace=0.22, hspace=0.3)
     axes = fig.subplots(2, 2)
     panels = [
@@ -274,7 +274,9 @@ def plot_runs(
             pts = [(r["step"], r[key]) for r in recs if key and r.get(key) is not None and math.isfinite(float(r[key]))]
             if pts:
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, color=color, label=_text(name), lw=1.4, marker="o" if len(pts) < 20 else None, ms=3)
+                ax.plot(
+                    xs, ys, color=color, label=label_text(name), lw=1.4, marker="o" if len(pts) < 20 else None, ms=3
+                )
                 drawn += 1
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step", fontsize=9)
@@ -289,7 +291,7 @@ def plot_runs(
         handles, legend = axes[1][1].get_legend_handles_labels()
     if handles:
         fig.legend(handles, legend, loc="upper center", ncol=min(len(legend), 5), fontsize=8, frameon=False)
-    return _save(fig, out)
+    return save_png(fig, out)
 
 
 def _colors(n: int) -> list:
@@ -314,9 +316,9 @@ def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) ->
     import numpy as np
 
     m = np.asarray(s["confusion"])
-    names = [_text(x) for x in s["labels"]]
+    names = [label_text(x) for x in s["labels"]]
     size = 2.0 + 0.45 * len(names)
-    fig = _figure(size + 1.0, size, dpi)
+    fig = new_figure(size + 1.0, size, dpi)
     ax = fig.add_subplot(1, 1, 1)
     rows = m.sum(1, keepdims=True)
     share = np.divide(m, rows, out=np.zeros(m.shape), where=rows > 0)  # colour: share of the gold row
@@ -339,69 +341,4 @@ def plot_confusion(s: dict[str, Any], out: str | os.PathLike, dpi: int = 100) ->
     ax.set_title(f"accuracy {s['accuracy']:.3f}, macro F1 {s['macro_f1']:.3f}", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
     fig.subplots_adjust(left=0.25, bottom=0.25, right=0.88, top=0.9)
-    return _save(fig, out)
-
-
-# -- constituency trees ------------------------------------------------------------------------------
-
-
-def tree_layout(tree: Tree) -> tuple[list[tuple[str, float, int]], list[tuple[float, int, float, int]], int]:
-    """Where each node of `tree` is drawn: (label, x, depth) per node, (x0, d0, x1, d1) per edge, and the
-    depth of the words' row. Word i stands at x = i on the bottom row; a constituent stands at its depth,
-    centred over its children, so no two edges cross (children are in order and spans are contiguous)."""
-    nodes: list[tuple[str, float, int]] = []
-    edges: list[tuple[float, int, float, int]] = []
-
-    def height(t: Tree) -> int:
-        return 1 if t.is_preterminal else 1 + max((height(c) for c in t.children if not isinstance(c, str)), default=0)
-
-    if not tree.leaves():
-        raise PlotError("a tree without words has nothing to draw")
-    bottom = height(tree)  # words one row below the deepest tag
-    next_word = 0
-
-    def place(t: Tree, depth: int) -> float:
-        nonlocal next_word
-        if t.is_preterminal:
-            x = float(next_word)
-            next_word += 1
-            nodes.append((str(t.children[0]), x, bottom))
-            edges.append((x, depth, x, bottom))
-        else:
-            xs = [place(c, depth + 1) for c in t.children if not isinstance(c, str) and c.leaves()]
-            x = sum(xs) / len(xs)
-            edges.extend((x, depth, cx, depth + 1) for cx in xs)
-        nodes.append((t.label, x, depth))
-        return x
-
-    place(tree, 0)
-    return nodes, edges, bottom
-
-
-def plot_tree(tree: Tree, out: str | os.PathLike, dpi: int = 100) -> Path:
-    """A constituency tree (paper §6.3) as a PNG: the words along the bottom in order, each constituent
-    above the words it spans. The picture is 0.9 inch per word (at least 3) by 0.55 inch per row."""
-    nodes, edges, bottom = tree_layout(tree)
-    n_words = len(tree.leaves())
-    fig = _figure(max(3.0, 0.9 * n_words), 0.55 * (bottom + 1) + 0.3, dpi)
-    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-    ax.set_xlim(-0.6, n_words - 0.4)
-    ax.set_ylim(bottom + 0.6, -0.6)  # the root on top
-    ax.axis("off")
-    for x0, d0, x1, d1 in edges:
-        ax.plot([x0, x1], [d0, d1], color="0.6", linewidth=1.0, zorder=1)
-    for label, x, depth in nodes:
-        word = depth == bottom
-        ax.text(
-            x,
-            depth,
-            _text(label),
-            ha="center",
-            va="center",
-            fontsize=9,
-            color="black" if word else "#1f4e99",
-            fontweight="normal" if word else "bold",
-            bbox=dict(facecolor="white", edgecolor="none", pad=1.5),
-            zorder=2,
-        )
-    return _save(fig, out)
+    return save_png(fig, out)

@@ -3,8 +3,8 @@ arguments and call the library.
 
 Each module here has a `register(sub)` function that adds its parser and the function it runs: the
 general commands are listed below, a task's own verbs (`aiayn translate`, `aiayn generate`, ...) come
-from its command module in the task registry (aiayn.registry: the `aiayn.commands` entry points), so
-a task installed from another distribution brings its verbs too. Imports of torch-heavy library code
+from the command module its record names (TaskSpec.commands; the records: aiayn.registry), so a task
+installed from another distribution brings its verbs too. Imports of torch-heavy library code
 stay inside the runners so `aiayn --help` starts fast; the library never imports argparse
 (tests/test_layers.py checks both directions).
 """
@@ -47,11 +47,15 @@ _AFTER_TASKS: list[Register] = [
 
 
 def task_commands() -> list[Register]:
-    """The `register` of every task's command module (a module, or "module:function"), each once."""
+    """The `register` of every task's command module (a module, or "module:function"), each once, in
+    the order of the registry."""
+    from aiayn.train.tasks import get_spec  # the records are light: no torch, numpy or sentencepiece
+
     found: list[Register] = []
-    for path in dict.fromkeys(registry.command_paths().values()):
-        obj = registry.load(path)
-        found.append(obj if callable(obj) else obj.register)
+    for path in dict.fromkeys(get_spec(name).commands for name in registry.task_paths()):
+        if path is not None:
+            obj = registry.load(path)
+            found.append(obj if callable(obj) else obj.register)
     return found
 
 

@@ -47,7 +47,7 @@ def _run(a: argparse.Namespace) -> int:
         if a.output:
             out.close()
     if a.draw:
-        from aiayn.viz import plot_tree
+        from aiayn.tree_plot import plot_tree
 
         first = next((t for t in trees if t.leaves()), None)
         if first is None:
@@ -57,7 +57,7 @@ def _run(a: argparse.Namespace) -> int:
 
 
 def evaluate(a: argparse.Namespace) -> int:
-    """`aiayn evaluate -c RUN --split S` on a parse run (aiayn.cli.translate dispatches by the run's task)."""
+    """`aiayn evaluate -c RUN --split S` on a parse run: the parse TaskSpec's `evaluate`."""
     from aiayn.cli.translate import decode_config
 
     return evaluate_parse_run(a.checkpoint[0], a.split, a.device, decode_config(a), a.json)

@@ -16,8 +16,8 @@ def _serve(a: argparse.Namespace) -> int:
     try:
         import uvicorn  # noqa: F401  (here: a missing extra is one line before any model loads)
 
-        from aiayn.serve.app import create_app
-        from aiayn.serve.backends import load_backend
+        from aiayn.serve.app import create_app  # noqa: F401  (translation's server: serve_translations)
+        from aiayn.serve.backends import load_backend  # noqa: F401
         from aiayn.serve.settings import ServeSettings
     except ImportError as e:
         raise AiaynError(
@@ -54,16 +54,21 @@ def _serve(a: argparse.Namespace) -> int:
         **same_named(a, "api_key", "split_sentences"),
         sentence_starts=run_sentence_starts(run, source_lang) if a.run_on_cuts else SentenceStarts(),
     )
-    if spec.hub_tag != "translation":
-        return _serve_task(a, str(run), spec, settings)
+    return int(spec.serve(a, run, spec, settings))  # the task's server: translation's, or its predictor's
+
+
+def serve_translations(a: argparse.Namespace, run: Any, spec: Any, settings: Any) -> int:
+    """The translate TaskSpec's `serve`: the translation server (LibreTranslate's API, /v1, the web page)."""
     from aiayn.cli.translate import say_engine
+    from aiayn.serve.app import create_app
+    from aiayn.serve.backends import load_backend
 
     backend = load_backend(a.engine, run, device=a.device, threads=a.threads, workers=a.workers)
     say_engine(backend.translator)
     app = create_app(backend, settings)
     print(
         f"aiayn serve: {a.checkpoint} ({backend.name}, {backend.workers} worker{'s' if backend.workers > 1 else ''}, "
-        f"{settings.source_lang}->{settings.target_lang}, beam {beam}) "
+        f"{settings.source_lang}->{settings.target_lang}, beam {settings.beam}) "
         f"on http://{a.host}:{a.port}",
         flush=True,
     )
@@ -86,9 +91,9 @@ def _listen(app: Any, a: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_task(a: argparse.Namespace, run: str, spec: Any, settings: Any) -> int:
-    """A run of another task: its TaskSpec's predictor at POST /v1/predict (aiayn.serve.tasks), or a
-    one-line refusal for a task without one. The translation flags (beam, engine, batching) do not apply."""
+def serve_predictions(a: argparse.Namespace, run: Any, spec: Any, settings: Any) -> int:
+    """A TaskSpec's `serve` by default: its predictor at POST /v1/predict (aiayn.serve.tasks), or a one-line
+    refusal for a task without one. The translation flags (beam, engine, batching) do not apply."""
     from aiayn.errors import AiaynError
     from aiayn.serve.tasks import create_task_app
 
@@ -97,7 +102,7 @@ def _serve_task(a: argparse.Namespace, run: str, spec: Any, settings: Any) -> in
             f"aiayn serve: task {spec.name} has no predictor to serve (its TaskSpec builds none); "
             "it serves translation runs and the runs of tasks with a predictor"
         )
-    app = create_task_app(spec.name, spec.predictor(run, a.device), settings)
+    app = create_task_app(spec.name, spec.predictor(str(run), a.device), settings)
     print(f"aiayn serve: {a.checkpoint} (task {spec.name}: POST /v1/predict) on http://{a.host}:{a.port}", flush=True)
     return _listen(app, a)
 

@@ -293,9 +293,8 @@ def _write_output(a: argparse.Namespace, out: bytes) -> int:
 
 
 def _evaluate(a: argparse.Namespace) -> int:
-    """`aiayn evaluate`: the run's task scores it, through the `evaluate(args)` of its command module
-    (aiayn.registry); translation's own is `evaluate` below."""
-    from aiayn import registry
+    """`aiayn evaluate`: the run's task scores it, through its TaskSpec's `evaluate` (translation's own is
+    `evaluate` below)."""
     from aiayn.errors import AiaynError
 
     resolve_members(a)
@@ -304,14 +303,10 @@ def _evaluate(a: argparse.Namespace) -> int:
         return evaluate(a)
     from aiayn.train.tasks import run_spec
 
-    task = run_spec(first).name
-    path = registry.command_paths().get(task)
-    own = registry.load(path.partition(":")[0]) if path else None
-    if own is sys.modules[__name__]:
-        return evaluate(a)
-    if own is None or not hasattr(own, "evaluate"):
-        raise AiaynError(f"task {task} has no `aiayn evaluate`; `aiayn predict -c RUN` runs its model on lines")
-    return int(own.evaluate(a))
+    spec = run_spec(first)
+    if spec.evaluate is None:
+        raise AiaynError(f"task {spec.name} has no `aiayn evaluate`; `aiayn predict -c RUN` runs its model on lines")
+    return int(spec.evaluate(a))
 
 
 def evaluate(a: argparse.Namespace) -> int:
@@ -427,7 +422,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate",
         help="score a run with its task's measure (translation: sacreBLEU + chrF, + tokenized BLEU, of a test set; "
-        "another task: its own, e.g. EVALB F1)",
+        "another task: its own measure)",
     )
     p.add_argument(
         "-c",

@@ -4,7 +4,7 @@
     it = BatchIterator(prep.splits["train"], max_tokens=4096, seed=0, rank=0, world_size=1)
     for batch in it: ...   # Batch(src (B,S), tgt_in (B,T), tgt_out (B,T), ids, src_tokens, tgt_tokens)
 
-The torch-dependent batching names load lazily (PEP 562) so `aiayn --help` does not import torch.
+Names load lazily (PEP 562), so `aiayn --help` and a task's record import neither torch nor numpy.
 """
 
 from __future__ import annotations
@@ -12,26 +12,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aiayn._lazy import lazy_exports
-from aiayn.data.encoded import EncodedSplit
-from aiayn.data.errors import DataError
-from aiayn.data.io import read_lines, read_parallel
-from aiayn.data.pairs import Prepared, prepare
-from aiayn.data.tokenizer import Tokenizer
 
-_EXPORTS = {"batching": ("Batch", "BatchIterator", "collate")}  # submodule -> the names it gives, lazily
-__all__ = [
-    "Batch",
-    "BatchIterator",
-    "DataError",
-    "EncodedSplit",
-    "Prepared",
-    "Tokenizer",
-    "collate",
-    "prepare",
-    "read_lines",
-    "read_parallel",
-]
+# submodule -> the names it gives the package, loaded when first asked for: numpy, sentencepiece and torch
+# stay out of a module that imports one light part of this package (a task's record: aiayn.train.tasks)
+_EXPORTS = {
+    "batching": ("Batch", "BatchIterator", "collate"),
+    "encoded": ("EncodedSplit",),
+    "errors": ("DataError",),
+    "io": ("read_lines", "read_parallel"),
+    "pairs": ("Prepared", "prepare"),
+    "tokenizer": ("Tokenizer",),
+}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.data.batching import Batch, BatchIterator, collate
+    from aiayn.data.encoded import EncodedSplit
+    from aiayn.data.errors import DataError
+    from aiayn.data.io import read_lines, read_parallel
+    from aiayn.data.pairs import Prepared, prepare
+    from aiayn.data.tokenizer import Tokenizer

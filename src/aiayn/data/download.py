@@ -1,10 +1,10 @@
 """Fetching the corpora: where they are cached and how a file is downloaded.
 
 `aiayn_home()` is the root of everything aiayn keeps between runs ($AIAYN_HOME, default ~/.cache/aiayn):
-the downloaded corpora (multi30k/, wmt14/, tinyshakespeare/, craft/, treebank/), the prepared-data cache
-(prepared/, stamps/, locks/: aiayn.data.cache) and exports. `download()` fetches one URL into a file
-atomically, verified against its sha256 (or md5) and size, resumable for large archives; every corpus
-module uses it. `file_digest()` hashes a file in chunks.
+the downloaded corpora (a directory each, named by its corpus module: multi30k/, wmt14/, ...), the
+prepared-data cache (prepared/, stamps/, locks/: aiayn.data.cache) and exports. `download()` fetches one
+URL into a file atomically, verified against its sha256 (or md5) and size, resumable for large archives;
+every corpus module uses it. `file_digest()` hashes a file in chunks.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One JSON object per line, each with `kind` and `step`:
 
     {"kind": "train", "step", "loss", "nll", "ppl", "lr", "tokens_per_s", "elapsed", "epoch"}
-    {"kind": "valid", "step", "loss", "nll", "ppl", "bleu"}            (bleu null without eval_bleu)
+    {"kind": "valid", "step", "loss", "nll", "ppl", "bleu"}            (bleu null without task.eval_bleu)
     {"kind": "skip",  "step", "reason", "consecutive", "total"[, "scale"]}
     {"kind": "stop",  "step", "reason", "metric", "best", "best_step"}   (early stopping)
 

@@ -148,7 +148,8 @@ class Trainer:
         np.random.seed(c.seed)
         random.seed(c.seed)
         vocab = self.prepared.tokenizer.vocab_size
-        self.model_config = cfg.model_config(vocab, tasks.n_classes(self.prepared), kind=self.spec.model_kind)
+        fields = self.spec.model_fields(self.prepared) if self.spec.model_fields else {}  # classify: its classes
+        self.model_config = cfg.model_config(vocab, kind=self.spec.model_kind, **fields)
         self.model = build_model(self.model_config).to(self.device)  # identical init on every rank
         if weights is not None:
             load_initial_weights(self.model, weights, self.device)

@@ -3,11 +3,11 @@
 A task turns a batch into a summed loss (and names the count that sum is normalised by) and says what
 validation measures. The loop (accumulation, DDP, AMP, skipping non-finite updates, checkpoints,
 early stopping) knows nothing else about the model. `task.name` in the config picks one `TaskSpec`
-(spec.py), found through the `aiayn.tasks` entry points (aiayn.registry); the built-in ones are one
-file each in this package (`aiayn train --help` lists every task with its summary).
+(spec.py), found where aiayn.registry says: the built-in ones are one file each in this package
+(`aiayn train --help` lists every task with its summary).
 
 A new task is a module that builds its TaskSpec, declared as an `aiayn.tasks` entry point by its own
-distribution (or registered with `register` by the user's code before training).
+distribution: the one way a task is registered.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiayn._lazy import lazy_exports
 from aiayn.config import Config, DataConfig
-from aiayn.data.pipeline import Options
 from aiayn.train.tasks.spec import (
     Predict,
     PreparedData,
@@ -26,7 +25,6 @@ from aiayn.train.tasks.spec import (
     get_spec,
     higher_is_better,
     patience_metric,
-    register,
     require_validation_examples,
     resolved,
     spec_for,
@@ -38,6 +36,7 @@ from aiayn.train.tasks.spec import (
 # so it loads when asked for, and a record read for its data (`aiayn data prepare`) loads none
 __getattr__ = lazy_exports(__name__, {"translate_task": ("TranslationTask",)})
 if TYPE_CHECKING:
+    from aiayn.data.pipeline import Options
     from aiayn.train.tasks.translate_task import TranslationTask
 
 
@@ -47,15 +46,11 @@ def prepare_data(
     """The task's prepared data (tokenizer, encoded splits), cached; spm.model copied into `run_dir`;
     `options`: how to prepare (default: all cores, bars when stderr is a terminal). A validation split
     with nothing to measure is a DataError here, before any training."""
+    from aiayn.data.pipeline import Options
+
     prepared = spec.prepare(cfg, data, run_dir, options or Options())
     require_validation_examples(prepared)
     return prepared
-
-
-def n_classes(prepared: Any) -> int | None:
-    """The number of classes of labelled data; None for data without labels."""
-    names = getattr(prepared, "label_names", None)
-    return len(names) if names else None
 
 
 def run_spec(path: str | Path) -> TaskSpec:
@@ -78,12 +73,10 @@ __all__ = [
     "PreparedData",
     "TranslationTask",
     "Predict",
-    "register",
     "get_spec",
     "spec_for",
     "task_names",
     "prepare_data",
-    "n_classes",
     "default_metric",
     "patience_metric",
     "higher_is_better",

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from aiayn.config import Config, ConfigError, DataConfig
 from aiayn.data.errors import DataError
-from aiayn.data.pipeline import Options
-from aiayn.data.text import PreparedText, prepare_text
 from aiayn.registry import Later
-from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, register, task_options
+from aiayn.train.tasks.spec import TEXT_CORPORA, TaskSpec, task_options
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from aiayn.data.pipeline import Options
+    from aiayn.data.text import PreparedText
 
 
 @dataclasses.dataclass
@@ -40,6 +42,8 @@ def document_stream(split: Any) -> np.ndarray:
 
 
 def prepare(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> PreparedText:
+    from aiayn.data.text import prepare_text
+
     blocks = settings(cfg).block_size is not None
     if blocks and data.text_unit != "document":
         raise ConfigError(
@@ -63,18 +67,17 @@ def longest_row(cfg: Config) -> tuple[int, str, str]:
     return cfg.data.max_len, "BOS + data.max_len - 1 text tokens", "data.max_len"
 
 
-SPEC = register(
-    TaskSpec(
-        name="lm",
-        summary="language modelling (decoder-only, next token)",
-        hub_tag="text-generation",
-        model_kind="decoder-only",
-        settings=LMSettings,
-        corpora=TEXT_CORPORA,
-        prepare=prepare,
-        train_batches=Later("aiayn.train.tasks.lm_task:train_batches"),
-        longest_row=longest_row,
-        build=Later("aiayn.train.tasks.lm_task:LMTask"),
-        predictor=Later("aiayn.train.tasks.lm_task:continuations"),
-    )
+SPEC = TaskSpec(
+    name="lm",
+    summary="language modelling (decoder-only, next token)",
+    hub_tag="text-generation",
+    model_kind="decoder-only",
+    settings=LMSettings,
+    corpora=TEXT_CORPORA,
+    prepare=prepare,
+    train_batches=Later("aiayn.train.tasks.lm_task:train_batches"),
+    longest_row=longest_row,
+    build=Later("aiayn.train.tasks.lm_task:LMTask"),
+    predictor=Later("aiayn.train.tasks.lm_task:continuations"),
+    commands="aiayn.cli.lm",
 )

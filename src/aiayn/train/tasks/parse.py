@@ -11,18 +11,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from aiayn.config import Config, DataConfig
-from aiayn.data.io import read_lines
-from aiayn.data.pairs import Prepared, prepare
-from aiayn.data.pipeline import Options
-from aiayn.data.tokenizer import WORD_START
-from aiayn.data.treebank import PARSE_META, markup_tokens, treebank_dir, write_parallel
 from aiayn.fileio import atomic_write
 from aiayn.registry import Later
 from aiayn.train.tasks import translate
-from aiayn.train.tasks.spec import TaskSpec, register, task_options
+from aiayn.train.tasks.spec import TaskSpec, task_options
+
+if TYPE_CHECKING:
+    from aiayn.data.pairs import Prepared
+    from aiayn.data.pipeline import Options
 
 
 @dataclasses.dataclass
@@ -42,6 +41,11 @@ class ParseSettings:
 def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None, options: Options) -> Prepared:
     """The treebank written once as words / linearised trees / gold trees, then prepared as parallel
     text (joint BPE, encoded splits, cached) like any translation corpus."""
+    from aiayn.data.io import read_lines
+    from aiayn.data.pairs import prepare
+    from aiayn.data.tokenizer import WORD_START
+    from aiayn.data.treebank import PARSE_META, markup_tokens, treebank_dir, write_parallel
+
     own = task_options(cfg, ParseSettings)
     leaves = own.tree_leaves
     directory, load = treebank_dir(data, leaves, own.ptb_root)
@@ -66,18 +70,19 @@ def prepare_parse(cfg: Config, data: DataConfig, run_dir: Path | None, options: 
     return prepare(as_files, run_dir, options=options, symbols=[WORD_START + t for t in markup])
 
 
-SPEC = register(
-    TaskSpec(
-        name="parse",
-        summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
-        model_kind="encoder-decoder",
-        settings=ParseSettings,
-        measures={"f1": True},
-        default_metric="f1",
-        corpora=("craft", "wsj", "trees"),
-        prepare=prepare_parse,
-        longest_row=translate.SPEC.longest_row,
-        build=Later("aiayn.train.tasks.parse_task:ParseTask"),
-        predictor=Later("aiayn.train.tasks.parse_task:trees"),
-    )
+SPEC = TaskSpec(
+    name="parse",
+    summary="constituency parsing as translation (sentence -> linearised tree, §6.3)",
+    model_kind="encoder-decoder",
+    settings=ParseSettings,
+    moved=("data.ptb_root",),  # in data: until the task owned it
+    measures={"f1": True},
+    default_metric="f1",
+    corpora=("craft", "wsj", "trees"),
+    prepare=prepare_parse,
+    longest_row=translate.SPEC.longest_row,
+    build=Later("aiayn.train.tasks.parse_task:ParseTask"),
+    predictor=Later("aiayn.train.tasks.parse_task:trees"),
+    evaluate=Later("aiayn.cli.parsing:evaluate"),
+    commands="aiayn.cli.parsing",
 )

@@ -1,11 +1,13 @@
 """What a task is: one record (`TaskSpec`, after torchtitan's TrainSpec) holding everything aiayn asks of
-one kind of run (its settings, data, loss, validation measures, predictor and model card), and the
-registry that maps `task.name` to it.
+one kind of run (its settings, data, loss, validation measures, predictor, evaluation, server, model card
+and command-line verbs), and the lookup that maps `task.name` to it.
 
-A task is one module that builds its record: the built-in ones are files of this package, others come
-from any installed distribution through the `aiayn.tasks` entry points (aiayn.registry). Nothing
-outside the task branches on its name. A record loads no torch: the parts that need it (the loss, the
-batches, the predictor) are named with `aiayn.registry.Later` and load when a run trains or predicts.
+A task is one module that builds its record, named in one table (aiayn.registry): the built-in ones are
+files of this package, others come from any installed distribution through the `aiayn.tasks` entry
+points. Nothing outside the task branches on its name. A record is light to import (the command line
+reads every task's when it starts, for its verbs): the parts that need torch or the data pipeline (the
+loss, the batches, the predictor, the command-line verbs) are named with `aiayn.registry.Later` or a
+dotted path and load when used.
 """
 
 from __future__ import annotations
@@ -19,18 +21,17 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from aiayn import registry
 from aiayn.config import Config, ConfigError, DataConfig, ModelConfig, TaskConfig, build_section
-from aiayn.data.encoded import EncodedSplit
-from aiayn.data.errors import DataError
-from aiayn.data.pipeline import Options
-from aiayn.data.sources import source_mix
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.registry import Later
 
-if TYPE_CHECKING:  # torch only for the types: a task's record loads without it (`aiayn data prepare`)
+if TYPE_CHECKING:  # for the types only: a task's record loads without torch, numpy or sentencepiece
     import numpy as np
     import torch
     from torch import Tensor
 
     from aiayn.data.batching import BatchIterator
+    from aiayn.data.encoded import EncodedSplit
+    from aiayn.data.pipeline import Options
+    from aiayn.data.tokenizer import Tokenizer
     from aiayn.distributed import DistInfo
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -105,6 +106,8 @@ TEXT_CORPORA = ("text", "multi30k", "tinyshakespeare")
 
 def require_validation_examples(prepared: PreparedData) -> None:
     """Every task's check of its prepared data, before any training: validation needs an example."""
+    from aiayn.data.errors import DataError
+
     if len(prepared.splits["valid"]) == 0:
         raise DataError(
             "the validation split has no examples (its lines are all empty, or it is missing): "
@@ -123,6 +126,7 @@ def sentence_batches(
     rank-sharded, drawn from the sources by their weights); without `collate_fn` a batch is collated
     during the update."""
     from aiayn.data.batching import BatchIterator
+    from aiayn.data.sources import source_mix
 
     return BatchIterator(
         prepared.splits["train"],
@@ -138,6 +142,24 @@ def sentence_batches(
     )
 
 
+@dataclass(frozen=True)
+class Card:
+    """What a task's model card says of a run besides its Hub tag (aiayn.publish.model_card)."""
+
+    languages: tuple[str, ...] = ()  # the front matter's `language:` list
+    what: str = "."  # the end of its first sentence, "... trained with aiayn for the `<task>` task<what>"
+    facts: tuple[str, ...] = ()  # list lines after "- Task: <task>"
+    usage: tuple[str, ...] = ()  # the lines of its Usage section
+
+
+def predictor_card(spec: TaskSpec, cfg: Config, repo_id: str) -> Card:
+    """A task's card unless it says otherwise: its summary, and its model run by `aiayn predict`."""
+    return Card(
+        what=f": {spec.summary}." if spec.summary else ".",
+        usage=("```", f"echo '...' | aiayn predict -c hf://{repo_id}", "```", ""),
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     """Everything aiayn asks of one task, in the order a task declares it.
@@ -148,10 +170,15 @@ class TaskSpec:
     model_kind: the stack it trains: encoder-decoder | decoder-only | encoder-only.
     settings: the task's own settings, a dataclass: the `task:` section's keys besides `name`
       (`--task.KEY VALUE` on the command line), read with `task_options`.
+    moved: settings it took over from the global sections, as "SECTION.KEY" (translate: train.eval_bleu):
+      a config that still says SECTION.KEY (a saved run's, --train.eval_bleu) sets task.KEY; the run
+      of another task ignores it (aiayn.config reads these when a section has a key it does not know).
     measures: its validation numbers besides loss (lower is better), each with True where higher is
       better; train.patience_metric may name them, and the best checkpoint is judged by them.
     default_metric: what train.patience_metric=auto watches: a measure's name, or a function of the
       config where that depends on it.
+    check: the task's checks of the rest of the config against its settings (e.g. early stopping on a
+      measure the settings turn off), before any data work; raises ConfigError.
     corpora: the data.corpus kinds it reads (empty: it says itself, e.g. it writes its own data).
     prepare: the data (tokenizer, encoded splits), cached; spm.model copied into the run directory; how
       to prepare (worker processes, progress bars) is the caller's `Options`. It refuses data the task
@@ -159,12 +186,24 @@ class TaskSpec:
     train_batches: the stateful iterator of training batches for this rank (its `max_tokens` bounds a
       micro-batch); whole examples under data.max_tokens unless the task says otherwise.
     longest_row: (positions one training row can take, its layout, the setting that bounds it).
+    model_fields: ModelConfig fields that the prepared data decides (classify: n_classes, its labels'
+      count); None: none.
     build: the Task (loss of a batch, validation) for the built model.
     find_unused_parameters: DDP's flag, for a model some of whose parameters get no gradient in some
       updates.
     predictor: (run directory or weights, device) -> a function from input lines to one output each, a
-      line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict for a task whose
-      hub_tag is not translation); None for a task without one.
+      line of text or a JSON value (`aiayn predict`, and `aiayn serve`'s /v1/predict unless the task
+      serves otherwise); None for a task without one.
+    evaluate: `aiayn evaluate -c RUN` on its runs: a function of the command's parsed arguments that prints
+      the scores and returns the exit status (it lives in the task's command-line module: named with
+      Later); None: the task has no evaluation of its own (`aiayn predict` still runs its model).
+    commands: the task's own command-line verbs: "module" (or "module:function") whose `register(sub)`
+      adds them to aiayn's parser, e.g. aiayn.cli.lm's `aiayn generate`; None: none.
+    serve: `aiayn serve` on its runs: (the command's parsed arguments, the run directory, this spec, the
+      server's settings) -> the exit status, a CLI function named with Later; by default the predictor
+      at POST /v1/predict, and translate's is the translation server (LibreTranslate's API, the page).
+    card: what its model card says of a run (`Card`: languages, the first sentence, facts, usage), from
+      (this spec, the run's config, the Hub repository); by default its summary and `aiayn predict`.
     """
 
     name: str
@@ -172,49 +211,53 @@ class TaskSpec:
     hub_tag: str = "text2text-generation"
     model_kind: str
     settings: type | None = None
+    moved: tuple[str, ...] = ()
     measures: dict[str, bool] = dataclasses.field(default_factory=dict)
     default_metric: str | Callable[[Config], str] = "loss"
+    check: Callable[[Config], None] | None = None
     corpora: tuple[str, ...] = ()
     prepare: Callable[[Config, DataConfig, Path | None, Options], PreparedData]
     train_batches: Callable[[Config, Any, DistInfo, torch.device], TrainBatches] = sentence_batches
     longest_row: Callable[[Config], tuple[int, str, str]]
+    model_fields: Callable[[Any], dict[str, Any]] | None = None
     build: Callable[[Config, ModelConfig, Any, torch.device, Autocast], Task]  # e.g. the Task class itself
     find_unused_parameters: bool = False
     predictor: Callable[[str, str | None], Predict] | None = None
+    evaluate: Callable[[Any], int] | None = None
+    commands: str | None = None
+    serve: Callable[[Any, Any, TaskSpec, Any], int] = Later("aiayn.cli.serve:serve_predictions")
+    card: Callable[[TaskSpec, Config, str], Card] = predictor_card
 
 
-_REGISTRY: dict[str, TaskSpec] = {}
-
-
-def register(spec: TaskSpec) -> TaskSpec:
-    """Make `spec` the task named `spec.name` (a later registration of the name replaces it)."""
-    _REGISTRY[spec.name] = spec
-    return spec
+_LOADED: dict[str, TaskSpec] = {}  # the records read in this process, by task name
 
 
 def task_names() -> list[str]:
-    """Every task: those declared as entry points (aiayn.registry) and those registered in this process."""
-    return sorted(set(registry.task_paths()) | set(_REGISTRY))
+    """Every task (aiayn.registry: aiayn's own and those the `aiayn.tasks` entry points declare)."""
+    return sorted(registry.task_paths())
 
 
 def get_spec(name: str) -> TaskSpec:
-    if name not in _REGISTRY:
+    """The record of the task `name`, read once a process from where aiayn.registry says it is."""
+    if name not in _LOADED:
         path = registry.task_paths().get(name)
         if path is None:
             raise ConfigError(f"task.name must be one of {' | '.join(task_names())}, not {name!r}")
         spec = registry.load(path)
         if not isinstance(spec, TaskSpec) or spec.name != name:
             raise ConfigError(f"the entry point of task {name!r} ({path}) is not a TaskSpec named {name!r}")
-        _REGISTRY[name] = spec
-    return _REGISTRY[name]
+        _LOADED[name] = spec
+    return _LOADED[name]
 
 
 def spec_for(cfg: Config) -> TaskSpec:
     """The run's task, with the settings that only the task can judge checked before any data work: its
-    own settings, its corpus, learned positions long enough for its longest training row, and its
-    early-stopping metric."""
+    own settings (and the task's checks of the rest against them), its corpus, learned positions long
+    enough for its longest training row, and its early-stopping metric."""
     spec = get_spec(cfg.task.name)
     task_options(cfg, spec.settings)
+    if spec.check is not None:
+        spec.check(cfg)
     if spec.corpora and cfg.data.corpus not in spec.corpora:
         raise ConfigError(f"task {spec.name} reads data.corpus {' | '.join(spec.corpora)}, not {cfg.data.corpus!r}")
     m = cfg.model_config(vocab_size=4, kind=spec.model_kind)
@@ -239,12 +282,19 @@ def task_options(cfg: Config, kind: type[T] | None) -> T:
     options = dict(cfg.task.options)
     fields = {f.name for f in dataclasses.fields(cast(Any, kind))} if kind is not None else set()
     if _SHARED_BEFORE <= set(options):
-        options = {k: v for k, v in options.items() if k in fields or k not in _SHARED_BEFORE | {"tree_leaves"}}
+        others = (_SHARED_BEFORE | _every_task_setting()) - fields
+        options = {k: v for k, v in options.items() if k not in others}
     if kind is None:
         if options:
             raise ConfigError(f"task {cfg.task.name} has no settings; unknown task fields {sorted(options)}")
         return None  # type: ignore[return-value]
     return build_section(kind, options, "task")
+
+
+def _every_task_setting() -> set[str]:
+    """The names of every task's settings (an old shared section held some task's of each)."""
+    kinds = [get_spec(name).settings for name in task_names()]
+    return {f.name for kind in kinds if kind is not None for f in dataclasses.fields(kind)}
 
 
 def resolved(cfg: Config, spec: TaskSpec) -> Config:

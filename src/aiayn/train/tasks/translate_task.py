@@ -17,16 +17,17 @@ from aiayn.decode import Translator
 from aiayn.scoring import score
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.tasks.spec import Predict, TaskBase
+from aiayn.train.tasks.translate import eval_bleu
 
 
 class TranslationTask(TaskBase[Prepared]):
     """Paper §5: label-smoothed cross-entropy over the target's non-pad tokens; validation loss, nll,
-    perplexity and (train.eval_bleu) greedy BLEU on the first `eval_max_sentences` sentences."""
+    perplexity and (task.eval_bleu) greedy BLEU on the first `eval_max_sentences` sentences."""
 
     def __init__(self, cfg: Config, *rest: Any) -> None:  # TaskBase's arguments
         super().__init__(cfg, *rest)
-        t = cfg.train
-        self.compiled, self.eval_bleu, self.eval_max_sentences = t.compile, t.eval_bleu, t.eval_max_sentences
+        self.compiled, self.eval_max_sentences = cfg.train.compile, cfg.train.eval_max_sentences
+        self.eval_bleu = eval_bleu(cfg)
 
     def tokens(self, batch: Any) -> int:
         return batch.tgt_tokens
