@@ -184,6 +184,78 @@ def test_all_sentences_of_all_texts_go_to_one_call_and_come_back_in_place() -> N
         translate_now([segment(t, "de") for t in texts], lambda sentences: ["one"] * 5)
 
 
+def test_the_flow_decodes_once_aligns_once_and_renders_each_kth_hypothesis() -> None:
+    """aiayn.documents.flow, as the server awaits it: one decode call for the sentences of all documents,
+    one align call for the tagged ones only (with their best translations), and a plain text rendered
+    once per hypothesis rank (a sentence with fewer hypotheses gives its last)."""
+    import asyncio
+    from typing import NamedTuple
+
+    from aiayn.documents.flow import translate
+    from aiayn.documents.html import HtmlDocument
+
+    class Hyp(NamedTuple):
+        text: str
+        score: float
+
+    decoded: list[list[str]] = []
+    aligned: list[tuple[list[str], list[str]]] = []
+
+    async def decode(sentences: list[str]) -> list[list[Hyp]]:
+        decoded.append(sentences)
+        return [[Hyp(s.upper(), 0.0)] + ([Hyp(s.lower(), -1.0)] if "Hund" in s else []) for s in sentences]
+
+    async def align(sources: list[str], targets: list[str]) -> list[None]:
+        aligned.append((sources, targets))
+        return [None] * len(sources)
+
+    text = segment("Ein Hund rennt. Eine Frau liest.", "de")
+    done = asyncio.run(translate([text], decode, align, n_best=2))
+    assert done[0].renders == ["EIN HUND RENNT. EINE FRAU LIEST.", "ein hund rennt. EINE FRAU LIEST."]
+    assert [h[0].score for h in done[0].hypotheses] == [0.0, 0.0] and aligned == []  # a text has no tags
+    page = HtmlDocument("<p>Ein <b>Hund</b> rennt. Eine Frau liest.</p>", "de")
+    done = asyncio.run(translate([segment("Zwei Männer.", "de"), page], decode, align))
+    assert decoded[-1] == ["Zwei Männer.", "Ein Hund rennt.", "Eine Frau liest."]
+    assert aligned == [(["Ein Hund rennt."], ["EIN HUND RENNT."])]
+    assert done[1].renders == ["<p>EIN <b>HUND</b> RENNT. EINE FRAU LIEST.</p>"]
+
+
+def test_the_plain_driver_refuses_a_flow_that_waits() -> None:
+    """translate_now runs the flow without an event loop, which holds only while the functions it is
+    handed answer at once; a coroutine that waits on something is refused, not left half run."""
+    import asyncio
+
+    from aiayn.documents.flow import run_now
+
+    async def waits() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    async def answers() -> int:
+        return 2
+
+    assert run_now(answers()) == 2
+    with pytest.raises(RuntimeError, match="run it with await"):
+        run_now(waits())
+
+
+def test_one_map_of_file_names_to_formats() -> None:
+    """What `aiayn translate --input NAME` and the server's /translate_file read a file as."""
+    from aiayn.documents.formats import FORMATS, format_of
+
+    assert [format_of(n) for n in ("a.TXT", "b.htm", "c.Html", "d.docx", "e.pptx", "f.pdf", "g", "")] == [
+        "text",
+        "html",
+        "html",
+        "docx",
+        "pptx",
+        None,
+        None,
+        None,
+    ]
+    assert sorted(FORMATS) == [".docx", ".htm", ".html", ".pptx", ".txt"]
+
+
 @pytest.mark.needs_mirror
 def test_language_detection_on_multi30k() -> None:
     """py3langid on the first 1,000 Multi30k test2016 lines of each language: at least 99 % right

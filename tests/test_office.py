@@ -146,6 +146,25 @@ def test_a_field_end_without_its_begin_leaves_the_rest_translated() -> None:
     assert len(out.paragraphs[0]._p.findall(f"{qn('w:r')}/{qn('w:fldChar')}")) == 1  # the field run kept
 
 
+def test_the_stand_in_is_never_html_text(monkeypatch) -> None:
+    """Issue #68: the paragraphs' stand-in is built as an lxml tree, filled in place and read back into
+    runs; no HTML is written out and parsed (the round trip), so lxml's HTML parser is never called."""
+    from lxml import html as lxml_html
+
+    from aiayn.documents.office import OfficeDocument
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an HTML parse")
+
+    for name in ("fromstring", "fragment_fromstring", "document_fromstring", "fragments_fromstring"):
+        monkeypatch.setattr(lxml_html, name, refuse)
+    doc = OfficeDocument(_document(), "docx", "de", "en")
+    assert doc.sentences[:3] == ["Ein Titel", "Ein Mann fährt Fahrrad.", "Zwei Kinder spielen."]
+    out = doc.render(_upper(doc.sentences), {})
+    paragraphs = docx.Document(io.BytesIO(out)).paragraphs
+    assert paragraphs[1].text == "[EIN MANN FÄHRT FAHRRAD.] [ZWEI KINDER SPIELEN.]"
+
+
 def test_formatting_follows_the_word_links() -> None:
     """The bold run goes where its word's translation is, as an inline HTML tag does."""
     from aiayn.documents.office import translate_office

@@ -981,6 +981,22 @@ def test_a_full_queue_is_503_and_the_server_recovers() -> None:
         srv.stop()
 
 
+def test_an_engine_without_the_optional_abilities_gets_the_protocols_defaults() -> None:
+    """An engine declares only its name, count_tokens and translate (the fake): one worker, whole batches,
+    tags placed by position (no word links), no attention map (501), nothing to close."""
+    fake = _FakeEngine()
+    assert fake.workers == 1 and not fake.concurrent and fake.stream() is None and fake.close() is None
+    srv = _serve(fake, max_wait_ms=0)
+    try:
+        body = {"q": "<p>ein <b>hund</b> rennt.</p>", "source": "de", "target": "en", "format": "html"}
+        r = httpx.post(srv.url + "/translate", json=body, timeout=30)
+        assert r.status_code == 200 and r.json() == {"translatedText": "<p>EIN <b>HUND</b> RENNT.</p>"}
+        r = httpx.post(srv.url + "/v1/attention", json={"q": "ein hund"}, timeout=30)
+        assert r.status_code == 501 and r.json() == {"error": "the fake backend does not report attention"}
+    finally:
+        srv.stop()
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the worker, ended on purpose
 def test_health_is_503_once_the_worker_has_died(monkeypatch) -> None:
     """docs/serving.md: /health is 503 if the worker died. The worker survives any Exception (a

@@ -5,7 +5,7 @@ worker), the source language detected; and aiayn's own request models (/v1)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lxml.etree import LxmlError
@@ -54,7 +54,7 @@ class Service(Requests):
     batcher: Batcher
     metrics: Metrics
     files: Files
-    aligner: Coalesced | None = None  # word links of (source, translation) pairs, concurrent requests' together
+    aligner: Coalesced = field(init=False)  # word links of (source, translation) pairs, concurrent requests' together
 
     def __post_init__(self) -> None:
         engine = self.engine
@@ -98,11 +98,9 @@ class Service(Requests):
         """The documents through aiayn.documents' flow: every sentence of all of them queued at once (one
         request: they batch together), the ones that hold tags aligned on the worker between batches with
         concurrent requests' (`aligner`), each rendered (`n_best` times: plain texts)."""
-        aligner = self.aligner
-        assert aligner is not None
 
         async def align(sources: list[str], targets: list[str]) -> list[Any]:
-            return await aligner(list(zip(sources, targets)))
+            return await self.aligner(list(zip(sources, targets)))
 
         return await translate(docs, lambda sentences: self.run(sentences, opts), align, n_best)
 
