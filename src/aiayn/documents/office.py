@@ -272,7 +272,8 @@ class _Paragraph:
         run = _run_like(like, q)
         parent.append(run)
         t = etree.SubElement(run, q("t"))
-        t.text = text
+        # a line end in a translation is one "\n", as an XML or HTML parser reads "\r\n" and "\r"
+        t.text = text.replace("\r\n", "\n").replace("\r", "\n")
         if self.kind.preserve_space:
             t.set(XML_SPACE, "preserve")
 
