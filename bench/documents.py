@@ -4,7 +4,7 @@ as documents, compared with the same sentences translated line by line.
     python bench/documents.py -c RUN [--beam 4] [--engine auto] [--limit 1000] [--html 200]
 
 Paragraphs: the test sentences grouped in order into paragraphs of 1-5 (seeded), joined by a space
-or a newline, translated with aiayn.decode.documents (every sentence of every paragraph in one call,
+or a newline, cut by aiayn.documents.segment and translated in one call (every sentence of every paragraph,
 as the server and `aiayn translate --document` do). Each paragraph's sentences are mapped back to the
 test sentences by offset: a segment that is exactly one test sentence takes that sentence's
 translation; a test sentence cut in two, or merged with its neighbour, counts as different, and for
@@ -14,12 +14,12 @@ minimise the word error rate against the covered references (mwerSegmenter's re-
 IWSLT scores speech translation: package mweralign, optional, `pip install mweralign`; with the run's
 own sentencepiece model, so nothing is downloaded). A test sentence without a final stop joined to the
 next by a space is cut where the next one starts with one of the run's learnt sentence starts
-(aiayn.data.segment, step 3; `--run-on 0`: not). Reports the share of sentences identical to line by
+(aiayn.documents.segment, step 3; `--run-on 0`: not). Reports the share of sentences identical to line by
 line, how many of the others ran into their neighbour because a test sentence has no final stop, and
 the sacreBLEU scores.
 
 HTML: `--html N` snippets, each one to three consecutive test sentences in a <p> with inline tags (b,
-i, a href, span, em, br, a nested block) over random word ranges, translated with aiayn.decode.html.
+i, a href, span, em, br, a nested block) over random word ranges, translated with aiayn.documents.html.
 Checks that every output is well-formed (Python's html.parser: every non-void tag closed in order),
 has the same multiset of tags and attributes (lxml), and reports the sacreBLEU of its text against
 the references beside that of the plain sentences.
@@ -36,7 +36,7 @@ through the alignment; `both_exact` counts the sentences where each tag holds it
 pairs and over those whose translation has the two words the other way round (`reordered`).
 
 Word: `--docx 1` writes one .docx (python-docx) with every test sentence a paragraph and its first
-probe noun (as above) in bold, translates it with aiayn.decode.office (what `--format docx` and the
+probe noun (as above) in bold, translates it with aiayn.documents.office (what `--format docx` and the
 server's /translate_file do), reads it back, and reports how many bold runs hold exactly their word's
 translation, how many paragraphs read as the sentence's line-by-line translation, and sacreBLEU.
 One JSON line each.
@@ -60,9 +60,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from aiayn.data.segment import SentenceStarts  # noqa: E402
-from aiayn.decode.documents import run_sentence_starts, split_texts  # noqa: E402
-from aiayn.decode.html import translate_html  # noqa: E402
+from aiayn.data.sentence_starts import SentenceStarts, run_sentence_starts  # noqa: E402
+from aiayn.documents.html import translate_html  # noqa: E402
+from aiayn.documents.segment import segment  # noqa: E402
 
 VOID = {"br", "img", "wbr", "hr"}
 
@@ -118,14 +118,15 @@ def measure_paragraphs(
     groups = paragraphs(len(src), random.Random(seed))
     texts = [sep.join(src[a:b]) for a, b, sep in groups]
     t0 = time.perf_counter()
-    docs = split_texts(texts, lang, starts=sentence_starts)
-    outs = translate(docs.sentences)
+    parts = [segment(t, lang, starts=sentence_starts) for t in texts]
+    sentences = [s for p in parts for s in p.sentences]
+    outs = translate(sentences)
     seconds = time.perf_counter() - t0
     hyp = [""] * len(src)
     merges: list[tuple[list[int], str]] = []  # (test sentences, their one translation)
     same = [False] * len(src)
     at = unpunctuated = 0
-    for (a, b, sep), part in zip(groups, docs.parts):
+    for (a, b, sep), part in zip(groups, parts):
         starts, pos = [], 0  # where each test sentence starts in the paragraph
         for i in range(a, b):
             starts.append(pos)
@@ -148,7 +149,7 @@ def measure_paragraphs(
         "kind": "paragraphs",
         "sentences": len(src),
         "paragraphs": len(groups),
-        "segments": len(docs.sentences),
+        "segments": len(sentences),
         "sentence_starts": len(sentence_starts.words) if sentence_starts else 0,
         "identical_share": round(sum(same) / len(src), 4),
         "merged_after_no_final_stop": unpunctuated,
@@ -395,13 +396,13 @@ def measure_pairs(src: list[str], lines: list[str], t: Any, found: list[tuple[in
 
 def measure_docx(src: list[str], ref: list[str], lines: list[str], translate: Translate, t: Any, data: Path) -> dict:
     """One Word document: every test sentence a paragraph, the first probe noun of each (as the tags
-    probe finds them) in bold, translated whole with aiayn.decode.office and read back with python-docx."""
+    probe finds them) in bold, translated whole with aiayn.documents.office and read back with python-docx."""
     import io
 
     import docx
     import sacrebleu
 
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.office import translate_office
 
     first: dict[int, tuple[int, str, str]] = {}
     for i, k, core, gold in find_probes(src, lines, data):

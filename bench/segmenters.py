@@ -3,16 +3,16 @@
     python bench/segmenters.py
 
 For each segmenter, alone on the whole text ("raw") and after cutting at line breaks first ("lines",
-what aiayn.data.segment does), counts the gold boundaries found (tp), the boundaries made where
+what aiayn.documents.segment does), counts the gold boundaries found (tp), the boundaries made where
 there is none (fp) and the ones missed (fn), and two rates: `right` = tp / (tp + fp + fn), every
 boundary decision that went wrong counted against it, and `candidates_right`, the share of candidate
 places (each ., !, ?, ... or line break followed by text, and each gold boundary) decided right.
-`aiayn` is aiayn.data.segment.segment itself. pysbd is measured when it is installed. One JSON line
+`aiayn` is aiayn.documents.segment.segment itself. pysbd is measured when it is installed. One JSON line
 per segmenter and mode.
 
     python bench/segmenters.py --multi30k ../shared/data/multi30k
 
-adds the run-on cut (aiayn.data.segment, step 3) with the sentence starts learnt from each language's
+adds the run-on cut (aiayn.documents.segment, step 3) with the sentence starts learnt from each language's
 Multi30k training captions: the gold sets again with them (`aiayn+starts`), and per language how many
 val and test2016 captions that end in a stop are cut (`cut_whole`: should be 0) and how many pairs of
 a caption without a final stop and the next one, joined by a space, are cut where they meet.
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from aiayn.data.segment import SentenceStarts, learn_sentence_starts, segment  # noqa: E402
+from aiayn.data.sentence_starts import SentenceStarts, learn_sentence_starts  # noqa: E402
+from aiayn.documents.segment import segment  # noqa: E402
 from segment_gold import GOLD, HELD_OUT, HELD_OUT_2, parse  # noqa: E402
 
 

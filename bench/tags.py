@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from aiayn.decode.html import translate_html  # noqa: E402
+from aiayn.documents.html import translate_html  # noqa: E402
 from documents import PUNCT, _words, lexicon, read  # noqa: E402
 
 

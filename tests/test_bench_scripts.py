@@ -155,7 +155,7 @@ def test_the_gpu_check_runs_end_to_end_in_its_cpu_smoke_mode(home, tmp_path):
 
 @pytest.mark.needs_mirror
 def test_multi30k_captions_run_together_are_cut_and_single_ones_never(home):
-    """The run-on cut (aiayn.data.segment, step 3) on real text, as bench/segmenters.py --multi30k
+    """The run-on cut (aiayn.documents.segment, step 3) on real text, as bench/segmenters.py --multi30k
     measures it for docs/serving.md: with starts learnt from the Multi30k training captions, no test or
     validation caption that ends in a stop is cut, and at least 90 % of the pairs of a caption without
     a final stop and the next one, joined by a space, are cut where they meet (measured: de 63 of 68,

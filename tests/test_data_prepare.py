@@ -129,9 +129,9 @@ def test_files_corpus_gz_and_plain_and_optional_test(tmp_path):
 
 
 def test_the_report_keeps_the_source_sides_sentence_starts_for_the_run(tmp_path):
-    """The words a sentence without a final stop may run into (aiayn.data.segment, step 3) are learnt
+    """The words a sentence without a final stop may run into (aiayn.documents.segment, step 3) are learnt
     from the training source with the tokenizer and reach the run through its data_report.json."""
-    from aiayn.decode.documents import run_sentence_starts
+    from aiayn.data.sentence_starts import run_sentence_starts
 
     src = [f"Ein Hund {i} sieht den Mann" for i in range(30)]
     src += [f"Sie lesen {i} Bücher" for i in range(25)]

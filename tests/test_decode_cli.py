@@ -141,7 +141,7 @@ def test_translate_document_decodes_sentences_and_keeps_the_layout(run_dir, tmp_
     """--document: the file is cut into sentences, each translated as it would be alone, and written back
     with the file's own whitespace; without it the same file is translated line by line."""
     from aiayn import Translator
-    from aiayn.data.segment import segment
+    from aiayn.documents.segment import segment
 
     text = "Ein Hund rennt. Eine Frau fährt Fahrrad auf der Straße.\n\n  Zwei Männer spielen Fußball im Park.\n"
     text += "A dog runs.\n"
@@ -165,7 +165,7 @@ def test_translate_document_decodes_sentences_and_keeps_the_layout(run_dir, tmp_
 
 def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_dir, tmp_path, monkeypatch):
     """`aiayn translate --document` and `aiayn serve` read the run's sentence starts from its
-    data_report.json (aiayn.data.segment, step 3): a caption without a final stop and the next one, on
+    data_report.json (aiayn.documents.segment, step 3): a caption without a final stop and the next one, on
     one line, are translated as two sentences."""
     import json
     import shutil
@@ -174,7 +174,8 @@ def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_
 
     from aiayn import Translator
     from aiayn.cli import main
-    from aiayn.data.segment import SentenceStarts, segment
+    from aiayn.data.sentence_starts import SentenceStarts
+    from aiayn.documents.segment import segment
 
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
@@ -219,7 +220,7 @@ def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_
 
 def test_translate_format_html(run_dir, tmp_path):
     from aiayn import Translator
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     page = '<!DOCTYPE html>\n<html lang="de"><body><p>Ein Hund <b>rennt</b>.</p><pre>Ein Hund.</pre></body></html>\n'
     src, out = tmp_path / "page.html", tmp_path / "page.en.html"
@@ -246,11 +247,11 @@ def test_translate_format_html(run_dir, tmp_path):
 
 
 def test_translate_format_docx(run_dir, tmp_path):
-    """--format docx: a Word document in, the same document translated out (as aiayn.decode.office makes
+    """--format docx: a Word document in, the same document translated out (as aiayn.documents.office makes
     it); what is not one is a one-line error."""
     docx = pytest.importorskip("docx")
     from aiayn import Translator
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.office import translate_office
 
     d = docx.Document()
     p = d.add_paragraph("Ein Hund ")

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from aiayn.data.segment import SentenceStarts, learn_sentence_starts, segment
-from aiayn.decode.documents import split_texts, translate_texts
+from aiayn.data.sentence_starts import SentenceStarts, learn_sentence_starts
+from aiayn.documents.flow import translate_now, translate_texts
+from aiayn.documents.segment import segment
 from segment_gold import GOLD, HELD_OUT, HELD_OUT_2, parse
 
 
@@ -92,7 +93,7 @@ def test_the_layout_is_kept_exactly() -> None:
 
 
 def test_a_sentence_without_a_stop_is_cut_where_the_next_one_starts_with_a_learnt_start() -> None:
-    """Step 3 of aiayn.data.segment: two captions run together on one line ("... in der Hand Zwei braune
+    """Step 3 of aiayn.documents.segment: two captions run together on one line ("... in der Hand Zwei braune
     Hunde ...") are cut before a learnt sentence start, with the line's own whitespace kept; a word that
     ends in punctuation, a side of under three words, or a word not learnt leaves the text whole."""
     learnt = ["Ein Hund rennt.", "Zwei Hunde rennen.", "Sie sehen den Hund."] * 20 + ["Heute sehen Sie Hunde."] * 19
@@ -179,8 +180,80 @@ def test_all_sentences_of_all_texts_go_to_one_call_and_come_back_in_place() -> N
     assert calls == [["Ein Hund rennt.", "Eine Frau liest.", "Zwei Männer.", "Ein Kind schläft."]]
     assert out == ["<EIN HUND RENNT.> <EINE FRAU LIEST.>\n\n<ZWEI MÄNNER.>", "", "<EIN KIND SCHLÄFT.>  "]
     assert translate_texts(["  \n"], "de", translate) == ["  \n"] and len(calls) == 1  # nothing to decode
-    with pytest.raises(ValueError):
-        split_texts(texts, "de").join(["one"] * 5)
+    with pytest.raises(ValueError, match="5 translations for 4 sentences"):
+        translate_now([segment(t, "de") for t in texts], lambda sentences: ["one"] * 5)
+
+
+def test_the_flow_decodes_once_aligns_once_and_renders_each_kth_hypothesis() -> None:
+    """aiayn.documents.flow, as the server awaits it: one decode call for the sentences of all documents,
+    one align call for the tagged ones only (with their best translations), and a plain text rendered
+    once per hypothesis rank (a sentence with fewer hypotheses gives its last)."""
+    import asyncio
+    from typing import NamedTuple
+
+    from aiayn.documents.flow import translate
+    from aiayn.documents.html import HtmlDocument
+
+    class Hyp(NamedTuple):
+        text: str
+        score: float
+
+    decoded: list[list[str]] = []
+    aligned: list[tuple[list[str], list[str]]] = []
+
+    async def decode(sentences: list[str]) -> list[list[Hyp]]:
+        decoded.append(sentences)
+        return [[Hyp(s.upper(), 0.0)] + ([Hyp(s.lower(), -1.0)] if "Hund" in s else []) for s in sentences]
+
+    async def align(sources: list[str], targets: list[str]) -> list[None]:
+        aligned.append((sources, targets))
+        return [None] * len(sources)
+
+    text = segment("Ein Hund rennt. Eine Frau liest.", "de")
+    done = asyncio.run(translate([text], decode, align, n_best=2))
+    assert done[0].renders == ["EIN HUND RENNT. EINE FRAU LIEST.", "ein hund rennt. EINE FRAU LIEST."]
+    assert [h[0].score for h in done[0].hypotheses] == [0.0, 0.0] and aligned == []  # a text has no tags
+    page = HtmlDocument("<p>Ein <b>Hund</b> rennt. Eine Frau liest.</p>", "de")
+    done = asyncio.run(translate([segment("Zwei Männer.", "de"), page], decode, align))
+    assert decoded[-1] == ["Zwei Männer.", "Ein Hund rennt.", "Eine Frau liest."]
+    assert aligned == [(["Ein Hund rennt."], ["EIN HUND RENNT."])]
+    assert done[1].renders == ["<p>EIN <b>HUND</b> RENNT. EINE FRAU LIEST.</p>"]
+
+
+def test_the_plain_driver_refuses_a_flow_that_waits() -> None:
+    """translate_now runs the flow without an event loop, which holds only while the functions it is
+    handed answer at once; a coroutine that waits on something is refused, not left half run."""
+    import asyncio
+
+    from aiayn.documents.flow import run_now
+
+    async def waits() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    async def answers() -> int:
+        return 2
+
+    assert run_now(answers()) == 2
+    with pytest.raises(RuntimeError, match="run it with await"):
+        run_now(waits())
+
+
+def test_one_map_of_file_names_to_formats() -> None:
+    """What `aiayn translate --input NAME` and the server's /translate_file read a file as."""
+    from aiayn.documents.formats import FORMATS, format_of
+
+    assert [format_of(n) for n in ("a.TXT", "b.htm", "c.Html", "d.docx", "e.pptx", "f.pdf", "g", "")] == [
+        "text",
+        "html",
+        "html",
+        "docx",
+        "pptx",
+        None,
+        None,
+        None,
+    ]
+    assert sorted(FORMATS) == [".docx", ".htm", ".html", ".pptx", ".txt"]
 
 
 @pytest.mark.needs_mirror
@@ -189,7 +262,7 @@ def test_language_detection_on_multi30k() -> None:
     (measured: en 99.9, de 100, fr 100, cs 99.0 %, the misses Slovak)."""
     import gzip
 
-    from aiayn.data.language import detect
+    from aiayn.documents.language import detect
     from conftest import multi30k_mirror
 
     for lang in ("en", "de", "fr", "cs"):
@@ -262,7 +335,7 @@ def _recording(translate: Callable[[list[str]], list[str]]) -> tuple[list[list[s
 
 
 def test_html_keeps_markup_and_translates_whole_sentences() -> None:
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     calls, translate = _recording(_upper)
 
@@ -310,7 +383,7 @@ def test_html_leaves_what_the_page_marks_untranslated_and_says_its_new_language(
     """translate="no" and the notranslate class: the element, its content, its alt and title and its
     descendants' are not translated (an inline one is a point in its sentence). lang / xml:lang naming
     the source language name the target; other languages' and the marked elements' stay."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     calls, translate = _recording(_upper)
 
@@ -335,7 +408,7 @@ def test_html_leaves_what_the_page_marks_untranslated_and_says_its_new_language(
 def test_html_tags_keep_their_side_of_spaces_and_punctuation() -> None:
     """A tag that closes before punctuation closes before the translation's; an empty element (code kept
     as it is, br, img, a comment) keeps the spaces around it, so it never glues two words together."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     def up(sentences: list[str]) -> list[str]:
         return [s.upper() for s in sentences]
@@ -363,7 +436,7 @@ def test_html_tags_keep_their_side_of_spaces_and_punctuation() -> None:
 def test_html_pages_are_told_from_fragments_by_their_first_tag() -> None:
     """A page: a doctype, or html/head/body as the first tag, after comments or an XHTML page's XML
     declaration (with an encoding, which lxml refuses in a str); "<html" inside a fragment's text is text."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     xhtml = (
         '<?xml version="1.0" encoding="utf-8"?>\n'
@@ -404,7 +477,7 @@ def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br
     """Nested and adjacent inline tags over random word ranges, a reversing 'translation' (words move),
     tags placed by position or through the reversal's word links (which cross every tag order):
     the output is balanced, has the same tags and attributes, and its text is the translation."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     opens: dict[int, list[str]] = {}
     closes: dict[int, list[str]] = {}
@@ -428,7 +501,7 @@ def test_any_inline_markup_comes_back_well_formed_with_every_tag(spans: list, br
     out = translate_html(snippet, "de", reverse, links if aligned else None)
     assert _balanced(out) and _tags(out) == _tags(snippet)
     plain = " ".join(("Ein Hund rennt über die Wiese. Zwei Männer spielen Fußball." + (" Ende." if br else "")).split())
-    from aiayn.data.segment import segment
+    from aiayn.documents.segment import segment
 
     assert _text(out) == " ".join(reverse(segment(plain, "de").sentences))
 
@@ -438,7 +511,7 @@ def test_html_tags_follow_the_word_links_they_are_given() -> None:
     they are linked to; a tag that cuts a word or spans sentences, and a sentence without links, map by
     position, as does one whose links spread over more than twice its words (+1); sentences without tags
     are not aligned at all."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     calls: list[tuple[list[str], list[str]]] = []
 
@@ -516,7 +589,7 @@ def test_a_br_ends_a_sentence_as_a_line_break_does_in_text() -> None:
     kept between the translations with the source's spacing around it (before, "Ein Hund im Park<br>Am
     Strand ..." was one sentence and its translation ran across the br); a tag across the br is placed
     by position in both."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     calls, translate = _recording(_upper)
     page = "<p>Ein Hund im Park<br>Am Strand spielen zwei Kinder.</p>"
@@ -539,7 +612,7 @@ def test_list_markers_that_start_a_line_are_kept_and_the_rest_translated() -> No
     or ")" or in parentheses) stays as it is, in the gap, and the rest of the line is cut as a line;
     in HTML at the start of a block (an <li>) or after a <br>. An abbreviation or a German ordinal at a
     line's start, and a marker inside a line, stay text."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     seg = segment("1. Ein Hund rennt.\n2. Zwei Kinder spielen.", "de")
     assert seg.sentences == ["Ein Hund rennt.", "Zwei Kinder spielen."] and seg.gaps == ["1. ", "\n2. ", ""]
@@ -590,7 +663,7 @@ def test_html_nested_past_the_parsers_depth_is_refused_never_emptied() -> None:
     """Issue #66: libxml2 stops reading past 256 levels of elements (or at a text node over 10 MB) and hands
     back what it read: the text after that point was lost, and the page came back translated without it.
     Its error is read: refused, saying where and why. One level less is read and translated whole."""
-    from aiayn.decode.html import HtmlError, translate_html
+    from aiayn.documents.html import HtmlError, translate_html
 
     deepest = "<p>Ein " + "<span>" * 253 + "Hund" + "</span>" * 253 + " rennt.</p>"
     out = translate_html(deepest, "de", _upper)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from aiayn.data import DataError
 from aiayn.data import filters as F
-from aiayn.data.language import BatchedIdentifier, _model
+from aiayn.data.language import BatchedIdentifier, identifier
 
 # (filter, settings, a pair it drops, the near pair it keeps)
 CASES = [
@@ -211,10 +211,10 @@ def _agree(ident, texts: list[str], batch: int) -> None:
 
 
 def test_the_batched_identifier_gives_py3langids_probabilities():
-    _agree(_model(), _texts(), batch=64)
+    _agree(identifier(), _texts(), batch=64)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.text(max_size=80), min_size=1, max_size=12))
 def test_the_batched_identifier_agrees_on_any_text(texts):
-    _agree(_model(), texts, batch=5)
+    _agree(identifier(), texts, batch=5)

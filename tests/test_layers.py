@@ -27,8 +27,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("aiayn.decode", "aiayn.export", "aiayn.scoring", "aiayn.evalb"),
     # 5 training
     ("aiayn.train",),
-    # 6 serving and tools
+    # 6 serving and tools; aiayn.documents (what users bring, translated whole) calls decode and is called
+    #   by the server and the CLI
     (
+        "aiayn.documents",
         "aiayn.serve",
         "aiayn.viz",
         "aiayn.tree_plot",

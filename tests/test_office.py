@@ -1,4 +1,4 @@
-"""Office documents (aiayn.decode.office): written with python-docx and python-pptx, translated, read
+"""Office documents (aiayn.documents.office): written with python-docx and python-pptx, translated, read
 back with them."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _reversed_links(sources: list[str], targets: list[str]) -> list:
 
 
 def test_a_docx_is_translated_paragraph_by_paragraph_with_its_formatting() -> None:
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.office import translate_office
 
     data = _document()
     calls: list[list[str]] = []
@@ -129,7 +129,7 @@ def test_a_field_end_without_its_begin_leaves_the_rest_translated() -> None:
     """A field's end with no begin before it (a document pasted together) is a point like any field run;
     what follows, in its paragraph and the next, is text again (a field count below zero made all of it
     points, left untranslated without a word)."""
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.office import translate_office
 
     d = docx.Document()
     p = d.add_paragraph("Ein Hund rennt.")
@@ -146,9 +146,28 @@ def test_a_field_end_without_its_begin_leaves_the_rest_translated() -> None:
     assert len(out.paragraphs[0]._p.findall(f"{qn('w:r')}/{qn('w:fldChar')}")) == 1  # the field run kept
 
 
+def test_the_stand_in_is_never_html_text(monkeypatch) -> None:
+    """Issue #68: the paragraphs' stand-in is built as an lxml tree, filled in place and read back into
+    runs; no HTML is written out and parsed (the round trip), so lxml's HTML parser is never called."""
+    from lxml import html as lxml_html
+
+    from aiayn.documents.office import OfficeDocument
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an HTML parse")
+
+    for name in ("fromstring", "fragment_fromstring", "document_fromstring", "fragments_fromstring"):
+        monkeypatch.setattr(lxml_html, name, refuse)
+    doc = OfficeDocument(_document(), "docx", "de", "en")
+    assert doc.sentences[:3] == ["Ein Titel", "Ein Mann fährt Fahrrad.", "Zwei Kinder spielen."]
+    out = doc.render(_upper(doc.sentences), {})
+    paragraphs = docx.Document(io.BytesIO(out)).paragraphs
+    assert paragraphs[1].text == "[EIN MANN FÄHRT FAHRRAD.] [ZWEI KINDER SPIELEN.]"
+
+
 def test_formatting_follows_the_word_links() -> None:
     """The bold run goes where its word's translation is, as an inline HTML tag does."""
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.office import translate_office
 
     out = translate_office(_document(), "docx", "de", _reverse, _reversed_links)
     p = docx.Document(io.BytesIO(out)).paragraphs[1]
@@ -182,7 +201,7 @@ def test_language_marks_of_the_source_name_the_target() -> None:
     """Word spell-checks a run in the language its w:lang (or the styles' default) names: after the
     translation the German marks say English, with English's default region; other languages' marks,
     and every mark when no target is given, stay."""
-    from aiayn.decode.office import office_language, translate_office
+    from aiayn.documents.office import office_language, translate_office
 
     d = docx.Document(io.BytesIO(_document()))
     default = d.styles.element.find(f"{qn('w:docDefaults')}/{qn('w:rPrDefault')}/{qn('w:rPr')}/{qn('w:lang')}")
@@ -226,8 +245,8 @@ def test_language_marks_of_the_source_name_the_target() -> None:
 def test_characters_xml_cannot_hold_are_replaced_in_the_translation() -> None:
     """A translation with control characters (XML 1.0 has no place for them) is written, not a crash:
     U+FFFD as an HTML5 parser reads them, a space for those that are spaces (the words stay the same)."""
-    from aiayn.decode.html import translate_html
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.html import translate_html
+    from aiayn.documents.office import translate_office
 
     out = translate_office(_document(), "docx", "de", lambda s: [x + "\x01\x0b!" for x in s])
     assert docx.Document(io.BytesIO(out)).paragraphs[0].text == "Ein Titel\ufffd !"
@@ -237,7 +256,7 @@ def test_characters_xml_cannot_hold_are_replaced_in_the_translation() -> None:
 
 
 def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
-    from aiayn.decode import office as word
+    from aiayn.documents import office as word
 
     with pytest.raises(word.OfficeError, match="not a .docx"):
         word.OfficeDocument(b"plain text", "docx", "de")
@@ -259,7 +278,7 @@ def test_what_is_not_a_docx_is_refused_by_name(monkeypatch) -> None:
 def test_a_small_zip_that_unpacks_to_over_the_limit_is_refused_before_it_is_read() -> None:
     """A .docx with a 300 MiB picture of zeros packs into about 1 MiB: what counts is what its parts
     unpack to, each entry's stated size, not what they are packed in (checked before anything is read)."""
-    from aiayn.decode import office
+    from aiayn.documents import office
 
     buf = io.BytesIO(_document())
     with zipfile.ZipFile(buf, "a", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
@@ -294,7 +313,7 @@ def test_xml_nested_past_the_parsers_depth_is_refused_never_emptied() -> None:
     which part, where and why, never translated without the rest of its text. One level less is read
     and translated whole."""
     pptx = pytest.importorskip("pptx")
-    from aiayn.decode.office import OfficeDocument, OfficeError, translate_office
+    from aiayn.documents.office import OfficeDocument, OfficeError, translate_office
 
     paragraph = b"<w:p><w:r><w:t>Ein Hund rennt.</w:t></w:r></w:p>"  # document, body, 2 x 125, p, r, t: 255
     deepest = _nested(_document(), "word/document.xml", ["w:sdt", "w:sdtContent"], 125, paragraph)
@@ -321,7 +340,7 @@ def test_a_pptx_is_translated_with_its_runs_breaks_and_slide_numbers() -> None:
     pptx = pytest.importorskip("pptx")
     from lxml import etree
 
-    from aiayn.decode.office import A, translate_office
+    from aiayn.documents.office import A, translate_office
 
     prs = pptx.Presentation()
     slide = prs.slides.add_slide(prs.slide_layouts[1])

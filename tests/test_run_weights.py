@@ -104,7 +104,7 @@ def test_evaluate_serve_export_and_argos_load_the_default(trained: Path, tmp_pat
     from aiayn.averaging import average_run
     from aiayn.evaluate import evaluate_run
     from aiayn.export import cached_export
-    from aiayn.serve.backends import load_backend
+    from aiayn.serve.engines import load_engine
 
     run = copy_run(trained, tmp_path / "run")
     average = average_run(run, 3, run / "avg.safetensors", default_because="what this test scores")
@@ -120,7 +120,7 @@ def test_evaluate_serve_export_and_argos_load_the_default(trained: Path, tmp_pat
     assert evaluated(run) == evaluated(average) != evaluated(best)
 
     for engine in ("torch", "ctranslate2"):  # aiayn serve's model
-        served = load_backend(engine, run).translator
+        served = load_engine(engine, run).translator
         assert served.weights.startswith(f"{average} (step 60; weights.json: the average of the last 3")
         assert served.translate(SOURCES, beam=1, max_len_b=8) == Translator.load(average, engine=engine).translate(
             SOURCES, beam=1, max_len_b=8

@@ -35,6 +35,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.devices import cpu_cores
 from aiayn.errors import AiaynError
 from aiayn.model import Transformer
+from aiayn.serve.batcher import Engine, Hypothesis
 
 PAIRS = [
     ("Ein Hund rennt.", "A dog runs."),
@@ -94,7 +95,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def translator(run_dir: Path):
     from aiayn import Translator
 
-    return Translator.load(run_dir, device="cpu", engine="torch")  # what the torch backend serves
+    return Translator.load(run_dir, device="cpu", engine="torch")  # what the torch engine serves
 
 
 def _free_socket() -> socket.socket:
@@ -127,26 +128,26 @@ class ThreadServer:
         self.sock.close()
 
 
-def _serve(backend, **settings) -> ThreadServer:
+def _serve(engine, **settings) -> ThreadServer:
     from aiayn.serve import ServeSettings, create_app
 
-    return ThreadServer(create_app(backend, ServeSettings(**settings)))
+    return ThreadServer(create_app(engine, ServeSettings(**settings)))
 
 
 @pytest.fixture(scope="module")
-def torch_backend(run_dir: Path):
-    from aiayn.serve import TorchBackend
+def torch_engine(run_dir: Path):
+    from aiayn.serve import TorchServeEngine
 
-    return TorchBackend(run_dir, device="cpu")
+    return TorchServeEngine(run_dir, device="cpu")
 
 
-def test_torch_backend_loads_on_one_thread_and_leaves_the_pool_to_the_worker(run_dir, monkeypatch):
+def test_torch_engine_loads_on_one_thread_and_leaves_the_pool_to_the_worker(run_dir, monkeypatch):
     # A thread that has run a parallel op keeps an OpenMP pool, and a second pool (the batcher's worker)
     # on the same cores slows every small op of both (docs/serving.md): the load must not run parallel ops.
     import torch
 
     from aiayn.decode.translator import Translator
-    from aiayn.serve import TorchBackend
+    from aiayn.serve import TorchServeEngine
 
     seen = []
     load = Translator.load.__func__  # type: ignore[attr-defined]
@@ -158,19 +159,19 @@ def test_torch_backend_loads_on_one_thread_and_leaves_the_pool_to_the_worker(run
     monkeypatch.setattr(Translator, "load", classmethod(recording))
     before = torch.get_num_threads()
     try:
-        TorchBackend(run_dir, device="cpu", threads=2)
+        TorchServeEngine(run_dir, device="cpu", threads=2)
         assert seen == [1] and torch.get_num_threads() == 2  # loaded on one thread; the worker's size after
-        TorchBackend(run_dir, device="cpu")
+        TorchServeEngine(run_dir, device="cpu")
         assert seen == [1, 1] and torch.get_num_threads() == 2  # threads=0 keeps the size it found
     finally:
         torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
-def server(torch_backend) -> Iterator[ThreadServer]:
+def server(torch_engine) -> Iterator[ThreadServer]:
     # A wide window, so concurrent requests surely meet in one batch even on a loaded machine.
     srv = _serve(
-        torch_backend, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8, body_limit=60_000
+        torch_engine, max_wait_ms=150, max_batch_tokens=4096, char_limit=1000, batch_limit=8, body_limit=60_000
     )
     yield srv
     srv.stop()
@@ -187,8 +188,9 @@ def _metric(url: str, name: str) -> dict[tuple, float]:
     }
 
 
-class _FakeBackend:
-    """Records every batch; 'translates' by upper-casing after a short sleep (a busy model)."""
+class _FakeEngine(Engine):
+    """Records every batch; 'translates' by upper-casing after a short sleep (a busy model). It declares
+    none of an engine's optional abilities: the Protocol's defaults stand."""
 
     name = "fake"
 
@@ -201,13 +203,13 @@ class _FakeBackend:
     def translate(self, texts: list[str], opts) -> list:
         self.batches.append((time.monotonic(), list(texts), opts.beam))
         time.sleep(0.05)
-        return [[(t.upper(), float("nan"), 1)] for t in texts]
+        return [[Hypothesis(t.upper(), float("nan"), 1)] for t in texts]
 
 
 def test_batcher_budget_window_settings_and_cancelled_requests() -> None:
     from aiayn.serve import Batcher, SearchOptions
 
-    fake = _FakeBackend()
+    fake = _FakeEngine()
     b = Batcher(fake, max_batch_tokens=40, max_wait_ms=100)  # beam 2, 4 tokens: 5 sentences fit
     b.start()
 
@@ -250,7 +252,7 @@ def test_the_window_waits_only_when_others_are_queued_or_decoding() -> None:
     arrives while another decodes still waits for company, so batches under load stay as large."""
     from aiayn.serve import Batcher, SearchOptions
 
-    fake = _FakeBackend()  # each batch takes 50 ms
+    fake = _FakeEngine()  # each batch takes 50 ms
     b = Batcher(fake, max_batch_tokens=1000, max_wait_ms=300)
     b.start()
 
@@ -279,10 +281,10 @@ def test_the_window_waits_only_when_others_are_queued_or_decoding() -> None:
     assert [h[0][0][0] for h in out] == ["A X", "B X", "C X", "D X"]
 
 
-def test_the_sentence_limit_counts_the_sentences_a_request_splits_into(torch_backend) -> None:
+def test_the_sentence_limit_counts_the_sentences_a_request_splits_into(torch_engine) -> None:
     """One text within the char limit can split into many sentences, each a search of its own: the limit
     counts them, for plain text and HTML alike, with a 413 as the other limits."""
-    srv = _serve(torch_backend, max_wait_ms=0, sentence_limit=6)
+    srv = _serve(torch_engine, max_wait_ms=0, sentence_limit=6)
     try:
         for fmt, text in (("text", "Ja. " * 6), ("html", "<p>" + "Ja. " * 6 + "</p>")):
             r = httpx.post(srv.url + "/translate", json={"q": text, "source": "de", "target": "en", "format": fmt})
@@ -300,7 +302,7 @@ def test_the_sentence_limit_counts_the_sentences_a_request_splits_into(torch_bac
 def test_without_the_adaptive_window_a_lone_request_waits_it() -> None:
     from aiayn.serve import Batcher, SearchOptions
 
-    fake = _FakeBackend()
+    fake = _FakeEngine()
     b = Batcher(fake, max_batch_tokens=1000, max_wait_ms=200, adaptive=False)  # aiayn serve --no-adaptive-wait
     b.start()
 
@@ -347,7 +349,7 @@ def test_libretranslate_client_and_api_shape(server: ThreadServer, translator) -
 def test_detect_and_source_auto(server: ThreadServer, translator) -> None:
     """Issue #47: /detect in LibreTranslate's shape with py3langid's probabilities, and `source: auto`
     detects; a text in a language the model does not read is a 400 naming that language."""
-    from aiayn.data.language import detect
+    from aiayn.documents.language import detect
 
     texts = {
         "de": "Eine Katze sitzt auf dem Tisch und schläft.",
@@ -401,7 +403,7 @@ _SENTENCES = ["Ein Hund rennt.", "Eine Frau fährt Fahrrad.", "Zwei Männer spie
 
 def _alone(translator, text: str, beam: int = 4, starts=None) -> str:
     """`text` translated as the server must: each sentence as it is alone, rejoined in the text's layout."""
-    from aiayn.data.segment import segment
+    from aiayn.documents.segment import segment
 
     seg = segment(text, "de", starts=starts)
     return seg.join([translator.translate([x], beam=beam)[0] for x in seg.sentences])
@@ -436,15 +438,15 @@ def test_paragraphs_are_cut_into_sentences_and_rejoined_with_their_layout(server
     assert r.status_code == 422
 
 
-def test_sentences_run_together_are_cut_at_the_runs_sentence_starts(torch_backend, translator) -> None:
+def test_sentences_run_together_are_cut_at_the_runs_sentence_starts(torch_engine, translator) -> None:
     """A caption without a final stop and the next one on one line: the server cuts them where the next
     starts with one of the run's sentence starts (`aiayn serve` reads them from the run's data report),
     in plain text and in HTML, and keeps them whole without starts."""
     text = "Ein Hund rennt über die Wiese Zwei Männer spielen Fußball im Park."
-    from aiayn.data.segment import SentenceStarts
+    from aiayn.data.sentence_starts import SentenceStarts
 
     starts = SentenceStarts(frozenset({"Zwei"}))
-    srv = _serve(torch_backend, sentence_starts=starts)
+    srv = _serve(torch_engine, sentence_starts=starts)
     try:
         cut = _alone(translator, text, starts=starts)
         assert cut == " ".join(translator.translate([text[:29], text[30:]], beam=4))  # two sentences
@@ -468,7 +470,7 @@ def test_sentences_run_together_are_cut_at_the_runs_sentence_starts(torch_backen
         assert docx.Document(io.BytesIO(got)).paragraphs[0].text == cut
     finally:
         srv.stop()
-    srv = _serve(torch_backend)
+    srv = _serve(torch_engine)
     try:
         r = httpx.post(srv.url + "/translate", json={"q": text, "source": "de", "target": "en"})
         assert r.json() == {"translatedText": translator.translate([text], beam=4)[0]}
@@ -481,7 +483,7 @@ def test_html_format(server: ThreadServer, translator) -> None:
     own rules are tests/test_documents.py's); LibreTranslate refused nothing here, aiayn refused html."""
     from lxml import html as lxml_html
 
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     page = '<p lang="de">Ein Hund <b>rennt</b>. <a href="/k" title="Die Katze">Eine Katze</a> sitzt auf dem Tisch.</p>'
     want = translate_html(
@@ -553,7 +555,7 @@ def test_list_markers_are_kept(server: ThreadServer, translator) -> None:
     assert r.json() == {"translatedText": f"<ol><li>a) {_html_text(out[0])}</li><li>• {_html_text(out[1])}</li></ol>"}
 
 
-def test_documents_nested_past_the_parsers_depth_are_a_400(torch_backend) -> None:
+def test_documents_nested_past_the_parsers_depth_are_a_400(torch_engine) -> None:
     """Issue #66: HTML (/translate, /translate_file) or a .docx nested past libxml2's depth (256) is a 400
     that says why, never a 200 without the text past that depth."""
     docx = pytest.importorskip("docx")
@@ -570,7 +572,7 @@ def test_documents_nested_past_the_parsers_depth_are_a_400(torch_backend) -> Non
     inside.append(d.add_paragraph("Ein Hund rennt.")._p)
     word = io.BytesIO()
     d.save(word)
-    srv = _serve(torch_backend)  # the default char limit (5,000): the page has 3,310 characters
+    srv = _serve(torch_engine)  # the default char limit (5,000): the page has 3,310 characters
     try:
         r = httpx.post(srv.url + "/translate", json={"q": deep, "source": "de", "target": "en", "format": "html"})
         error = (
@@ -592,7 +594,7 @@ def test_documents_nested_past_the_parsers_depth_are_a_400(torch_backend) -> Non
 def test_concurrent_html_requests_are_aligned_together(server: ThreadServer, translator) -> None:
     """The sentences of HTML requests that arrive while an alignment runs are aligned in one call; each
     page comes back as translate_html with Translator.align gives it alone."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     pages = [f"<p>{de.split()[0]} <b>{' '.join(de.split()[1:])}</b></p>" for de in SOURCES]
     want = [translate_html(p, "de", lambda x: translator.translate(x, beam=4), translator.align) for p in pages]
@@ -720,7 +722,7 @@ async def _echo(items: list[int]) -> list[int]:
 def test_translate_file_and_download_file(server: ThreadServer, translator) -> None:
     """LibreTranslate's multipart /translate_file: .txt keeps its layout, .html its markup; the answer's
     URL downloads the result; the limits and clear 4xx answers of /translate."""
-    from aiayn.decode.html import translate_html
+    from aiayn.documents.html import translate_html
 
     def upload(name: str, data: bytes, **fields: str) -> httpx.Response:
         form = {"source": "de", "target": "en", **fields}
@@ -743,7 +745,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
     assert got.headers["content-security-policy"] == "sandbox" and got.headers["x-content-type-options"] == "nosniff"
     # a Word document: its paragraphs translated as HTML paragraphs, its runs' formatting carried over
     docx = pytest.importorskip("docx")
-    from aiayn.decode.office import translate_office
+    from aiayn.documents.office import translate_office
 
     d = docx.Document()
     p = d.add_paragraph("Ein Hund ")
@@ -806,7 +808,7 @@ def test_translate_file_and_download_file(server: ThreadServer, translator) -> N
 
 
 def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
-    fake = _FakeBackend()
+    fake = _FakeEngine()
     srv = _serve(fake, max_wait_ms=0)
     try:
         r = httpx.post(srv.url + "/translate", json={"q": [PARAGRAPH, "Ein Vogel."], "source": "de", "target": "en"})
@@ -814,7 +816,7 @@ def test_the_sentences_of_a_request_are_decoded_in_one_batch() -> None:
         assert [b[1] for b in fake.batches] == [[*_SENTENCES, "Ein Vogel."]]
     finally:
         srv.stop()
-    fake = _FakeBackend()
+    fake = _FakeEngine()
     srv = _serve(fake, max_wait_ms=0, split_sentences=False)  # aiayn serve --no-split-sentences
     try:
         r = httpx.post(srv.url + "/translate", json={"q": PARAGRAPH, "source": "de", "target": "en"})
@@ -913,10 +915,10 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(server: Thr
     assert len(set(want.values())) > len(SOURCES) // 2  # the answers differ: a swapped one would show
 
 
-def test_whole_batching_with_the_real_backend(torch_backend, translator) -> None:
+def test_whole_batching_with_the_real_engine(torch_engine, translator) -> None:
     """`--batching whole`: greedy searches too are decoded in whole batches (no running batch), and
     each request still gets its own sentence's translation."""
-    srv = _serve(torch_backend, batching="whole", max_wait_ms=150, max_batch_tokens=4096)
+    srv = _serve(torch_engine, batching="whole", max_wait_ms=150, max_batch_tokens=4096)
     try:
         jobs = [(de, beam) for de in SOURCES for beam in (1, 4)]
 
@@ -937,8 +939,8 @@ def test_whole_batching_with_the_real_backend(torch_backend, translator) -> None
         srv.stop()
 
 
-class _BlockingBackend(_FakeBackend):
-    """The fake backend, held inside its first batch until `release` is set."""
+class _BlockingEngine(_FakeEngine):
+    """The fake engine, held inside its first batch until `release` is set."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -951,8 +953,8 @@ class _BlockingBackend(_FakeBackend):
 
 def test_a_full_queue_is_503_and_the_server_recovers() -> None:
     """docs/serving.md: 503 when more than 10,000 sentences are queued."""
-    backend = _BlockingBackend()
-    srv = _serve(backend, max_wait_ms=0, batch_limit=-1, char_limit=-1, sentence_limit=-1, body_limit=1 << 22)
+    engine = _BlockingEngine()
+    srv = _serve(engine, max_wait_ms=0, batch_limit=-1, char_limit=-1, sentence_limit=-1, body_limit=1 << 22)
     try:
         result: dict = {}
         big = [f"s{i}" for i in range(10_000)]
@@ -968,21 +970,37 @@ def test_a_full_queue_is_503_and_the_server_recovers() -> None:
             time.sleep(0.01)
         r = httpx.post(srv.url + "/v1/translate", json={"q": "one more"})
         assert r.status_code == 503 and "server busy: more than 10000 sentences queued" in r.text, r.text
-        backend.release.set()
+        engine.release.set()
         t.join(60)
         assert result["r"].status_code == 200
         assert [x["text"] for x in result["r"].json()["translations"]] == [x.upper() for x in big]
         r = httpx.post(srv.url + "/v1/translate", json={"q": "one more"})
         assert r.status_code == 200 and r.json()["translations"][0]["text"] == "ONE MORE"
     finally:
-        backend.release.set()
+        engine.release.set()
+        srv.stop()
+
+
+def test_an_engine_without_the_optional_abilities_gets_the_protocols_defaults() -> None:
+    """An engine declares only its name, count_tokens and translate (the fake): one worker, whole batches,
+    tags placed by position (no word links), no attention map (501), nothing to close."""
+    fake = _FakeEngine()
+    assert fake.workers == 1 and not fake.concurrent and fake.stream() is None and fake.close() is None
+    srv = _serve(fake, max_wait_ms=0)
+    try:
+        body = {"q": "<p>ein <b>hund</b> rennt.</p>", "source": "de", "target": "en", "format": "html"}
+        r = httpx.post(srv.url + "/translate", json=body, timeout=30)
+        assert r.status_code == 200 and r.json() == {"translatedText": "<p>EIN <b>HUND</b> RENNT.</p>"}
+        r = httpx.post(srv.url + "/v1/attention", json={"q": "ein hund"}, timeout=30)
+        assert r.status_code == 501 and r.json() == {"error": "the fake backend does not report attention"}
+    finally:
         srv.stop()
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the worker, ended on purpose
 def test_health_is_503_once_the_worker_has_died(monkeypatch) -> None:
     """docs/serving.md: /health is 503 if the worker died. The worker survives any Exception (a
-    backend's goes to the requests, a metric's is dropped), so it is ended here by what ends a thread:
+    engine's goes to the requests, a metric's is dropped), so it is ended here by what ends a thread:
     SystemExit, raised after a batch (from its statistics)."""
     from aiayn.serve import metrics as serve_metrics
 
@@ -990,7 +1008,7 @@ def test_health_is_503_once_the_worker_has_died(monkeypatch) -> None:
         raise SystemExit("the worker ends here")
 
     monkeypatch.setattr(serve_metrics.Metrics, "observe_batch", broken)
-    srv = _serve(_FakeBackend(), max_wait_ms=0)
+    srv = _serve(_FakeEngine(), max_wait_ms=0)
     try:
         assert httpx.get(srv.url + "/health").status_code == 200
         r = httpx.post(srv.url + "/v1/translate", json={"q": "a b"}, timeout=30)
@@ -1068,8 +1086,8 @@ def test_limits_malformed_and_random_bytes(server: ThreadServer) -> None:
     assert not any(k[1] and ("status", "500") in k[1] for k in _metric(u, "aiayn_requests"))
 
 
-def test_api_key_enforced(torch_backend, translator) -> None:
-    srv = _serve(torch_backend, api_key="s3cret", max_wait_ms=0)
+def test_api_key_enforced(torch_engine, translator) -> None:
+    srv = _serve(torch_engine, api_key="s3cret", max_wait_ms=0)
     try:
         body = {"q": SOURCES[1], "source": "de", "target": "en"}
         r = httpx.post(srv.url + "/translate", json=body)
@@ -1088,10 +1106,10 @@ def test_api_key_enforced(torch_backend, translator) -> None:
         srv.stop()
 
 
-def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServer) -> None:
-    from aiayn.serve import CTranslate2Backend
+def test_ctranslate2_engine_greedy_identical(run_dir: Path, server: ThreadServer) -> None:
+    from aiayn.serve import CTranslate2ServeEngine
 
-    ct2 = CTranslate2Backend(run_dir, threads=1)  # a run directory: its cached export
+    ct2 = CTranslate2ServeEngine(run_dir, threads=1)  # a run directory: its cached export
     srv = _serve(ct2, max_wait_ms=5)
     try:
         lines = SOURCES + ["Hund " * 60, "Ein Hund", "", "Frau Frau Frau"]  # the 60-word line hits the positions
@@ -1106,25 +1124,25 @@ def test_ctranslate2_backend_greedy_identical(run_dir: Path, server: ThreadServe
         assert len(att["layers"][0]) == len(att["target_tokens"])
     finally:
         srv.stop()
-    assert ct2.engine.model_dir.parent == run_dir / "ct2"  # written once into the run, reused
+    assert ct2.translator.searcher.model_dir.parent == run_dir / "ct2"  # written once into the run, reused
 
 
 def test_attention_draws_the_translation_the_server_answers(
-    run_dir: Path, random_run: Path, torch_backend, random_backend
+    run_dir: Path, random_run: Path, torch_engine, random_engine
 ) -> None:
     """Issue #47: the attention view drew CTranslate2's own beam (its length penalty), not the translation
     shown above it (ours, re-ranked). Both engines, trained and untrained weights, greedy and beam."""
-    from aiayn.serve import CTranslate2Backend, SearchOptions
+    from aiayn.serve import CTranslate2ServeEngine, SearchOptions
 
-    ct2 = CTranslate2Backend(run_dir, threads=1)
-    ct2_random = CTranslate2Backend(random_run, threads=1)
-    for backend in (torch_backend, random_backend, ct2, ct2_random):
+    ct2 = CTranslate2ServeEngine(run_dir, threads=1)
+    ct2_random = CTranslate2ServeEngine(random_run, threads=1)
+    for engine in (torch_engine, random_engine, ct2, ct2_random):
         for beam in (1, 4):
             opts = SearchOptions(beam=beam, max_len_b=12)
             for sentence in SOURCES[:4] + ["Hund Katze Frau", "Zwei"]:
-                shown = backend.translate([sentence], opts)[0][0][0]
-                a = backend.attention(sentence, opts)
-                assert a["translation"] == shown, (backend.name, beam, sentence)
+                shown = engine.translate([sentence], opts)[0][0].text
+                a = engine.attention(sentence, opts)
+                assert a["translation"] == shown, (engine.name, beam, sentence)
                 assert len(a["layers"][-1]) == len(a["target_tokens"])
                 drawn = a["target_tokens"][:-1] if a["target_tokens"][-1:] == ["</s>"] else a["target_tokens"]
                 pieces = "".join(drawn).replace(" ", "").replace("\u2581", "")
@@ -1300,34 +1318,34 @@ def random_run(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def random_backend(random_run: Path):
-    from aiayn.serve import TorchBackend
+def random_engine(random_run: Path):
+    from aiayn.serve import TorchServeEngine
 
-    return TorchBackend(random_run, device="cpu")
+    return TorchServeEngine(random_run, device="cpu")
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])
-def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_backend, random_backend) -> None:
+def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_engine, random_engine) -> None:
     """Sentences of different lengths join a running greedy batch at different decoder steps (and
-    rows leave as they end): each output is token for token `TorchBackend.translate` of it alone."""
+    rows leave as they end): each output is token for token `TorchServeEngine.translate` of it alone."""
     from aiayn.serve import SearchOptions
 
-    backend = torch_backend if which == "trained" else random_backend
+    engine = torch_engine if which == "trained" else random_engine
     lines = SOURCES + ["Hund " * 60, "Ein Hund", "", "Frau Frau Frau", "Zwei"]  # the 60-word line is cut
     options = [SearchOptions(beam=1), SearchOptions(beam=1, max_len_a=0, max_len_b=3)]
     options.append(SearchOptions(beam=1, max_len_b=0))
     jobs = [(line, options[i % 3] if i % 4 == 0 else options[0]) for i, line in enumerate(lines)]
-    want = [backend.translate([line], opts)[0] for line, opts in jobs]
-    stream = backend.stream()
+    want = [engine.translate([line], opts)[0] for line, opts in jobs]
+    stream = engine.stream()
     ids: dict[int, list[int]] = {}  # the generated ids too: byte pieces of random outputs may decode alike
-    engine_step = stream.engine.step
+    engine_step = stream.greedy.step
 
     def step() -> list:
         out = engine_step()
         ids.update(out)
         return out
 
-    stream.engine.step = step  # type: ignore[method-assign]
+    stream.greedy.step = step  # type: ignore[method-assign]
     rng = random.Random(0)
     got: dict[int, list] = {}
     pending, steps, joined_running = list(range(len(jobs))), 0, 0
@@ -1345,10 +1363,10 @@ def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_backend,
         steps += 1
         if steps % 4:  # else free slots stay for joining rows to take over (DecoderCache.refill)
             continue
-        stream.engine.compact()
-        cache = stream.engine.cache
+        stream.greedy.compact()
+        cache = stream.greedy.cache
         if cache is not None:  # no buffer columns before the oldest running row's first
-            assert cache.length == int(stream.engine.done.max())
+            assert cache.length == int(stream.greedy.done.max())
             assert cache.start is None or int(cache.start.min()) == 0
             assert cache.src_mask.size(-1) == max(
                 cache.src_mask[r].sum().item() for r in range(stream.rows)
@@ -1356,7 +1374,7 @@ def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_backend,
     assert joined_running >= 5 and steps > 10
     from aiayn.decode.search import greedy_search
 
-    tr = backend.translator
+    tr = engine.translator
     for i, (line, opts) in enumerate(jobs):
         assert got[i][0][0] == want[i][0][0], (which, line)
         pieces = tr.tokenizer.encode(line)[: tr.max_input_len - 1]
@@ -1370,7 +1388,7 @@ def test_continuous_greedy_equals_each_sentence_alone(which: str, torch_backend,
         assert max(len(g[0][0]) for g in got.values()) > 40  # the cut line decodes up to the positions
 
 
-def test_batcher_continuous_joins_running_batch_and_keeps_order(random_backend) -> None:
+def test_batcher_continuous_joins_running_batch_and_keeps_order(random_engine) -> None:
     """Through the batcher: greedy sentences submitted while a long one decodes join it and are
     answered before it ends, a beam search in between waits for the running batch and is decoded
     whole, and every answer equals the sentence translated alone. The untrained model decodes to the
@@ -1378,7 +1396,7 @@ def test_batcher_continuous_joins_running_batch_and_keeps_order(random_backend) 
     from aiayn.serve import Batcher, SearchOptions
 
     stats = []
-    b = Batcher(random_backend, max_batch_tokens=4096, max_wait_ms=0, observer=stats.append)
+    b = Batcher(random_engine, max_batch_tokens=4096, max_wait_ms=0, observer=stats.append)
     b.start()
     short = SearchOptions(beam=1, max_len_a=0, max_len_b=3)
     jobs = [("Hund " * 60, SearchOptions(beam=1))]
@@ -1401,18 +1419,18 @@ def test_batcher_continuous_joins_running_batch_and_keeps_order(random_backend) 
     finally:
         b.close()
     for (text, opts), out in zip(jobs, outs):
-        assert out[0][0][0] == random_backend.translate([text], opts)[0][0][0], (text, opts)
+        assert out[0][0][0] == random_engine.translate([text], opts)[0][0][0], (text, opts)
     assert min(done_at[i] for i in range(1, 4)) < done_at[0]  # short ones joined later, left earlier
     assert b.queued == 0 and sum(s.sentences for s in stats) == len(jobs)
 
 
-def test_a_failing_stream_step_answers_every_running_sentence_with_the_error(random_backend, monkeypatch) -> None:
+def test_a_failing_stream_step_answers_every_running_sentence_with_the_error(random_engine, monkeypatch) -> None:
     """The stream lets finished rows go before their ids become text: when that last part fails, the
     sentences that had just finished get the error like the running ones (none waits forever), the
     queue count returns to zero, and the next request is answered as usual."""
     from aiayn.serve import Batcher, SearchOptions
 
-    tok = random_backend.tokenizer
+    tok = random_engine.tokenizer
     decode = tok.decode
     calls = {"n": 0}
 
@@ -1420,7 +1438,7 @@ def test_a_failing_stream_step_answers_every_running_sentence_with_the_error(ran
         calls["n"] += 1
         raise IndexError("piece id is out of range")
 
-    b = Batcher(random_backend, max_batch_tokens=4096, max_wait_ms=0)
+    b = Batcher(random_engine, max_batch_tokens=4096, max_wait_ms=0)
     b.start()
     short = SearchOptions(beam=1, max_len_a=0, max_len_b=3)
 
@@ -1439,13 +1457,13 @@ def test_a_failing_stream_step_answers_every_running_sentence_with_the_error(ran
         again = asyncio.run(ask(SOURCES[:2]))
     finally:
         b.close()
-    assert [o[0][0] for o in again] == [random_backend.translate([s], short)[0][0][0] for s in SOURCES[:2]]
+    assert [o[0][0] for o in again] == [random_engine.translate([s], short)[0][0][0] for s in SOURCES[:2]]
 
 
-def test_a_stream_refuses_keys_that_do_not_match_its_sources(random_backend) -> None:
+def test_a_stream_refuses_keys_that_do_not_match_its_sources(random_engine) -> None:
     from aiayn.decode.continuous import GreedyStream
 
-    stream = GreedyStream(random_backend.translator.model)
+    stream = GreedyStream(random_engine.translator.model)
     for sources, keys in (([[5, 9, 3], [7, 3]], ["a"]), ([[5, 3]], [None]), ([[]], ["a"])):
         with pytest.raises(ValueError, match="one key"):
             stream.add(sources, keys)
@@ -1465,23 +1483,23 @@ def test_serve_takes_one_engine_switch() -> None:
         parser.parse_args(["serve", "-c", "r", "--backend", "ctranslate2"])
 
 
-def test_load_backend_follows_the_engine_choice(run_dir: Path) -> None:
-    from aiayn.serve.backends import CTranslate2Backend, TorchBackend, load_backend
+def test_load_engine_follows_the_engine_choice(run_dir: Path) -> None:
+    from aiayn.serve.engines import CTranslate2ServeEngine, TorchServeEngine, load_engine
 
-    auto = load_backend("auto", run_dir, device="cpu", threads=1)
-    assert isinstance(auto, CTranslate2Backend) and auto.translator.engine_reason.startswith("CPU, ctranslate2 ")
+    auto = load_engine("auto", run_dir, device="cpu", threads=1)
+    assert isinstance(auto, CTranslate2ServeEngine) and auto.translator.engine_reason.startswith("CPU, ctranslate2 ")
     assert auto.stream() is None  # CTranslate2 decodes whole batches
     assert auto.workers == 1  # threads given: one batch at a time on them
     assert auto.translator.searcher.translator.num_translators == 1
-    default = load_backend("auto", run_dir, device="cpu")  # one single-threaded replica per core
+    default = load_engine("auto", run_dir, device="cpu")  # one single-threaded replica per core
     cores = cpu_cores()
     assert default.workers == cores and default.translator.searcher.translator.num_translators == cores
-    three = load_backend("ctranslate2", run_dir, device="cpu", workers=3)
+    three = load_engine("ctranslate2", run_dir, device="cpu", workers=3)
     assert three.workers == three.translator.searcher.translator.num_translators == 3
-    torch_ = load_backend("torch", run_dir, device="cpu", threads=1)
-    assert type(torch_) is TorchBackend and torch_.translator.engine == "torch" and torch_.workers == 1
+    torch_ = load_engine("torch", run_dir, device="cpu", threads=1)
+    assert type(torch_) is TorchServeEngine and torch_.translator.engine == "torch" and torch_.workers == 1
     with pytest.raises(AiaynError, match="one batch at a time"):
-        load_backend("torch", run_dir, device="cpu", workers=2)
+        load_engine("torch", run_dir, device="cpu", workers=2)
 
 
 def test_serve_takes_workers() -> None:
@@ -1498,12 +1516,12 @@ def test_serve_takes_workers() -> None:
 def test_ctranslate2_workers_decode_batches_at_once_and_each_answer_is_its_own(run_dir: Path) -> None:
     """Two workers over two CTranslate2 replicas: batches of one request and of concurrent ones decode
     at the same time (their calls overlap), every sentence gets the translation of it alone, in its
-    request's order, and closing stops both workers. A backend that cannot decode two batches at once
+    request's order, and closing stops both workers. An engine that cannot decode two batches at once
     refuses two workers."""
-    from aiayn.serve import Batcher, CTranslate2Backend, SearchOptions
+    from aiayn.serve import Batcher, CTranslate2ServeEngine, SearchOptions
 
-    ct2 = CTranslate2Backend(run_dir, threads=1, workers=2)
-    assert ct2.workers == ct2.engine.translator.num_translators == 2  # a replica per worker
+    ct2 = CTranslate2ServeEngine(run_dir, threads=1, workers=2)
+    assert ct2.workers == ct2.translator.searcher.translator.num_translators == 2  # a replica per worker
     translate = ct2.translate
     calls: list[tuple[float, float]] = []
 
@@ -1540,9 +1558,9 @@ def test_ctranslate2_workers_decode_batches_at_once_and_each_answer_is_its_own(r
     finally:
         b.close()
     assert not any(t.is_alive() for t in b._threads)
-    fake = _FakeBackend()
+    fake = _FakeEngine()
     with pytest.raises(AiaynError, match="one batch at a time"):
         Batcher(fake, workers=2)
     with pytest.raises(AiaynError, match="at least one worker"):
         Batcher(ct2, workers=0)
-    assert CTranslate2Backend(run_dir).workers == cpu_cores()  # the layout Translator chose
+    assert CTranslate2ServeEngine(run_dir).workers == cpu_cores()  # the layout Translator chose

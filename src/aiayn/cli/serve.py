@@ -1,4 +1,4 @@
-"""`aiayn serve`: parsing only; the server lives in aiayn.serve.app, the model in aiayn.serve.backends."""
+"""`aiayn serve`: parsing only; the server lives in aiayn.serve.app, the model in aiayn.serve.engines."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _serve(a: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401  (here: a missing extra is one line before any model loads)
 
         from aiayn.serve.app import create_app  # noqa: F401  (translation's server: serve_translations)
-        from aiayn.serve.backends import load_backend  # noqa: F401
+        from aiayn.serve.engines import load_engine  # noqa: F401
         from aiayn.serve.settings import ServeSettings
     except ImportError as e:
         raise AiaynError(
@@ -25,8 +25,7 @@ def _serve(a: argparse.Namespace) -> int:
         ) from None
     from aiayn.checkpoint import find_in_run
     from aiayn.config import Config, DataConfig
-    from aiayn.data.segment import SentenceStarts
-    from aiayn.decode.documents import run_sentence_starts
+    from aiayn.data.sentence_starts import SentenceStarts, run_sentence_starts
     from aiayn.hub import resolve_run
     from aiayn.train.tasks import run_spec
 
@@ -61,13 +60,13 @@ def serve_translations(a: argparse.Namespace, run: Any, spec: Any, settings: Any
     """The translate TaskSpec's `serve`: the translation server (LibreTranslate's API, /v1, the web page)."""
     from aiayn.cli.translate import say_engine
     from aiayn.serve.app import create_app
-    from aiayn.serve.backends import load_backend
+    from aiayn.serve.engines import load_engine
 
-    backend = load_backend(a.engine, run, device=a.device, threads=a.threads, workers=a.workers)
-    say_engine(backend.translator)
-    app = create_app(backend, settings)
+    engine = load_engine(a.engine, run, device=a.device, threads=a.threads, workers=a.workers)
+    say_engine(engine.translator)
+    app = create_app(engine, settings)
     print(
-        f"aiayn serve: {a.checkpoint} ({backend.name}, {backend.workers} worker{'s' if backend.workers > 1 else ''}, "
+        f"aiayn serve: {a.checkpoint} ({engine.name}, {engine.workers} worker{'s' if engine.workers > 1 else ''}, "
         f"{settings.source_lang}->{settings.target_lang}, beam {settings.beam}) "
         f"on http://{a.host}:{a.port}",
         flush=True,

@@ -186,8 +186,9 @@ def _translate(a: argparse.Namespace) -> int:
         torch.set_num_threads(a.threads)
     say_engine(t)
     if a.format is None:  # from the input's name: a Word document or a page is never read line by line
-        suffix = os.path.splitext(a.input or "")[1].lower()
-        a.format = {".docx": "docx", ".pptx": "pptx", ".html": "html", ".htm": "html"}.get(suffix, "text")
+        from aiayn.documents.formats import format_of
+
+        a.format = format_of(a.input or "") or "text"
     if a.document or a.format != "text":
         return _translate_document(a, t)
     src = open(a.input, "rb") if a.input else sys.stdin.buffer
@@ -234,48 +235,38 @@ def run_languages(checkpoint: str) -> tuple[str, str]:
 
 def _translate_document(a: argparse.Namespace, t: Any) -> int:
     """--document / --format html / docx / pptx: the whole input is one document; every sentence of it is
-    decoded in one call and the translation keeps the input's layout (aiayn.decode.documents, .html, .office)."""
+    decoded in one call and the translation keeps the input's layout (aiayn.documents)."""
+    from aiayn.data.sentence_starts import SentenceStarts, run_sentence_starts
+    from aiayn.documents.flow import translate_now
+    from aiayn.documents.formats import OFFICE, document
+    from aiayn.documents.html import HtmlError
+    from aiayn.documents.office import OfficeError
     from aiayn.errors import AiaynError
 
     if a.n_best != 1:
         raise AiaynError("--n-best works line by line: not with --document or --format html / docx / pptx")
-    from aiayn.data.segment import SentenceStarts
-    from aiayn.decode.documents import run_sentence_starts
-
     run = _members(a)[0] or ""
     run_source, target = run_languages(run)
     lang = a.source_lang or run_source
     starts = run_sentence_starts(run, lang) if run and a.run_on_cuts else SentenceStarts()
+    where = a.input or "standard input"
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()
     else:
         data = sys.stdin.buffer.read()
-    if a.format in ("docx", "pptx"):
-        from aiayn.decode.office import OfficeError, translate_office
-
-        try:
-            out_bytes = translate_office(data, a.format, lang, lambda x: t.translate(x), t.align, target, starts)
-            return _write_output(a, out_bytes)
-        except OfficeError as e:
-            raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
-    try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        where = a.input or "standard input"
-        raise AiaynError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r})") from None
-    if a.format == "html":
-        from aiayn.decode.html import HtmlError, translate_html
-
-        try:
-            out = translate_html(text, lang, lambda sentences: t.translate(sentences), t.align, target, starts)
-        except HtmlError as e:  # a page libxml2 cannot read whole is refused, not translated in part
-            raise AiaynError(f"{a.input or 'standard input'}: {e}") from None
-    else:
-        from aiayn.decode.documents import translate_texts
-
-        out = translate_texts([text], lang, lambda sentences: t.translate(sentences), starts)[0]
-    return _write_output(a, out.encode("utf-8"))
+    source: str | bytes = data
+    if a.format not in OFFICE:
+        try:  # a byte-order mark is not text; anything not UTF-8 is an error, not silently replaced
+            source = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise AiaynError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r})") from None
+    try:  # a page or file that cannot be read whole is refused, not translated in part
+        doc = document(source, a.format, lang, target, starts)
+        out = translate_now([doc], lambda sentences: t.translate(sentences), t.align)[0]
+    except (HtmlError, OfficeError) as e:
+        raise AiaynError(f"{where}: {e}") from None
+    return _write_output(a, out if isinstance(out, bytes) else out.encode("utf-8"))
 
 
 def _write_output(a: argparse.Namespace, out: bytes) -> int:

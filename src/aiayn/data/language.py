@@ -1,11 +1,12 @@
-"""Which language a text is in: py3langid (langid.py's model: 97 languages, 140 labels with their script
-variants, shipped inside the package: nothing to download), for `aiayn serve`'s /detect and
-`source: "auto"`, and for the `langid` filter of parallel text (aiayn.data.filters).
+"""Language identification: py3langid (langid.py's model: 97 languages, 140 labels with their script
+variants, shipped inside the package: nothing to download), batched for the `langid` filter of parallel
+text (aiayn.data.filters); `aiayn serve`'s /detect and `source: "auto"` ask it through
+aiayn.documents.language.
 
-    detect("Ein Hund rennt über die Wiese.")   # [("de", 0.99...), ("nl", ...), ("en", ...)]
+    language_probabilities(["Ein Hund rennt.", "A dog runs."], "de")   # (best, its p, p of "de") per text
 
-Confidences are the model's normalised probabilities (0..1; the server reports them x 100, as
-LibreTranslate does). The identifier loads once per process (about 0.3 s) on first use.
+Probabilities are the model's, normalised (0..1). The identifier loads once per process (about 0.3 s)
+on first use.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ _lock = threading.Lock()
 _identifier: Any = None
 
 
-def _model() -> Any:
+def identifier() -> Any:
+    """py3langid's identifier (normalised probabilities), loaded once per process."""
     global _identifier
     with _lock:  # the server detects on its event loop and tests from threads: load once
         if _identifier is None:
@@ -31,15 +33,9 @@ def _model() -> Any:
         return _identifier
 
 
-def detect(text: str, top: int = 3) -> list[tuple[str, float]]:
-    """The `top` most likely languages of `text` (ISO 639-1 codes), best first, with probabilities."""
-    ranked = _model().rank(text)
-    return [(lang, float(p)) for lang, p in ranked[:top]]
-
-
 def known_languages() -> frozenset[str]:
     """The languages the identifier knows (ISO 639-1 codes)."""
-    return frozenset(_model().nb_classes)
+    return frozenset(identifier().nb_classes)
 
 
 LINE_CHARS = 2000  # what the identifier reads of a line: its answer is settled long before, and memory stays flat
@@ -50,7 +46,7 @@ def language_probabilities(texts: Sequence[str], lang: str) -> tuple[np.ndarray,
     probability and `lang`'s (a filter's view: whether a line is in the language it should be, and by
     what margin it is not)."""
     texts = [t[:LINE_CHARS] for t in texts]
-    model = _model()
+    model = identifier()
     with _lock:
         if not _batched:
             _batched.append(BatchedIdentifier(model))

@@ -43,7 +43,7 @@ from aiayn.data.pipeline import (
     prepare_examples,
     refuse_empty_training,
 )
-from aiayn.data.segment import SentenceStarts, learn_sentence_starts
+from aiayn.data.sentence_starts import SentenceStarts, learn_sentence_starts
 from aiayn.data.sources import source_filters, source_specs, split_sources
 from aiayn.data.tokenizer import Tokenizer, collapse_whitespace
 
@@ -286,7 +286,7 @@ def _tokenizer(
     cfg: DataConfig, symbols: tuple[str, ...], names: tuple[str, str], scan: Scan, model_file: Path
 ) -> tuple[Tokenizer, dict[str, Any]]:
     """Joint BPE on the sampled training pairs with both sides non-empty: source lines, then target; the
-    source side's sentence starts (aiayn.data.segment.learn_sentence_starts) learnt from the same sample
+    source side's sentence starts (aiayn.data.sentence_starts.learn_sentence_starts) learnt from the same sample
     and kept in the report (a given tokenizer learns them at load; a tree pair has none)."""
     refuse_empty_training(scan)
     sample = scan.sample

@@ -2,8 +2,8 @@
 
 Translator cleans, tokenizes and cuts the input lines, answers empty ones, batches by `decode.max_tokens`
 and detokenizes; an engine only searches: source ids (pieces, no EOS) -> per sentence the n-best
-(ids without BOS/EOS, score), best first, with the search settings of one `DecodeConfig`. The server's
-backends (aiayn.serve.backends) decode through a Translator too, so both engines live here once.
+(ids without BOS/EOS, score), best first, with the search settings of one `DecodeConfig`. The server
+(aiayn.serve.engines) decodes through a Translator too, so both engines live here once.
 
 `choose_engine` decides which one decodes a run (`engine="auto"`): CTranslate2 on the CPU when it is
 installed and runs the model (one encoder-decoder model, full attention, d_v = d_k), else torch, with

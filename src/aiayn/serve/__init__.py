@@ -14,13 +14,13 @@ _EXPORTS = {  # submodule -> the names it gives the package
     "app": ("create_app",),
     "settings": ("ServeSettings",),
     "batcher": ("Batcher", "SearchOptions"),
-    "backends": ("load_backend", "TorchBackend", "CTranslate2Backend"),
+    "engines": ("load_engine", "TorchServeEngine", "CTranslate2ServeEngine"),
 }
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from aiayn.serve.app import create_app
-    from aiayn.serve.backends import CTranslate2Backend, TorchBackend, load_backend
     from aiayn.serve.batcher import Batcher, SearchOptions
+    from aiayn.serve.engines import CTranslate2ServeEngine, TorchServeEngine, load_engine
     from aiayn.serve.settings import ServeSettings

@@ -25,32 +25,31 @@ import math
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
-from lxml.etree import LxmlError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from aiayn.data.language import detect
-from aiayn.decode.documents import split_texts
-from aiayn.decode.office import KINDS, OfficeDocument, OfficeError
+from aiayn.documents.formats import FORMATS, format_of
+from aiayn.documents.language import LANGUAGE_NAMES
 from aiayn.errors import AiaynError
-from aiayn.serve.batcher import Backend, Batcher, SearchOptions
-from aiayn.serve.files import FILE_TYPES, MEDIA_TYPES, Files, safe_name
-from aiayn.serve.http import ApiError, add_error_handlers, one_line, validated
+from aiayn.serve.batcher import Batcher, Engine
+from aiayn.serve.files import MEDIA_TYPES, Files, safe_name
+from aiayn.serve.http import ApiError, add_error_handlers, one_line, required, texts_of, validated
 from aiayn.serve.metrics import Measure, Metrics
-from aiayn.serve.service import LANGUAGE_NAMES, MAX_BEAM, Service, V1Attention, V1Translate
+from aiayn.serve.service import MAX_BEAM, Service, V1Attention, V1Translate
 from aiayn.serve.settings import ServeSettings
 
 log = logging.getLogger("aiayn.serve")
 STATIC = Path(__file__).parent / "static"
 
 
-def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastAPI:
-    """The FastAPI app serving `backend`; its lifespan starts and stops the batching worker. The routes
+def create_app(engine: Engine, settings: ServeSettings | None = None) -> FastAPI:
+    """The FastAPI app serving `engine`; its lifespan starts and stops the batching worker. The routes
     live in five routers below (LibreTranslate's API, its files, aiayn's /v1, operations, the web page);
     what they share is one `Service` in app.state."""
     s = settings or ServeSettings()
@@ -58,16 +57,16 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
     if s.batching not in ("continuous", "whole"):
         raise AiaynError(f"batching must be continuous or whole, not {s.batching!r}")
     batcher = Batcher(
-        backend,
+        engine,
         s.max_batch_tokens,
         s.max_wait_ms,
         observer=metrics.observe_batch,
         continuous=s.batching == "continuous",
-        workers=getattr(backend, "workers", 1),
+        workers=engine.workers,
         adaptive=s.adaptive_wait,
     )
     metrics.queue.set_function(lambda: batcher.queued)
-    service = Service(s, backend, batcher, metrics, Files())
+    service = Service(s, engine, batcher, metrics, Files())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,29 +75,18 @@ def create_app(backend: Backend, settings: ServeSettings | None = None) -> FastA
             yield
         finally:  # uvicorn has answered the in-flight requests by now (graceful shutdown)
             batcher.close()
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+            engine.close()
 
     app = FastAPI(title="aiayn serve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.service = service
     app.state.batcher, app.state.metrics, app.state.settings = batcher, metrics, s
     add_error_handlers(app)
-    for router in (libre_router, files_router, v1_router, ops_router, page_router):
+    routers = (libre_router, files_router, v1_router, ops_router, page_router)
+    for router in routers:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    known = {
-        "/",
-        "/translate",
-        "/languages",
-        "/v1/translate",
-        "/v1/attention",
-        "/health",
-        "/metrics",
-        "/frontend/settings",
-        "/detect",
-        "/translate_file",
-    }
+    # the metrics count these paths by name, any other as "other" (a path with a parameter: never the same)
+    known = {r.path for router in routers for r in router.routes if isinstance(r, APIRoute) and "{" not in r.path}
     app.add_middleware(Measure, metrics=metrics, known=known)
     return app
 
@@ -109,6 +97,7 @@ async def _service(request: Request) -> Service:  # async: a plain def would run
 
 Svc = Annotated[Service, Depends(_service)]
 
+
 # -- LibreTranslate ----------------------------------------------------------------------------------
 
 libre_router = APIRouter()
@@ -116,51 +105,25 @@ libre_router = APIRouter()
 
 @libre_router.post("/translate")
 async def translate(request: Request, svc: Svc) -> JSONResponse:
-    s = svc.settings
     fields = await svc.read_fields(request)
     svc.check_key(request, fields)
-    # untrusted JSON or form values, checked one by one below
-    q: Any = fields.get("q")
-    source: Any = fields.get("source")
-    target: Any = fields.get("target")
-    for name, value in (("q", q), ("source", source), ("target", target)):
-        if value is None or value == "" or value == []:
-            raise ApiError(400, f"Invalid request: missing {name} parameter")
-    batch = isinstance(q, list)
-    if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
-        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-    if not isinstance(source, str) or source not in (s.source_lang, "auto"):
-        raise ApiError(400, f"{one_line(source)} is not supported")
-    if not isinstance(target, str) or target != s.target_lang:
-        raise ApiError(400, f"{one_line(target)} is not supported")
+    required(fields, "q", "source", "target")
+    texts, batch = texts_of(fields["q"])
+    auto = svc.check_languages(fields)
     fmt = fields.get("format") or "text"
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{one_line(fmt)} format is not supported")
-    alternatives = fields.get("alternatives", 0)
     try:
-        alternatives = int(alternatives)
+        alternatives = int(fields.get("alternatives", 0))
     except (TypeError, ValueError):
         raise ApiError(400, "Invalid request: alternatives must be an integer") from None
     if not 0 <= alternatives < MAX_BEAM:
         raise ApiError(400, f"Invalid request: alternatives must lie in 0..{MAX_BEAM - 1}")
-    texts = q if batch else [q]
     svc.check_limits(texts)
-    if fmt == "html":
-        if alternatives:
-            raise ApiError(400, "Invalid request: alternatives are not supported with format html")
-        pages = svc.parse_html(texts)
-        detected = svc.detect_source([" ".join(p.sentences) for p in pages]) if source == "auto" else None
-        nbest = await svc.render_html(pages, svc.default_options())
-    else:
-        detected = svc.detect_source(texts) if source == "auto" else None
-        beam = max(s.beam, alternatives + 1)
-        opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
-        _, nbest = await svc.run_texts(texts, opts, s.split_sentences)
-    best = [h[0][0] for h in nbest]
+    best, others, detected = await svc.translate_texts(texts, fmt, auto, alternatives)
     out: dict[str, Any] = {"translatedText": best if batch else best[0]}
     if alternatives:
-        alts = [[t for t, _, _ in h[1:]] for h in nbest]
-        out["alternatives"] = alts if batch else alts[0]
+        out["alternatives"] = others if batch else others[0]
     if detected is not None:
         out["detectedLanguage"] = detected if batch else detected[0]
     return JSONResponse(out)
@@ -172,15 +135,10 @@ async def detect_languages(request: Request, svc: Svc) -> JSONResponse:
     q a list: one such list per text)."""
     fields = await svc.read_fields(request)
     svc.check_key(request, fields)
-    q: Any = fields.get("q")
-    if q is None or q == "" or q == []:
-        raise ApiError(400, "Invalid request: missing q parameter")
-    batch = isinstance(q, list)
-    if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
-        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-    texts = q if batch else [q]
+    required(fields, "q")
+    texts, batch = texts_of(fields["q"])
     svc.check_limits(texts)
-    found = [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
+    found = svc.detect_languages(texts)
     return JSONResponse(found if batch else found[0])
 
 
@@ -201,7 +159,7 @@ async def frontend_settings(svc: Svc) -> JSONResponse:  # what LibreTranslate's 
             "keyRequired": s.api_key is not None,
             "language": {"source": {"code": s.source_lang}, "target": {"code": s.target_lang}},
             "filesTranslation": True,
-            "supportedFilesFormat": sorted(FILE_TYPES),
+            "supportedFilesFormat": sorted(FORMATS),
         }
     )
 
@@ -217,54 +175,17 @@ async def translate_file(request: Request, svc: Svc) -> JSONResponse:
     html), .docx and .pptx (each paragraph as an HTML paragraph, its runs' formatting carried over); the
     answer names where to download the result (/download_file), kept in memory for FILE_TTL_S, the
     newest MAX_FILES of them."""
-    s = svc.settings
     fields, filename, data = await svc.read_upload(request)
     svc.check_key(request, fields)
-    source, target = fields.get("source"), fields.get("target")
-    for name, value in (("source", source), ("target", target)):
-        if not value:
-            raise ApiError(400, f"Invalid request: missing {name} parameter")
-    if source not in (s.source_lang, "auto"):
-        raise ApiError(400, f"{one_line(source)} is not supported")
-    if target != s.target_lang:
-        raise ApiError(400, f"{one_line(target)} is not supported")
-    ext = Path(filename).suffix.lower()
-    if ext not in FILE_TYPES:
+    required(fields, "source", "target")
+    auto = svc.check_languages(fields)
+    ext, fmt = PurePath(filename).suffix.lower(), format_of(filename)
+    if fmt is None:
         raise ApiError(
             400,
-            f"Invalid request: file format {one_line(ext or filename)} is not supported "
-            f"({', '.join(sorted(FILE_TYPES))})",
+            f"Invalid request: file format {one_line(ext or filename)} is not supported ({', '.join(sorted(FORMATS))})",
         )
-    opts = svc.default_options()
-    if FILE_TYPES[ext] in KINDS:
-        try:
-            doc = OfficeDocument(data, FILE_TYPES[ext], s.source_lang, s.target_lang, s.sentence_starts)
-        except (OfficeError, LxmlError) as e:
-            raise ApiError(400, f"Invalid request: cannot read the {ext} ({one_line(e)})") from None
-        text = " ".join(doc.page.sentences)
-        svc.check_limits([text])
-        if source == "auto":
-            svc.detect_source([text])
-        rendered = (await svc.render_html([doc.page], opts))[0][0][0]
-        try:
-            out = doc.rebuild(rendered)
-        except OfficeError as e:  # a picture or another part that cannot be unpacked
-            raise ApiError(400, f"Invalid request: cannot read the {ext} ({one_line(e)})") from None
-    else:
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
-        svc.check_limits([text])
-        if FILE_TYPES[ext] == "html":
-            pages = svc.parse_html([text])
-            if source == "auto":
-                svc.detect_source([" ".join(pages[0].sentences)])
-            out = (await svc.render_html(pages, opts))[0][0][0].encode("utf-8")
-        else:
-            if source == "auto":
-                svc.detect_source([text])
-            out = (await svc.run_texts([text], opts, s.split_sentences))[1][0][0][0].encode("utf-8")
+    out = await svc.translate_file(data, fmt, ext, auto)
     name = f"{secrets.token_urlsafe(16)}.{safe_name(filename)}"
     if not svc.files.put(name, out):
         raise ApiError(413, f"Invalid request: the translated file is over the {svc.files.max_bytes} bytes kept")
@@ -276,7 +197,7 @@ async def download_file(name: str, svc: Svc) -> Response:
     data = svc.files.get(name)
     if data is None:
         raise ApiError(404, "Invalid request: no such file (or it has expired)")
-    kind = FILE_TYPES.get(Path(name).suffix.lower(), "text")
+    kind = format_of(name) or "text"
     original = name.split(".", 1)[1]
     headers = {"Content-Disposition": f'attachment; filename="{original}"', "X-Content-Type-Options": "nosniff"}
     if kind == "html":  # an uploaded page opened from this origin runs no script and reaches nothing of the server's
@@ -299,35 +220,31 @@ async def v1_translate(request: Request, svc: Svc) -> JSONResponse:
     opts = svc.options(req)
     if req.split and opts.n_best > 1:
         raise ApiError(422, "Invalid request: n_best > 1 needs split false (one sentence per text)")
+    translations: list[dict[str, Any]]
     if not req.split:
         translations = [
             {
-                "text": h[0][0],
-                "score": _score(h[0][1]),
-                "nbest": [{"text": t, "score": _score(sc)} for t, sc, _ in h],
+                "text": h[0].text,
+                "score": _score(h[0].score),
+                "nbest": [{"text": x.text, "score": _score(x.score)} for x in h],
             }
             for h in await svc.run(texts, opts)
         ]
     else:  # each text's sentences and the whitespace between them: the page shows and links them
-        docs = split_texts(texts, svc.settings.source_lang, starts=svc.settings.sentence_starts)
-        nbest = await svc.run(docs.sentences, opts)
-        joined, at, translations = docs.join([h[0][0] for h in nbest]), 0, []
-        for text, part in zip(joined, docs.parts):
-            mine = nbest[at : at + len(part.sentences)]
-            at += len(part.sentences)
-            translations.append(
-                {
-                    "text": text,
-                    "score": None,
-                    "nbest": [{"text": text, "score": None}],
-                    "sentences": [
-                        {"source": src, "text": h[0][0], "score": _score(h[0][1])}
-                        for src, h in zip(part.sentences, mine)
-                    ],
-                    "gaps": part.gaps,
-                }
-            )
-    return JSONResponse({"translations": translations, "beam": opts.beam, "backend": svc.backend.name})
+        translations = [
+            {
+                "text": done.renders[0],
+                "score": None,
+                "nbest": [{"text": done.renders[0], "score": None}],
+                "sentences": [
+                    {"source": src, "text": h[0].text, "score": _score(h[0].score)}
+                    for src, h in zip(doc.sentences, done.hypotheses)
+                ],
+                "gaps": doc.gaps,
+            }
+            for doc, done in await svc.translate_split(texts, opts)
+        ]
+    return JSONResponse({"translations": translations, "beam": opts.beam, "backend": svc.engine.name})
 
 
 @v1_router.post("/attention")
@@ -338,11 +255,7 @@ async def v1_attention(request: Request, svc: Svc) -> JSONResponse:
     svc.check_limits([req.q])
     if not req.q.strip():
         raise ApiError(400, "Invalid request: missing q parameter")
-    opts = svc.options(req)
-    att = getattr(svc.backend, "attention", None)
-    if att is None:
-        raise ApiError(501, f"the {svc.backend.name} backend does not report attention")
-    return JSONResponse(await svc.batcher.run_exclusive(lambda: att(req.q, opts)))
+    return JSONResponse(await svc.attention(req.q, svc.options(req)))
 
 
 # -- operations and the web page ---------------------------------------------------------------------
@@ -356,7 +269,7 @@ async def health(svc: Svc) -> JSONResponse:
     return JSONResponse(
         {
             "status": "ok" if alive else "worker stopped",
-            "backend": svc.backend.name,
+            "backend": svc.engine.name,
             "queued_sentences": svc.batcher.queued,
         },
         status_code=200 if alive else 503,

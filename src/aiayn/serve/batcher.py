@@ -13,7 +13,7 @@ if nothing else has come meanwhile, so a lone sequential client pays no window; 
 arrive while others are queued or decoding wait the window as before, so batches under load stay
 as large.
 
-Continuous batching (greedy search, `beam` 1 and `n_best` 1, with a backend that offers `stream()`:
+Continuous batching (greedy search, `beam` 1 and `n_best` 1, with an engine that offers `stream()`:
 the PyTorch one): instead of decoding a batch to its end, the worker keeps one running decoder
 batch and, at every decoder step boundary, admits the greedy sentences waiting at the head of the
 queue while running sentences x longest source stays within `max_batch_tokens`, and answers each
@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiayn.config import DecodeConfig
 from aiayn.errors import AiaynError
@@ -55,23 +55,52 @@ class SearchOptions:
     n_best: int = 1
 
 
-Hypothesis = tuple[str, float, int]  # text, score (nan for greedy), number of target pieces
+class Hypothesis(NamedTuple):
+    """One translation of a sentence as an engine gives it."""
+
+    text: str
+    score: float  # sum log p / length penalty; nan: greedy search has none
+    pieces: int  # target pieces with EOS (0 for an empty text): the metrics' tokens/s
 
 
-class Backend(Protocol):
-    """What the batcher decodes with (aiayn.serve.backends: PyTorch, CTranslate2)."""
+class Engine(Protocol):
+    """What the server decodes with (aiayn.serve.engines: a Translator on PyTorch or CTranslate2). An
+    engine subclasses this: the optional abilities below have defaults (one worker, no continuous
+    batching, no word links, no attention map, nothing to close)."""
 
-    name: str
+    name: str  # torch | ctranslate2 (the server reports it as its "backend")
+    workers: int = 1  # batches decoded at once, each on a worker thread of its own
+    concurrent: bool = False  # `translate` may be called from several threads at once
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Source pieces per text, EOS included, as the model will see them (after truncation)."""
+        ...
 
     def translate(self, texts: Sequence[str], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """n-best hypotheses per text, best first; an empty text gives [("", nan, 0)]."""
+        """n-best hypotheses per text, best first; an empty text gives [Hypothesis("", nan, 0)]."""
+        ...
+
+    def stream(self) -> Stream | None:
+        """A running greedy decoder batch for continuous batching; None: whole batches only."""
+        return None
+
+    def align(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[frozenset[int]] | None]:
+        """Per pair, each source word's target words (aiayn.decode.align), to place HTML tags by; None for
+        a pair without links, whose tags are placed by position (all of them by default)."""
+        return [None] * len(sources)
+
+    def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any] | None:
+        """The translation of one sentence with its encoder-decoder attention, for the web page; None: the
+        engine reports none."""
+        return None
+
+    def close(self) -> None:
+        """Let go of what the engine holds, at the server's shutdown."""
+        return None
 
 
 class Stream(Protocol):
-    """A running greedy decoder batch (`stream()` of a backend that offers continuous batching)."""
+    """A running greedy decoder batch (`stream()` of an engine that offers continuous batching)."""
 
     @property
     def rows(self) -> int:
@@ -146,7 +175,7 @@ class Batcher:
 
     def __init__(
         self,
-        backend: Backend,
+        engine: Engine,
         max_batch_tokens: int = 8192,
         max_wait_ms: float = 10.0,
         max_queue: int = 10_000,
@@ -155,20 +184,18 @@ class Batcher:
         workers: int = 1,
         adaptive: bool = True,
     ) -> None:
-        """`continuous`: greedy searches join a running batch (when the backend offers `stream()`).
-        `workers` > 1: that many batches decode at once, each on a worker thread of its own; for a
-        backend whose `translate` may be called from several threads at once (`concurrent`, the
+        """`continuous`: greedy searches join a running batch (when the engine offers `stream()`).
+        `workers` > 1: that many batches decode at once, each on a worker thread of its own; for an
+        engine whose `translate` may be called from several threads at once (`concurrent`, the
         CTranslate2 one with as many replicas), and without continuous batching. `adaptive`: a request
         that finds the batcher idle starts at once (False: every batch waits out its window)."""
         if max_batch_tokens < 1 or max_wait_ms < 0:
             raise AiaynError("need --max-batch-tokens >= 1 and --max-wait-ms >= 0")
         if workers < 1:
             raise AiaynError(f"need at least one worker, got {workers}")
-        if workers > 1 and not getattr(backend, "concurrent", False):
-            raise AiaynError(
-                f"{getattr(backend, 'name', 'this')} backend decodes one batch at a time (workers {workers})"
-            )
-        self.backend = backend
+        if workers > 1 and not engine.concurrent:
+            raise AiaynError(f"the {engine.name} engine decodes one batch at a time (workers {workers})")
+        self.engine = engine
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.adaptive = adaptive
@@ -183,8 +210,7 @@ class Batcher:
         self._stop = threading.Event()
         self._count_lock = threading.Lock()  # `queued` and tickets change on several threads
         self.queued = 0  # sentences submitted and not yet decoded
-        make_stream = getattr(backend, "stream", None) if continuous and workers == 1 else None
-        self._stream: Stream | None = make_stream() if make_stream is not None else None
+        self._stream: Stream | None = engine.stream() if continuous and workers == 1 else None
         # The sentences in the running stream, by id: kept here, not asked of the stream, so a step that
         # fails part-way (after the stream let finished rows go) still answers every one of them.
         self._running: dict[int, _Item] = {}
@@ -217,7 +243,7 @@ class Batcher:
         if not texts:
             return []
         ticket = Ticket(len(texts), asyncio.get_running_loop())
-        counts = self.backend.count_tokens(texts)
+        counts = self.engine.count_tokens(texts)
         with self._count_lock:
             if self.queued + len(texts) > self.max_queue:
                 raise Overloaded(f"server busy: more than {self.max_queue} sentences queued, retry later")
@@ -228,7 +254,7 @@ class Batcher:
         return await ticket.future
 
     async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on a worker thread between its batches (with one worker, as the PyTorch backend has:
+        """Run `fn` on a worker thread between its batches (with one worker, as the PyTorch engine has:
         the model is not used by anything else meanwhile)."""
         if not self.alive:
             raise AiaynError("the translation worker is not running")
@@ -393,7 +419,9 @@ class Batcher:
         outputs = [h for _, h in done]
         self._stream_done(done)
         decode_s, self._busy = self._busy, 0.0
-        self._observe(items, sum(h[0][2] for h in outputs if h), decode_s, max(it.started - it.arrived for it in items))
+        self._observe(
+            items, sum(h[0].pieces for h in outputs if h), decode_s, max(it.started - it.arrived for it in items)
+        )
 
     def _run(self, batch: list[_Item]) -> None:
         started = time.monotonic()
@@ -408,8 +436,8 @@ class Batcher:
             else:
                 opts = batch[0].opts
                 assert opts is not None  # sentences carry their search options; only exclusive jobs have none
-                outputs = self.backend.translate([it.text for it in batch], opts)
-                target_tokens = sum(h[0][2] for h in outputs if h)
+                outputs = self.engine.translate([it.text for it in batch], opts)
+                target_tokens = sum(h[0].pieces for h in outputs if h)
         except BaseException as e:  # noqa: BLE001 - any failure goes to the requests, never kills the worker
             outputs, error = None, e
         decode_s = time.monotonic() - started

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-FILE_TYPES = {".txt": "text", ".html": "html", ".htm": "html", ".docx": "docx", ".pptx": "pptx"}
-MEDIA_TYPES = {
+MEDIA_TYPES = {  # by format (aiayn.documents.formats)
     "text": "text/plain; charset=utf-8",
     "html": "text/html; charset=utf-8",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",

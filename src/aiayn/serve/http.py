@@ -140,6 +140,15 @@ class Requests:
         if not isinstance(given, str) or not secrets.compare_digest(given.encode(), key.encode()):
             raise ApiError(403, "Invalid API key")
 
+    def check_languages(self, fields: dict[str, Any]) -> bool:
+        """Whether the request's source is "auto"; its source and target must be the server's languages."""
+        source, target = fields.get("source"), fields.get("target")
+        if not isinstance(source, str) or source not in (self.settings.source_lang, "auto"):
+            raise ApiError(400, f"{one_line(source)} is not supported")
+        if not isinstance(target, str) or target != self.settings.target_lang:
+            raise ApiError(400, f"{one_line(target)} is not supported")
+        return source == "auto"
+
     def check_limits(self, texts: list[str]) -> None:
         s = self.settings
         if s.batch_limit >= 0 and len(texts) > s.batch_limit:
@@ -147,6 +156,22 @@ class Requests:
         chars = sum(len(t) for t in texts)
         if s.char_limit >= 0 and chars > s.char_limit:
             raise ApiError(413, f"Invalid request: request ({chars}) exceeds character limit ({s.char_limit})")
+
+
+def required(fields: dict[str, Any], *names: str) -> None:
+    """LibreTranslate's 400 for the first of the fields `names` that is missing or empty."""
+    for name in names:
+        value = fields.get(name)
+        if value is None or value == "" or value == []:
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+
+
+def texts_of(q: Any) -> tuple[list[str], bool]:
+    """LibreTranslate's q (an untrusted JSON or form value) -> (the texts, whether q was a list)."""
+    batch = isinstance(q, list)
+    if not (isinstance(q, str) or (batch and all(isinstance(x, str) for x in q))):
+        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    return (q if batch else [q]), batch
 
 
 def validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:

@@ -1,58 +1,29 @@
-"""The one object the routes of `aiayn serve` call (`Service`): the settings, the backend, the batching
-worker, the metrics and the store of files, and the steps of a translation (its options, its sentences
-queued, HTML parsed and rendered with its tags placed, the source language detected); and aiayn's own
-request models (/v1)."""
+"""The one object the routes of `aiayn serve` call (`Service`): the settings, the engine, the batching
+worker, the metrics and the store of files, and a translation's steps: its options, its documents
+through aiayn.documents' one flow (their sentences queued on the batcher, the tagged ones aligned on its
+worker), the source language detected; and aiayn's own request models (/v1)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lxml.etree import LxmlError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from aiayn.data.language import detect
-from aiayn.decode.documents import SplitTexts, split_texts
-from aiayn.decode.html import HtmlDocument, HtmlError
-from aiayn.serve.batcher import Backend, Batcher, Hypothesis, Overloaded, SearchOptions
+from aiayn.documents.flow import Document, Translated, translate
+from aiayn.documents.formats import OFFICE, document
+from aiayn.documents.html import HtmlError
+from aiayn.documents.language import WrongLanguage, detect, source_language
+from aiayn.documents.office import OfficeError
+from aiayn.documents.segment import Segmented, segment
+from aiayn.serve.batcher import Batcher, Engine, Hypothesis, Overloaded, SearchOptions
 from aiayn.serve.coalesced import Coalesced
 from aiayn.serve.files import Files
 from aiayn.serve.http import ApiError, Requests, one_line
 from aiayn.serve.metrics import Metrics
 
 MAX_BEAM = 16
-# `source: auto` refuses a text as another language only where the identifier gives the source language
-# less than this share of the top language's probability: py3langid ranks short German ("Hallo", "Danke",
-# "Ein Hund.", "Zwei Männer.") Italian, Danish, Faroese or Luxembourgish, with German close behind (0.5-0.97
-# of the top), and those must still translate; a French, Czech or English sentence gives German < 0.02 of it
-AUTO_REFUSE = 0.1
-LANGUAGE_NAMES = {
-    "de": "German",
-    "en": "English",
-    "fr": "French",
-    "cs": "Czech",
-    "es": "Spanish",
-    "it": "Italian",
-    "nl": "Dutch",
-    "pt": "Portuguese",
-    "ru": "Russian",
-    "zh": "Chinese",
-    "ja": "Japanese",
-    "sk": "Slovak",
-    "pl": "Polish",
-    "sv": "Swedish",
-    "da": "Danish",
-    "fi": "Finnish",
-    "hu": "Hungarian",
-    "ro": "Romanian",
-    "tr": "Turkish",
-    "el": "Greek",
-    "uk": "Ukrainian",
-    "ar": "Arabic",
-    "ko": "Korean",
-    "lb": "Luxembourgish",
-}
 
 
 class V1Translate(BaseModel):
@@ -77,24 +48,22 @@ class V1Attention(V1Translate):
 @dataclass
 class Service(Requests):
     """What the translation routers share: the settings (and the request steps of `Requests`), the
-    backend, the batching worker, the metrics and the translated files; and the steps of a translation
-    (its options, queueing its sentences)."""
+    engine, the batching worker, the metrics and the translated files; and the steps of a translation."""
 
-    backend: Backend
+    engine: Engine
     batcher: Batcher
     metrics: Metrics
     files: Files
-    aligner: Coalesced | None = None  # word links of (source, translation) pairs, concurrent requests' together
+    aligner: Coalesced = field(init=False)  # word links of (source, translation) pairs, concurrent requests' together
 
     def __post_init__(self) -> None:
-        translator = getattr(self.backend, "translator", None)  # a translation backend's (Translator.align)
-        if translator is not None:
+        engine = self.engine
 
-            async def align(pairs: list[tuple[str, str]]) -> list[Any]:
-                sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-                return await self.batcher.run_exclusive(lambda: translator.align(sources, targets))
+        async def align(pairs: list[tuple[str, str]]) -> list[Any]:
+            sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+            return await self.batcher.run_exclusive(lambda: engine.align(sources, targets))
 
-            self.aligner = Coalesced(align)
+        self.aligner = Coalesced(align)
 
     def default_options(self) -> SearchOptions:
         s = self.settings
@@ -113,7 +82,8 @@ class Service(Requests):
             max_len_b=int(pick(req.max_len_b, s.max_len_b)),
         )
 
-    async def run(self, texts: list[str], opts: SearchOptions) -> list:
+    async def run(self, texts: list[str], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """The texts' n-best lists, each text handed to the model whole (queued on the batcher)."""
         limit = self.settings.sentence_limit
         if limit >= 0 and len(texts) > limit:
             raise ApiError(413, f"Invalid request: request ({len(texts)} sentences) exceeds sentence limit ({limit})")
@@ -122,64 +92,117 @@ class Service(Requests):
         except Overloaded as e:
             raise ApiError(503, str(e)) from None
 
-    async def run_texts(self, texts: list[str], opts: SearchOptions, split: bool) -> tuple[SplitTexts | None, list]:
-        """n-best lists of the texts' translations; `split`: each text cut into sentences, all of them
-        queued at once (one request: they batch together), each hypothesis k rejoined from the
-        sentences' k-th (their last when a sentence has fewer) in the text's layout."""
-        if not split:
-            return None, await self.run(texts, opts)
-        docs = split_texts(texts, self.settings.source_lang, starts=self.settings.sentence_starts)
-        nbest = await self.run(docs.sentences, opts)
-        per_k = [docs.join([h[min(k, len(h) - 1)][0] for h in nbest]) for k in range(opts.n_best)]
-        joined = [[(per_k[k][i], math.nan, 0) for k in range(opts.n_best)] for i in range(len(texts))]
-        return docs, joined
+    async def translate_documents(
+        self, docs: list[Document], opts: SearchOptions, n_best: int = 1
+    ) -> list[Translated[Hypothesis]]:
+        """The documents through aiayn.documents' flow: every sentence of all of them queued at once (one
+        request: they batch together), the ones that hold tags aligned on the worker between batches with
+        concurrent requests' (`aligner`), each rendered (`n_best` times: plain texts)."""
 
-    def parse_html(self, texts: list[str]) -> list[HtmlDocument]:
+        async def align(sources: list[str], targets: list[str]) -> list[Any]:
+            return await self.aligner(list(zip(sources, targets)))
+
+        return await translate(docs, lambda sentences: self.run(sentences, opts), align, n_best)
+
+    def read(self, source: str | bytes, fmt: str, ext: str = "") -> Document:
+        """`source` as a document of format `fmt` (aiayn.documents.formats) in the server's languages; what
+        cannot be read is a 400 (`ext`: the upload's suffix, named in an office file's)."""
+        s = self.settings
         try:
-            s = self.settings
-            return [HtmlDocument(t, s.source_lang, s.target_lang, s.sentence_starts) for t in texts]
+            return document(source, fmt, s.source_lang, s.target_lang, s.sentence_starts)
         except HtmlError as e:  # libxml2 stopped reading (too deep): never a 200 without the rest of the text
             raise ApiError(400, f"Invalid request: {one_line(e)}") from None
         except (ValueError, LxmlError) as e:
-            raise ApiError(400, f"Invalid request: cannot parse the HTML ({one_line(e)})") from None
+            if fmt in OFFICE and isinstance(e, OfficeError | LxmlError):
+                raise ApiError(400, f"Invalid request: cannot read the {ext} ({one_line(e)})") from None
+            if fmt == "html":
+                raise ApiError(400, f"Invalid request: cannot parse the HTML ({one_line(e)})") from None
+            raise
 
-    async def render_html(self, pages: list[HtmlDocument], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """Every sentence of every page decoded at once; the sentences that hold tags aligned with their
-        translations (Translator.align, on a worker between batches, with concurrent requests'), and each
-        page rendered."""
-        nbest = await self.run([x for p in pages for x in p.sentences], opts)
-        per_page, at = [], 0
-        for p in pages:
-            per_page.append([h[0][0] for h in nbest[at : at + len(p.sentences)]])
-            at += len(p.sentences)
-        tagged = [(k, i) for k, p in enumerate(pages) for i in p.tagged]
-        links: list[dict[int, Any]] = [{} for _ in pages]
-        if tagged and self.aligner is not None:
-            found = await self.aligner([(pages[k].sentences[i], per_page[k][i]) for k, i in tagged])
-            for (k, i), sentence_links in zip(tagged, found):
-                links[k][i] = sentence_links
-        return [[(p.render(mine, mine_links), math.nan, 0)] for p, mine, mine_links in zip(pages, per_page, links)]
+    async def translate_texts(
+        self, texts: list[str], fmt: str, auto: bool, alternatives: int
+    ) -> tuple[list[str], list[list[str]], list[dict[str, Any]] | None]:
+        """LibreTranslate's /translate: each text's translation, its `alternatives` others (text only) and,
+        `auto`, its detected language. Plain text is cut into sentences unless the server says not to
+        (--no-split-sentences); each alternative k is rejoined from the sentences' k-th hypotheses."""
+        s = self.settings
+        if fmt == "html":
+            if alternatives:
+                raise ApiError(400, "Invalid request: alternatives are not supported with format html")
+            pages = [self.read(t, "html") for t in texts]
+            detected = self.detect_source([" ".join(p.sentences) for p in pages]) if auto else None
+            done = await self.translate_documents(pages, self.default_options())
+            return [d.renders[0] for d in done], [[] for _ in done], detected
+        detected = self.detect_source(texts) if auto else None
+        beam = max(s.beam, alternatives + 1)
+        opts = SearchOptions(beam, s.length_penalty, s.max_len_a, s.max_len_b, n_best=alternatives + 1)
+        if s.split_sentences:
+            done = await self.translate_documents([self.read(t, "text") for t in texts], opts, opts.n_best)
+            outs = [d.renders for d in done]
+        else:
+            outs = [[h.text for h in hyps] for hyps in await self.run(texts, opts)]
+        return [o[0] for o in outs], [o[1:] for o in outs], detected
+
+    async def translate_split(
+        self, texts: list[str], opts: SearchOptions
+    ) -> list[tuple[Segmented, Translated[Hypothesis]]]:
+        """/v1/translate with split: each text cut into sentences, all of them decoded at once, rejoined."""
+        s = self.settings
+        docs = [segment(t, s.source_lang, starts=s.sentence_starts) for t in texts]
+        return list(zip(docs, await self.translate_documents(list(docs), opts)))
+
+    async def translate_file(self, data: bytes, fmt: str, ext: str, auto: bool) -> bytes:
+        """LibreTranslate's /translate_file: an upload of format `fmt` (suffix `ext`) translated whole."""
+        opts = self.default_options()
+        if fmt in OFFICE:
+            doc = self.read(data, fmt, ext)
+            text = " ".join(doc.sentences)
+            self.check_limits([text])
+            if auto:
+                self.detect_source([text])
+            try:
+                return (await self.translate_documents([doc], opts))[0].renders[0]
+            except OfficeError as e:  # a picture or another part that cannot be unpacked
+                raise ApiError(400, f"Invalid request: cannot read the {ext} ({one_line(e)})") from None
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+        self.check_limits([text])
+        if fmt == "html":
+            page = self.read(text, "html")
+            if auto:
+                self.detect_source([" ".join(page.sentences)])
+            return (await self.translate_documents([page], opts))[0].renders[0].encode("utf-8")
+        if auto:
+            self.detect_source([text])
+        if not self.settings.split_sentences:
+            return (await self.run([text], opts))[0][0].text.encode("utf-8")
+        return (await self.translate_documents([self.read(text, "text")], opts))[0].renders[0].encode("utf-8")
+
+    async def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
+        """The engine's attention map of the sentence's translation (the web page), on the worker between
+        batches; 501 from an engine that reports none."""
+        engine = self.engine
+        found = await self.batcher.run_exclusive(lambda: engine.attention(sentence, opts))
+        if found is None:
+            raise ApiError(501, f"the {engine.name} backend does not report attention")
+        return found
+
+    def detect_languages(self, texts: list[str]) -> list[list[dict[str, Any]]]:
+        """LibreTranslate's /detect: per text, its three likeliest languages, best first."""
+        return [[{"confidence": round(100 * p, 2), "language": lang} for lang, p in detect(t)] for t in texts]
 
     def detect_source(self, texts: list[str]) -> list[dict[str, Any]]:
-        """`source: auto`: each text's language (aiayn.data.language); one the model does not read, when the
-        identifier finds the source language far less likely (AUTO_REFUSE), is a 400 that names it. A text
-        without letters has nothing to detect, and a short one ("Hallo", "Ein Hund.") is often ranked another
-        language just ahead of the source's: both are read as the source language, with its probability."""
+        """`source: auto`: each text's language (aiayn.documents.language.source_language); a text the model
+        does not read is a 400 that names its language."""
         s = self.settings
         out = []
         for text in texts:
-            ranked = detect(text, top=200)
-            lang, p = ranked[0]
-            own = dict(ranked).get(s.source_lang, 0.0)
-            if not any(c.isalpha() for c in text) or (lang != s.source_lang and own >= AUTO_REFUSE * p):
-                lang, p = s.source_lang, own
-            elif lang != s.source_lang:
-                raise ApiError(
-                    400,
-                    f"detected language {LANGUAGE_NAMES.get(lang, lang)} ({lang}, confidence {100 * p:.1f}); "
-                    f"this server translates {LANGUAGE_NAMES.get(s.source_lang, s.source_lang)} ({s.source_lang}) "
-                    f"to {LANGUAGE_NAMES.get(s.target_lang, s.target_lang)} ({s.target_lang})",
-                )
+            try:
+                lang, p = source_language(text, s.source_lang, s.target_lang)
+            except WrongLanguage as e:
+                raise ApiError(400, str(e)) from None
             out.append({"confidence": round(100 * p, 2), "language": lang})
         return out
 

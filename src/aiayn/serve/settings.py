@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aiayn.config import DecodeConfig
-from aiayn.data.segment import SentenceStarts
+from aiayn.data.sentence_starts import SentenceStarts
 
 
 @dataclass
@@ -30,8 +30,8 @@ class ServeSettings:
     sentence_limit: int = 512
     body_limit: int = 1 << 20  # bytes
     api_key: str | None = None
-    # Texts are cut into sentences (aiayn.data.segment), all decoded in one batch and rejoined with their
+    # Texts are cut into sentences (aiayn.documents.segment), all decoded in one batch and rejoined with their
     # whitespace, as LibreTranslate does: the model was trained on single sentences (issue #47).
     split_sentences: bool = True
-    # where a sentence without a final stop may run into the next (aiayn.decode.documents.run_sentence_starts)
+    # where a sentence without a final stop may run into the next (aiayn.data.sentence_starts.run_sentence_starts)
     sentence_starts: SentenceStarts = field(default_factory=SentenceStarts)

@@ -42,7 +42,7 @@ the capitalisation rule is German's, and English and French cut before a digit a
 3. a sentence without a final stop that runs into the next one on the same line ("... in der Hand Zwei
    braune Hunde rennen ...") is cut where the next sentence's first word is one that, in the run's own
    training text, starts sentences and almost never follows a word inside one ("Ein", "Zwei", "Der",
-   not "Mann" or "Sie"): `learn_sentence_starts` finds them when the data is prepared (the run's
+   not "Mann" or "Sie"): aiayn.data.sentence_starts learns them when the data is prepared (the run's
    data_report.json keeps them) and `segment(..., starts=...)` cuts there. No punctuation rule can, and
    the model turns two sentences run together into one garbled one. The cut needs a word that ends in
    a letter or digit before it (any punctuation is sentencex's to judge), one that the training text
@@ -54,10 +54,13 @@ the capitalisation rule is German's, and English and French cut before a digit a
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+import sentencex
+
+from aiayn.data.sentence_starts import SentenceStarts
 
 _STOP_DIGIT = re.compile(r"\.\s+\d")
 # German: a word of letters (not "3.", not part of "z.B." or "Dipl.-Kfm."), a full stop, space, a digit
@@ -83,8 +86,6 @@ def _roman(n: int) -> str:
 
 
 _ROMAN = frozenset(_roman(n) for n in range(1, 40))
-# what may close a sentence after its last word (a stop, quotes, brackets), for counting last words
-_CLOSING = ".!?\u2026\"'\u201c\u201d\u2019\u00bb\u00ab)]"
 
 
 @dataclass(frozen=True)
@@ -105,69 +106,14 @@ class Segmented:
             out += [t, gap]
         return "".join(out)
 
+    # A plain text is a document of aiayn.documents.flow: no sentence holds a tag to place, and its
+    # rendering is the join, which may be called again (once for each of the n best).
+    @property
+    def tagged(self) -> list[int]:
+        return []
 
-@dataclass(frozen=True)
-class SentenceStarts:
-    """What a run's training source text says of where its sentences begin and end (step 3 of the
-    module docstring). `words`: capitalised words that start sentences and almost never follow a word
-    inside one ("Ein", "Zwei"; not "Mann" or "Sie"). `never_last`: frequent words, in lower case, that
-    almost never end a sentence ("to", "der", "à"); no cut is made after one ("listened to | The
-    Beatles")."""
-
-    words: frozenset[str] = frozenset()
-    never_last: frozenset[str] = frozenset()
-
-    def __bool__(self) -> bool:
-        return bool(self.words)
-
-    def as_json(self) -> dict[str, list[str]]:
-        return {"words": sorted(self.words), "never_last": sorted(self.never_last)}
-
-    @classmethod
-    def from_json(cls, value: object) -> SentenceStarts:
-        """From `as_json`'s dict; anything else (a damaged report) is no starts."""
-        if not isinstance(value, dict):
-            return cls()
-
-        def strings(key: str) -> frozenset[str]:
-            v = value.get(key)
-            return frozenset(w for w in v if isinstance(w, str)) if isinstance(v, list) else frozenset()
-
-        return cls(strings("words"), strings("never_last"))
-
-
-def learn_sentence_starts(
-    sentences: Iterable[str],
-    min_count: int = 20,
-    inside_share: float = 0.005,
-    last_min_count: int = 100,
-    last_share: float = 0.002,
-) -> SentenceStarts:
-    """From `sentences` (a language's training text, one sentence or caption a line): the capitalised
-    words that start at least `min_count` of them and follow a word that ends in a letter or digit,
-    inside a line, at most `inside_share` times as often; and the words seen at least `last_min_count`
-    times that end at most `last_share` of their lines (case and closing punctuation aside). A later
-    sentence of a line follows a stop, not a letter, so its first word does not count as inside."""
-    first: Counter[str] = Counter()
-    inside: Counter[str] = Counter()
-    seen: Counter[str] = Counter()
-    last: Counter[str] = Counter()
-    for sentence in sentences:
-        words = sentence.split()
-        if not words:
-            continue
-        first[words[0]] += 1
-        last[words[-1].rstrip(_CLOSING).lower()] += 1
-        seen.update(w.rstrip(_CLOSING).lower() for w in words)
-        for before, word in zip(words, words[1:]):
-            if word[0].isupper() and before[-1].isalnum():  # only capitalised words can be starts
-                inside[word] += 1
-    wanted = (w for w, n in first.items() if n >= min_count and w.isalpha() and w[0].isupper())
-    return SentenceStarts(
-        frozenset(w for w in wanted if inside[w] <= inside_share * first[w]),
-        # a word that ends in punctuation ("Mann,") is never cut after anyway
-        frozenset(w for w, n in seen.items() if n >= last_min_count and w[-1:].isalnum() and last[w] <= last_share * n),
-    )
+    def render(self, translations: Sequence[str], links: Mapping[int, object] | None = None) -> str:
+        return self.join(translations)
 
 
 def _run_on_cuts(line: str, a: int, b: int, starts: SentenceStarts) -> list[int]:
@@ -197,8 +143,6 @@ def _run_on_cuts(line: str, a: int, b: int, starts: SentenceStarts) -> list[int]
 def _spans_in_line(line: str, lang: str, starts: SentenceStarts | None = None) -> list[tuple[int, int]]:
     """(start, end) of each sentence of one line (no line break in it), as sentencex cuts it, whitespace
     around it left out."""
-    import sentencex  # the serve / documents extra; imported here so aiayn.data loads without it
-
     # see the module docstring: one character for one, so offsets do not move
     shown = line.replace("\u2026", ".").replace(".-", ". ")
     if any(pair in shown for pair in ("?!", "!?", "??", "!!")):  # a character loop only for lines that need it
@@ -274,8 +218,6 @@ def _list_marker(line: str, lang: str) -> int:
 def _ends_de_sentence(word: str) -> bool:
     """Whether a German word followed by a full stop and a number ends a sentence there (sentencex never
     cuts before a digit in German)."""
-    import sentencex
-
     if word in _DE_BEFORE_NUMBER or word.endswith("str") or not any(c in "aeiouyäöü" for c in word.lower()):
         return False  # listed, a street ("Goethestr. 12"), or no vowel ("Nr", "Hrsg", "zw"): an abbreviation
     if word[0].isupper() and len(word) < 4:
@@ -295,7 +237,7 @@ def segment(
     picks sentencex's abbreviation list (an unknown code: its fallback chain, else no cut in a line).
     `lines` False: a line break is whitespace like any other (HTML text), so a sentence may hold one;
     then `breaks` are the offsets of the characters that end a line all the same (an HTML <br>'s space).
-    `starts`: where a sentence without a final stop may run into the next (`learn_sentence_starts`)."""
+    `starts`: where a sentence without a final stop may run into the next (aiayn.data.sentence_starts)."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap_start = 0  # where the whitespace before the next sentence begins

@@ -1,9 +1,11 @@
-"""What `aiayn serve` decodes with: a Translator on either engine (aiayn.decode.engines), PyTorch or CTranslate2.
+"""The engines `aiayn serve` decodes with (aiayn.serve.batcher's `Engine`): a Translator on either of
+aiayn.decode.engines' searches, PyTorch or CTranslate2.
 
-Both offer `count_tokens`, `translate` (n-best with scores and target piece counts) and
-`attention` (encoder-decoder attention of one sentence's translation, for the web page).
-The PyTorch one is called from the batcher's single worker thread only; the CTranslate2 one from
-one worker thread per replica (`concurrent`).
+Both offer `count_tokens`, `translate` (n-best with scores and target piece counts), `align` (word
+links, for HTML tags) and `attention` (encoder-decoder attention of one sentence's translation, for the
+web page); the PyTorch one also `stream` (continuous batching). The PyTorch one is called from the
+batcher's single worker thread only; the CTranslate2 one from one worker thread per replica
+(`concurrent`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,7 @@ from typing import Any
 
 from aiayn.data.tokenizer import replace_lone_surrogates
 from aiayn.errors import AiaynError
-from aiayn.serve.batcher import Hypothesis, SearchOptions
-
-
-def _one_line(text: str) -> str:
-    from aiayn.decode.translator import line_breaks_to_spaces  # what Translator does to every output
-
-    return line_breaks_to_spaces(text)
+from aiayn.serve.batcher import Engine, Hypothesis, SearchOptions
 
 
 def _labels(pieces: Sequence[str]) -> list[str]:
@@ -29,9 +25,9 @@ def _labels(pieces: Sequence[str]) -> list[str]:
     return [p.replace("\u2581", " ").strip() or p for p in pieces]
 
 
-class _TranslatorBackend:
-    """What both engines' backends do alike: a `Translator` (aiayn.decode.translator) decodes, so the
-    answers are what `aiayn translate` computes with that engine, batch for batch."""
+class ServeEngine(Engine):
+    """What both engines do alike: a `Translator` (aiayn.decode.translator) decodes, so the answers are
+    what `aiayn translate` computes with that engine, batch for batch."""
 
     translator: Any
     tokenizer: Any
@@ -53,8 +49,12 @@ class _TranslatorBackend:
         # Target piece counts (for tokens/s) by re-encoding: Translator returns text, and the
         # pieces of decoded text are the generated pieces up to rare normalisation differences.
         return [
-            [(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h] for h in nbest
+            [Hypothesis(text, score, len(self.tokenizer.encode(text)) + 1 if text else 0) for text, score in h]
+            for h in nbest
         ]
+
+    def align(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[frozenset[int]] | None]:
+        return self.translator.align(sources, targets)
 
     def best_ids(self, sentence: str, opts: SearchOptions) -> tuple[list[int], list[int]]:
         """(source ids, cut as Translator cuts; the best hypothesis' target ids) from the very search
@@ -69,7 +69,7 @@ class _TranslatorBackend:
         return ids, target
 
 
-class TorchBackend(_TranslatorBackend):
+class TorchServeEngine(ServeEngine):
     """The PyTorch model through `Translator`'s torch engine (continuous batching, attention maps)."""
 
     name = "torch"
@@ -107,6 +107,7 @@ class TorchBackend(_TranslatorBackend):
         """Translate one sentence with the search `translate` runs (best_ids) and read its
         encoder-decoder attention by teacher forcing that output (viz.attention_map): per layer, the
         mean over heads."""
+        from aiayn.decode.translator import line_breaks_to_spaces  # what Translator does to every output
         from aiayn.viz import attention_map
 
         ids, target = self.best_ids(sentence, opts)
@@ -114,64 +115,61 @@ class TorchBackend(_TranslatorBackend):
         amap = attention_map(self.translator.model, self.tokenizer, text, target_ids=target)
         layers = [w.mean(0).round(4).tolist() for w in amap.weights["cross"]]  # per layer (T_q, T_k)
         return {
-            "translation": _one_line(amap.translation),
+            "translation": line_breaks_to_spaces(amap.translation),
             "source_tokens": _labels(amap.src_labels[:-1]) + ["</s>"],
             "target_tokens": _labels(amap.out_labels[:-1]) + ["</s>"],
             "layers": layers,
             "layer_names": [f"layer {i + 1} (mean of heads)" for i in range(len(layers))],
         }
 
-    def close(self) -> None:
-        pass
-
 
 class TorchStream:
     """Continuous batching of greedy searches (aiayn.decode.continuous) for the batcher: texts join
-    between decoder steps, finished ones come back from `step`, each as `TorchBackend.translate`
+    between decoder steps, finished ones come back from `step`, each as `TorchServeEngine.translate`
     gives it for the text alone."""
 
-    def __init__(self, backend: TorchBackend) -> None:
+    def __init__(self, engine: TorchServeEngine) -> None:
         from aiayn.decode.continuous import GreedyStream
         from aiayn.decode.translator import line_breaks_to_spaces
 
         self.one_line = line_breaks_to_spaces  # what Translator does to decoded text
-        self.backend = backend
-        self.engine = GreedyStream(backend.translator.model)
+        self.engine = engine
+        self.greedy = GreedyStream(engine.translator.model)
 
     @property
     def rows(self) -> int:
-        return self.engine.rows
+        return self.greedy.rows
 
     @property
     def source_len(self) -> int:
-        return self.engine.source_len
+        return self.greedy.source_len
 
     def add(self, texts: Sequence[str], opts: SearchOptions, keys: Sequence[Any]) -> list[tuple[Any, list[Hypothesis]]]:
         """Greedy searches (opts.beam 1, n_best 1) join the batch -> the empty texts, answered now."""
-        limit = self.backend.translator.max_input_len - 1  # room for EOS, cut as Translator cuts
-        eos = self.backend.config.eos_id
-        encoded = self.backend.tokenizer.encode_batch([replace_lone_surrogates(t) for t in texts])
-        now = [(key, [("", math.nan, 0)]) for key, ids in zip(keys, encoded) if not ids]
+        limit = self.engine.translator.max_input_len - 1  # room for EOS, cut as Translator cuts
+        eos = self.engine.config.eos_id
+        encoded = self.engine.tokenizer.encode_batch([replace_lone_surrogates(t) for t in texts])
+        now = [(key, [Hypothesis("", math.nan, 0)]) for key, ids in zip(keys, encoded) if not ids]
         join = [(key, ids[:limit] + [eos]) for key, ids in zip(keys, encoded) if ids]
         if join:
-            self.engine.add([ids for _, ids in join], [key for key, _ in join], opts.max_len_a, opts.max_len_b)
+            self.greedy.add([ids for _, ids in join], [key for key, _ in join], opts.max_len_a, opts.max_len_b)
         return list(now)
 
     def step(self) -> list[tuple[Any, list[Hypothesis]]]:
         out = []
-        for key, ids in self.engine.step():
-            text = self.one_line(self.backend.tokenizer.decode(ids))
-            out.append((key, [(text, math.nan, len(ids) + 1 if text else 0)]))
+        for key, ids in self.greedy.step():
+            text = self.one_line(self.engine.tokenizer.decode(ids))
+            out.append((key, [Hypothesis(text, math.nan, len(ids) + 1 if text else 0)]))
         return out
 
     def clear(self) -> None:
-        self.engine.clear()
+        self.greedy.clear()
 
 
-class CTranslate2Backend(_TranslatorBackend):
+class CTranslate2ServeEngine(ServeEngine):
     """The CTranslate2 engine through `Translator` (aiayn.decode.engines.CTranslate2Engine): a run
     directory or weights file (its cached export, aiayn.export.cached_export) or an exported directory.
-    Greedy output equals the PyTorch backend's token for token; beam search re-ranks CTranslate2's
+    Greedy output equals the PyTorch engine's token for token; beam search re-ranks CTranslate2's
     hypotheses with our length penalty (see CTranslate2Engine)."""
 
     name = "ctranslate2"
@@ -193,24 +191,18 @@ class CTranslate2Backend(_TranslatorBackend):
             self.translator.engine_reason = reason
         self.tokenizer = self.translator.tokenizer
         self.config = self.translator.searcher.config
-        self.engine: Any = self.translator.searcher
-
-    def stream(self) -> None:
-        """No continuous batching: the batcher decodes whole batches."""
-        return None
-
-    def close(self) -> None:
-        pass
 
     def attention(self, sentence: str, opts: SearchOptions) -> dict[str, Any]:
         """CTranslate2's attention output (its alignment: the last layer's heads averaged) for the
         translation `translate` gives (best_ids: our search settings and re-ranking), read by forcing
         that output as the target prefix: a prefix's attention rows are those of decoding it freely."""
-        engine = self.engine
+        from aiayn.decode.translator import line_breaks_to_spaces  # what Translator does to every output
+
+        searcher = self.translator.searcher
         ids, target = self.best_ids(sentence, opts)
-        src = [engine.vocabulary[i] for i in ids]
-        pieces = [engine.vocabulary[i] for i in target]
-        r = engine.translator.translate_batch(
+        src = [searcher.vocabulary[i] for i in ids]
+        pieces = [searcher.vocabulary[i] for i in target]
+        r = searcher.translator.translate_batch(
             [src],
             target_prefix=[pieces],
             beam_size=1,
@@ -222,7 +214,7 @@ class CTranslate2Backend(_TranslatorBackend):
         # CTranslate2 reports a row per generated piece, with or without the EOS step by version.
         tgt = (_labels(pieces) + ["</s>"])[: len(att)]
         return {
-            "translation": _one_line(self.tokenizer.decode(target)),
+            "translation": line_breaks_to_spaces(self.tokenizer.decode(target)),
             "source_tokens": _labels(src + ["</s>"]),
             "target_tokens": tgt,
             "layers": [att],
@@ -230,10 +222,10 @@ class CTranslate2Backend(_TranslatorBackend):
         }
 
 
-def load_backend(
+def load_engine(
     kind: str, run: str | os.PathLike, device: str | None = None, threads: int = 0, workers: int = 0
-) -> Any:
-    """The backend serving the run (or exported directory) at `run`: `kind` is an engine, auto, torch
+) -> ServeEngine:
+    """The engine serving the run (or exported directory) at `run`: `kind` is an engine, auto, torch
     or ctranslate2 (aiayn.decode.engines.choose_engine); its `translator.engine_reason` says why.
 
     `workers`: batches decoded at once, each by a CTranslate2 replica on `threads` intra-op threads
@@ -247,8 +239,8 @@ def load_backend(
     if engine == "torch":
         if workers > 1:
             raise AiaynError("the torch engine decodes one batch at a time: --workers 1 (or --engine ctranslate2)")
-        backend: Any = TorchBackend(run, device=device, threads=threads)
-        backend.translator.engine_reason = reason
-        return backend
+        served = TorchServeEngine(run, device=device, threads=threads)
+        served.translator.engine_reason = reason
+        return served
     where = device if device not in (None, "auto") else "cpu"
-    return CTranslate2Backend(run, device=where, threads=threads, reason=reason, workers=workers)
+    return CTranslate2ServeEngine(run, device=where, threads=threads, reason=reason, workers=workers)

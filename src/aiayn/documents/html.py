@@ -9,10 +9,10 @@ LibreTranslate (and argos-translate-html) translate text node by node, so "<b>re
 translated without the sentence around it. Here every run of inline content (text, b, i, a, span,
 em, strong, br ..., up to the next block element) is one text: its plain text is cut into sentences
 (a <br> ends one, as a line break does in text) and translated with all other sentences of the
-document in one call (aiayn.decode.documents), so each sentence is translated exactly as it would
+document in one call (aiayn.documents.flow), so each sentence is translated exactly as it would
 be without markup.
 
-The inline tags are then put back (aiayn.decode.tag_placement), as Bergamot projects them, through a
+The inline tags are then put back (aiayn.documents.tag_placement), as Bergamot projects them, through a
 word alignment when the caller gives one (`align`: aiayn.decode.align, read from the model's
 encoder-decoder attention): a tag around whole words of one sentence covers the words of the
 translation they are linked to, from the first to the last ("Ein <b>Mann</b> fährt Fahrrad." -> "A
@@ -37,14 +37,16 @@ from __future__ import annotations
 
 import contextlib
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html.parser import HTMLParser
 from typing import Any
 
-from aiayn.data.segment import SentenceStarts
+from aiayn.data.sentence_starts import SentenceStarts
 from aiayn.data.tokenizer import replace_lone_surrogates
-from aiayn.decode.documents import SplitTexts, split_texts
-from aiayn.decode.tag_placement import Links, Run, put_back, sentence_at, sentence_spans
+from aiayn.documents.flow import translate_now
+from aiayn.documents.language import same_language
+from aiayn.documents.segment import Segmented, segment
+from aiayn.documents.tag_placement import Links, Run, put_back, sentence_at, sentence_spans
 
 INLINE = frozenset(
     "a abbr b bdi bdo br cite data del dfn em font i img ins kbd label mark q s samp small span strong sub sup "
@@ -54,7 +56,7 @@ KEEP = frozenset("script style code pre textarea template".split())  # their con
 ATTRIBUTES = ("alt", "title")
 LANG_ATTRIBUTES = ("lang", "{http://www.w3.org/XML/1998/namespace}lang", "xml:lang")
 # a <br> with this attribute is a space inside its sentence, not a line end: an office document's tab
-# in its stand-in HTML (aiayn.decode.office)
+# in its stand-in HTML (aiayn.documents.office)
 SPACE_BR = "data-space"
 _CONTROL = {c: "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]}
 _CONTROL_OUT = {c: " " if chr(c).isspace() else "\ufffd" for c in _CONTROL}
@@ -72,17 +74,6 @@ def _kept(el: Any) -> bool:
 
 def _marked_no(el: Any) -> bool:
     return (el.get("translate") or "").strip().lower() == "no" or "notranslate" in (el.get("class") or "").split()
-
-
-def _primary(tag: str) -> str:
-    """A language tag's language: "de" of BCP 47 "de-AT" or POSIX "de_AT"."""
-    return tag.strip().replace("_", "-").split("-")[0].lower()
-
-
-def same_language(tag: str, lang: str) -> bool:
-    """Whether the language tag `tag` is of the language `lang`."""
-    primary = _primary(tag)
-    return bool(primary) and primary == _primary(lang)
 
 
 def _runs(root: Any) -> list[Run]:
@@ -198,33 +189,19 @@ def _read_whole(parser: Any) -> None:
             )
 
 
-class HtmlDocument:
-    """One HTML document or fragment, parsed, with the sentences to translate (`sentences`: every
-    block's, then every alt's and title's); `render(translations)` gives the translated HTML. Split
-    in two so that a caller decodes the sentences its own way (the server: with other requests')."""
+class HtmlTree:
+    """An HTML tree (lxml) with the sentences to translate (`sentences`: every block's, then every alt's
+    and title's); `fill(translations, links)` writes the translations into the tree. An HTML document
+    parses its text into one, an office document builds its stand-in paragraphs as one."""
 
-    def __init__(
-        self, document: str, lang: str, target: str | None = None, starts: SentenceStarts | None = None
-    ) -> None:
+    def __init__(self, root: Any, lang: str, target: str | None = None, starts: SentenceStarts | None = None) -> None:
         """`lang`: the source language (to cut sentences by); `target`: the translation's, which `lang`
         attributes naming `lang` are given (None: they are left as they are); `starts`: the words a
-        sentence without a final stop may run into the next (aiayn.decode.documents.run_sentence_starts)."""
-        from lxml import html as lxml_html
-
-        # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
-        # surrogate would cut the text short there: replaced as every input line is (replace_lone_surrogates)
-        document = replace_lone_surrogates(document.translate(_CONTROL))
-        self.whole, self.has_doctype = _page_or_fragment(document)
-        # bytes, so that an XHTML page's `<?xml ... encoding=...?>` is read (lxml refuses it in a str)
-        data, parser = document.encode("utf-8"), lxml_html.HTMLParser(encoding="utf-8")
-        if self.whole:
-            self.root = lxml_html.document_fromstring(data, parser=parser)
-        else:
-            self.root = lxml_html.fragment_fromstring(data, create_parent="div", parser=parser)
-        _read_whole(parser)
-        self.runs = _runs(self.root)
+        sentence without a final stop may run into the next (aiayn.data.sentence_starts)."""
+        self.root = root
+        self.runs = _runs(root)
         self.target = target
-        elements = [el for el in self.root.iter() if isinstance(el.tag, str)]
+        elements = [el for el in root.iter() if isinstance(el.tag, str)]
         marked = [el for el in elements if _marked_no(el)]
         # translate="no" covers the element's own alt and title, and its descendants'
         untouched = {id(x) for el in marked for x in el.iter()}
@@ -246,16 +223,16 @@ class HtmlDocument:
         ]
         texts = [r.text for r in self.runs] + [el.get(name) for el, name in self.attrs]
         breaks = [r.breaks for r in self.runs] + [[] for _ in self.attrs]
-        self.docs: SplitTexts = split_texts(texts, lang, lines=False, starts=starts, breaks=breaks)
+        self.parts: list[Segmented] = [segment(t, lang, False, starts, b) for t, b in zip(texts, breaks, strict=True)]
         # HTML whitespace (line breaks and indentation inside a paragraph) is one space to the model
-        self.sentences = [" ".join(x.split()) for x in self.docs.sentences]
+        self.sentences = [" ".join(x.split()) for p in self.parts for x in p.sentences]
 
     @property
     def tagged(self) -> list[int]:
-        """The sentences (indices into `sentences`) that hold an inline element: the ones `render` places
+        """The sentences (indices into `sentences`) that hold an inline element: the ones `fill` places
         tags in through word links, when it is given them."""
         out, at = [], 0
-        for run, part in zip(self.runs, self.docs.parts):
+        for run, part in zip(self.runs, self.parts):
             spans = sentence_spans(part.gaps, part.sentences)
             holding = set()
             for key, x0 in run.starts.items():
@@ -266,42 +243,58 @@ class HtmlDocument:
             at += len(spans)
         return out
 
-    def translated(
-        self,
-        translate: Callable[[list[str]], list[str]],
-        align: Callable[[list[str], list[str]], Sequence[Links]] | None = None,
-    ) -> str:
-        """`render` with the sentences translated in one call of `translate` and the tagged ones aligned
-        in one call of `align` (see translate_html)."""
-        translations = translate(self.sentences) if self.sentences else []
-        links: dict[int, Links] = {}
-        tagged = self.tagged
-        if align is not None and tagged:
-            sources, targets = [self.sentences[i] for i in tagged], [translations[i] for i in tagged]
-            links = dict(zip(tagged, align(sources, targets)))
-        return self.render(translations, links)
-
-    def render(self, translations: Sequence[str], links: dict[int, Links] | None = None) -> str:
-        """The document with `translations` (one per sentence) in place; `links`: sentence index -> its
-        word links (aiayn.decode.align; see `tagged`), to place tags by. Call once."""
-        from lxml import etree
-        from lxml import html as lxml_html
-
+    def fill(self, translations: Sequence[str], links: Mapping[int, Links] | None = None) -> None:
+        """`translations` (one per sentence) written into the tree; `links`: sentence index -> its word
+        links (aiayn.decode.align; see `tagged`), to place tags by. Call once."""
+        if len(translations) != len(self.sentences):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
         # a model may write what XML cannot hold; the words stay the words the links count
         translations = [replace_lone_surrogates(t.translate(_CONTROL_OUT)) for t in translations]
-        joined = self.docs.join(translations)
         links = links or {}
         at = 0
-        for i, run in enumerate(self.runs):
-            part = self.docs.parts[i]
+        for i, part in enumerate(self.parts):
             n = len(part.sentences)
-            put_back(run, part, joined[i], translations[at : at + n], [links.get(k) for k in range(at, at + n)])
+            mine = translations[at : at + n]
+            if i < len(self.runs):
+                put_back(self.runs[i], part, part.join(mine), mine, [links.get(k) for k in range(at, at + n)])
+            else:
+                el, name = self.attrs[i - len(self.runs)]
+                el.set(name, part.join(mine))
             at += n
-        for (el, name), value in zip(self.attrs, joined[len(self.runs) :]):
-            el.set(name, value)
         if self.target:
             for el, name in self.langs:
                 el.set(name, self.target)
+
+
+class HtmlDocument(HtmlTree):
+    """One HTML document or fragment, parsed, with the sentences to translate; `render(translations,
+    links)` gives the translated HTML (a document of aiayn.documents.flow)."""
+
+    def __init__(
+        self, document: str, lang: str, target: str | None = None, starts: SentenceStarts | None = None
+    ) -> None:
+        """`lang`, `target`, `starts`: as HtmlTree's."""
+        from lxml import html as lxml_html
+
+        # libxml2 refuses the control characters XML forbids; HTML5 parsers read them as U+FFFD. A lone
+        # surrogate would cut the text short there: replaced as every input line is (replace_lone_surrogates)
+        document = replace_lone_surrogates(document.translate(_CONTROL))
+        self.whole, self.has_doctype = _page_or_fragment(document)
+        # bytes, so that an XHTML page's `<?xml ... encoding=...?>` is read (lxml refuses it in a str)
+        data, parser = document.encode("utf-8"), lxml_html.HTMLParser(encoding="utf-8")
+        if self.whole:
+            root = lxml_html.document_fromstring(data, parser=parser)
+        else:
+            root = lxml_html.fragment_fromstring(data, create_parent="div", parser=parser)
+        _read_whole(parser)
+        super().__init__(root, lang, target, starts)
+
+    def render(self, translations: Sequence[str], links: Mapping[int, Links] | None = None) -> str:
+        """The document with `translations` in place (`fill`), as HTML. Call once."""
+        from lxml import etree
+        from lxml import html as lxml_html
+
+        self.fill(translations, links)
         if self.whole:
             # comments (and an XHTML page's XML declaration, a comment to HTML) before <html> are kept
             first = list(self.root.itersiblings(preceding=True))[::-1]
@@ -327,5 +320,5 @@ def translate_html(
     sentences that hold tags aligned with their translations in one call of `align` (sources,
     translations -> word links, e.g. Translator.align), or tags placed by position without it. `target`:
     the translation's language, written into the `lang` attributes that name `lang`; `starts`: see
-    HtmlDocument."""
-    return HtmlDocument(document, lang, target, starts).translated(translate, align)
+    HtmlTree."""
+    return translate_now([HtmlDocument(document, lang, target, starts)], translate, align)[0]

@@ -3,8 +3,8 @@ translation.
 
 Both are zips of XML parts. Text lives in paragraphs (`p`) of runs (`r`): a run is formatting (`rPr`)
 and text (`t`). Word puts tabs and line breaks inside runs (`w:tab`, `w:br`), PowerPoint puts line
-breaks between them (`a:br`). A paragraph is translated as HTML is (aiayn.decode.html), through a
-stand-in HTML paragraph:
+breaks between them (`a:br`). A paragraph is translated as HTML is (aiayn.documents.html), through a
+stand-in HTML paragraph, built as an lxml tree (never written out as text and parsed):
 - the text of the runs with the paragraph's most common formatting is plain text;
 - a run of other formatting (bold, italic, a colour...) is a `<span>`, placed on the words of the
   translation that its own words are linked to, as an inline HTML tag is;
@@ -15,7 +15,8 @@ stand-in HTML paragraph:
   an HTML <br> does, a tab does not (its `<br>` is marked as a space);
 - whatever else stands in a paragraph (pictures, fields such as page and slide numbers, bookmarks,
   tracked changes, content controls) is a point kept as it is, untranslated.
-Then the paragraph's runs are written anew from the translated stand-in: each piece of text gets the
+The translations are written into the stand-in as into an HTML page (aiayn.documents.html's HtmlTree),
+then the paragraph's runs are written anew from that tree: each piece of text gets the
 formatting of the run it stands for. Paragraph properties (and PowerPoint's end-of-paragraph
 formatting, kept last), tables, sections, styles, pictures and every other part of the zip are copied
 unchanged.
@@ -30,24 +31,26 @@ page-break positions are dropped or ignored: they describe the old text, and the
 them anew.
 
     doc = OfficeDocument(data, "docx", "de", "en")   # data: the file's bytes
-    doc.page.sentences                                # what to translate (and align: doc.page.tagged)
-    out = doc.rebuild(doc.page.render(translations, links))   # the translated file's bytes
+    doc.sentences                                     # what to translate (and align: doc.tagged)
+    out = doc.render(translations, links)             # the translated file's bytes (aiayn.documents.flow)
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import html
 import io
 import locale
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiayn.data.segment import SentenceStarts
-from aiayn.decode.html import SPACE_BR, HtmlDocument, Links, parser_stop, same_language
+from aiayn.data.sentence_starts import SentenceStarts
+from aiayn.documents.flow import translate_now
+from aiayn.documents.html import SPACE_BR, HtmlTree, parser_stop
+from aiayn.documents.language import same_language
+from aiayn.documents.tag_placement import Links
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"  # PowerPoint's text
@@ -148,14 +151,16 @@ class _Paragraph:
     """One paragraph's stand-in HTML and what each of its `data-k` numbers stands for: a run (its
     formatting), a point (elements kept as they are) or a hyperlink."""
 
-    def __init__(self, p: Any, n: int, in_field: int, kind: _Kind) -> None:
+    def __init__(self, p: Any, in_field: int, kind: _Kind) -> None:
+        from lxml import etree
+
         self.p, self.kind = p, kind
         self.things: list[Any] = []
         self.has_text = False
         self.in_field = in_field  # Word fields open at the start (a table of contents spans paragraphs)
         self.last = [c for c in p if c.tag in {kind.q(t) for t in kind.last}]  # PowerPoint's endParaRPr
-        inner, self.plain = self._inline([c for c in p if c.tag != kind.q("pPr") and c not in self.last])
-        self.html = f'<p data-p="{n}">{inner}</p>'
+        self.html = etree.Element("p")  # the stand-in, built as the tree aiayn.documents.html reads
+        self.plain = self._inline([c for c in p if c.tag != kind.q("pPr") and c not in self.last], self.html)
 
     def _add(self, thing: Any) -> int:
         self.things.append(thing)
@@ -197,9 +202,12 @@ class _Paragraph:
                 pieces.append(("point", [child]))
         return pieces
 
-    def _inline(self, children: list[Any]) -> tuple[str, Any]:
-        """The stand-in of `children` (of the paragraph or of a hyperlink): text of their most common
-        formatting plain, text of any other in spans; and a run of that most common formatting."""
+    def _inline(self, children: list[Any], into: Any) -> Any:
+        """The stand-in of `children` (of the paragraph or of a hyperlink) appended to the element `into`:
+        text of their most common formatting plain, text of any other in spans; returns a run of that
+        most common formatting."""
+        from lxml import etree
+
         pieces = self._pieces(children)
         chars: dict[bytes, int] = {}
         first: dict[bytes, Any] = {}
@@ -209,34 +217,32 @@ class _Paragraph:
                 chars[key] = chars.get(key, 0) + len(text)
                 first.setdefault(key, run)
         plain = max(chars, key=lambda k: chars[k]) if chars else b""
-        out: list[str] = []
-        span: tuple[bytes | None, int] | None = None  # (formatting, data-k) of the span open at the end of `out`
+        span: tuple[bytes | None, Any] | None = None  # (formatting, element) of the span open at the end of `into`
         for kind, what in pieces:
             fmt = what[2] if kind == "text" else None
             if span is not None and fmt != span[0]:
-                out.append("</span>")
                 span = None
             if kind == "text":
                 self.has_text = self.has_text or bool(what[1].strip())
                 if fmt != plain and span is None:
-                    span = (fmt, self._add(what[0]))
-                    out.append(f'<span data-k="{span[1]}">')
-                out.append(html.escape(what[1], quote=False))
+                    span = (fmt, etree.SubElement(into, "span", {"data-k": str(self._add(what[0]))}))
+                _append_text(span[1] if span is not None else into, what[1])
             elif kind == "link":
-                inner, link_plain = self._inline(list(what))
-                out.append(f'<a data-k="{self._add(what)}" data-plain="{self._add(link_plain)}">{inner}</a>')
+                a = etree.SubElement(into, "a")
+                link_plain = self._inline(list(what), a)
+                a.set("data-k", str(self._add(what)))
+                a.set("data-plain", str(self._add(link_plain)))
             else:
-                tag = {"break": "br", "tab": f"br {SPACE_BR}", "point": "img"}[kind]
-                out.append(f'<{tag} data-k="{self._add(what)}">')
-        if span is not None:
-            out.append("</span>")
-        return "".join(out), first.get(plain)
+                el = etree.SubElement(into, "img" if kind == "point" else "br", {"data-k": str(self._add(what))})
+                if kind == "tab":
+                    el.set(SPACE_BR, "")
+        return first.get(plain)
 
-    def rebuild(self, rendered: Any) -> None:
-        """Write the paragraph's runs anew from its translated stand-in (an lxml element)."""
+    def rebuild(self) -> None:
+        """Write the paragraph's runs anew from its stand-in, translated in place."""
         for child in [c for c in self.p if c.tag != self.kind.q("pPr")]:
             self.p.remove(child)
-        self._fill(self.p, rendered, self.plain)
+        self._fill(self.p, self.html, self.plain)
         self.p.extend(self.last)
 
     def _fill(self, parent: Any, el: Any, plain: Any) -> None:
@@ -266,9 +272,18 @@ class _Paragraph:
         run = _run_like(like, q)
         parent.append(run)
         t = etree.SubElement(run, q("t"))
-        t.text = text
+        # a line end in a translation is one "\n", as an XML or HTML parser reads "\r\n" and "\r"
+        t.text = text.replace("\r\n", "\n").replace("\r", "\n")
         if self.kind.preserve_space:
             t.set(XML_SPACE, "preserve")
+
+
+def _append_text(el: Any, text: str) -> None:
+    """`text` added at the end of what the element `el` holds: its text, or its last child's tail."""
+    if len(el):
+        el[-1].tail = (el[-1].tail or "") + text
+    else:
+        el.text = (el.text or "") + text
 
 
 # a line break, a tab: a <br> in the stand-in, that ends a sentence or not
@@ -298,15 +313,16 @@ def _run_of(run: Any, child: Any) -> Any:
 
 
 class OfficeDocument:
-    """A .docx or .pptx (`kind`), read: `page` is the stand-in HTML of every paragraph with text (an
-    HtmlDocument: its sentences to translate, its tagged ones to align); `rebuild(page.render(...))`
-    writes the translated document."""
+    """A .docx or .pptx (`kind`), read: a document of aiayn.documents.flow. `page` is the stand-in HTML of
+    every paragraph with text (an HtmlTree: its sentences to translate, its tagged ones to align);
+    `render(translations, links)` writes them into it and the paragraphs' runs anew from it, and gives
+    the translated file's bytes."""
 
     def __init__(
         self, data: bytes, kind: str, lang: str, target: str | None = None, starts: SentenceStarts | None = None
     ) -> None:
         """`lang`: the source language; `target`: the translation's, given to the language marks that name
-        `lang` (None: they are left as they are); `starts`: as HtmlDocument's."""
+        `lang` (None: they are left as they are); `starts`: as HtmlTree's."""
         from lxml import etree
 
         self.kind = k = KINDS[kind]
@@ -337,11 +353,21 @@ class OfficeDocument:
             self.trees[name] = root = self._read(name, parser)
             in_field = 0
             for p in list(root.iter(k.q("p"))):
-                para = _Paragraph(p, len(self.paragraphs), in_field, k)
+                para = _Paragraph(p, in_field, k)
                 in_field = para.in_field
                 if para.has_text:
                     self.paragraphs.append(para)
-        self.page = HtmlDocument("".join(p.html for p in self.paragraphs), lang, starts=starts)
+        root = etree.Element("div")
+        root.extend(p.html for p in self.paragraphs)
+        self.page = HtmlTree(root, lang, starts=starts)
+
+    @property
+    def sentences(self) -> list[str]:
+        return self.page.sentences
+
+    @property
+    def tagged(self) -> list[int]:
+        return self.page.tagged
 
     def _read(self, name: str, parser: Any) -> Any:
         from lxml import etree
@@ -374,14 +400,14 @@ class OfficeDocument:
                             changed.add(part)
         return changed
 
-    def rebuild(self, rendered: str) -> bytes:
-        """The document with each paragraph's runs written from `rendered` (the page's render)."""
+    def render(self, translations: Sequence[str], links: Mapping[int, Links] | None = None) -> bytes:
+        """The translated file: `translations` (one per sentence) and `links` written into the stand-in
+        (HtmlTree.fill), each paragraph's runs written anew from it. Call once."""
         from lxml import etree
-        from lxml import html as lxml_html
 
-        root = lxml_html.fragment_fromstring(rendered, create_parent="div")
-        for el in root.iter("p"):
-            self.paragraphs[int(el.get("data-p"))].rebuild(el)
+        self.page.fill(translations, links)
+        for para in self.paragraphs:
+            para.rebuild()
         # the text parts are written anew; a styles part only where a language mark changed
         written = set(self.parts) | self._retag()
         out = io.BytesIO()
@@ -410,6 +436,5 @@ def translate_office(
     """The .docx or .pptx `data` with its text translated (see the module docstring): every sentence in
     one call of `translate`, the sentences that hold formatting aligned in one call of `align` (as
     translate_html); `target`, the translation's language, for the language marks; `starts`: as
-    HtmlDocument's."""
-    doc = OfficeDocument(data, kind, lang, target, starts)
-    return doc.rebuild(doc.page.translated(translate, align))
+    HtmlTree's."""
+    return translate_now([OfficeDocument(data, kind, lang, target, starts)], translate, align)[0]

@@ -1,4 +1,4 @@
-"""Where the inline elements of a run of HTML text go in its translation (aiayn.decode.html reads the
+"""Where the inline elements of a run of HTML text go in its translation (aiayn.documents.html reads the
 runs and their sentences; this puts the translated text back into the tree).
 
 An element over whole words of one sentence covers the words of the translation they are linked to
