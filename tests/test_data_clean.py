@@ -21,7 +21,7 @@ def _noisy(tmp_path: Path) -> tuple[Path, Path, list[tuple[str, str, str]]]:
     pairs = list(dict.fromkeys(zip(DE, EN)))[:150]
     rows = [(s, t, "clean") for s, t in pairs]
     rows[10] = (pairs[10][0], pairs[10][0], "langid")  # untranslated: its target is not English
-    rows[20] = (pairs[20][0], "A <i>dog</i> runs.", "markup")
+    rows[20] = (pairs[20][0], f"<i>{pairs[20][1]}</i>", "markup")  # its own translation: only the markup fails
     rows[30] = (pairs[30][0] + " www.hund.de", pairs[30][1] + " www.dog.com", "urls")
     rows += [(s, t, "duplicates") for s, t, _ in rows[40:45]]
     rows.append((pairs[50][0].upper(), pairs[50][1].upper(), "near_duplicates"))
@@ -46,7 +46,7 @@ def test_clean_keeps_the_pairs_in_order_and_reports_each_filter(tmp_path, home):
     assert {k: v for k, v in source["removed"].items() if v} == want
     assert source["lines"] == len(rows) and source["kept"] == len(kept)
     line = next(i for i, row in enumerate(rows, 1) if row[2] == "markup")
-    assert source["examples"]["markup"] == [{"line": line, "src": rows[line - 1][0], "tgt": "A <i>dog</i> runs."}]
+    assert source["examples"]["markup"] == [{"line": line, "src": rows[line - 1][0], "tgt": rows[line - 1][1]}]
     assert report["filters"]["crawl"][0] == {"name": "duplicates"}
     removed = [x.split("\t") for x in (out / "crawl.removed.tsv").read_text().split("\n")[:-1]]
     assert {(int(n), reason) for n, reason, *_ in removed} == {

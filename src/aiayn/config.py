@@ -407,7 +407,8 @@ def _hand_over_moved(sections: dict[str, dict[str, Any]], kinds: dict[str, type]
     task's setting of that name (its section's own value first), dropped for a run of another task.
     Which keys moved is known from the tasks' records (aiayn.registry), read only when a section has a
     key it does not know; any other such key stays, to be refused as unknown."""
-    unknown = {f"{n}.{k}" for n, keys in sections.items() for k in keys if k not in _field_names(kinds[n])}
+    known = {n: {f.name for f in dataclasses.fields(cast(Any, kinds[n]))} for n in sections}
+    unknown = {f"{n}.{k}" for n, keys in sections.items() for k in keys if k not in known[n]}
     if not unknown:
         return
     from aiayn import registry
@@ -419,10 +420,6 @@ def _hand_over_moved(sections: dict[str, dict[str, Any]], kinds: dict[str, type]
         value = sections[section].pop(field)
         if name in moved[key]:
             task.setdefault(field, value)
-
-
-def _field_names(kind: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cast(Any, kind))}
 
 
 def read_config_file(path: str | Any) -> dict[str, Any]:
