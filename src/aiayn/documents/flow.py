@@ -1,6 +1,6 @@
 """The document flow, written once: every sentence of every document of a request decoded in one call ->
 the sentences that hold tags aligned with their translations in one call -> each document rendered,
-its translations put back into the source's layout (issue #47; DESIGN.md "Documents").
+its translations put back into the source's layout.
 
 The model was trained on single sentences; a paragraph handed to it whole loses sentences. So a
 document (a plain text cut by aiayn.documents.segment, a page of aiayn.documents.html, a Word or
