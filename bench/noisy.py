@@ -18,8 +18,9 @@ removed of each label: the share of the rule-visible noise removed (untranslated
 boilerplate, every copy of a duplicate after the first) and of the clean pairs. `score` adds the
 model-based filter (two quickstart-recipe scorers trained on the rule-cleaned pairs, the best
 --keep-best kept by --score-method) and counts its removals the same way. `train` trains the quickstart
-recipe for the same updates on each corpus named (the clean one, the noisy one, OUT/rules, OUT/cleaned-gain)
-and scores each on test2016 (`aiayn evaluate`).
+recipe for the same updates on each corpus named (the clean one, the noisy one, OUT/rules, OUT/cleaned-gain,
+and `oracle`: the noisy corpus's clean pairs alone, what a perfect filter keeps) and scores each on
+test2016 (`aiayn evaluate`).
 Results go to OUT/results.jsonl, one JSON line each.
 """
 
@@ -218,7 +219,9 @@ def train(out: Path, steps: int, which: list[str]) -> None:
         "clean": (d / "train.de.gz", d / "train.en.gz"),
         "noisy": (out / "noisy.de", out / "noisy.en"),
     }
-    for name in which:  # clean, noisy, rules or cleaned-METHOD (the score stage's)
+    for name in which:  # clean, noisy, oracle, rules or cleaned-METHOD (the score stage's)
+        if name == "oracle":
+            oracle(out)
         src, tgt = corpora.get(name, (out / name / "noisy.de", out / name / "noisy.en"))
         run = out / "runs" / name
         t = time.perf_counter()
@@ -266,6 +269,17 @@ def train(out: Path, steps: int, which: list[str]) -> None:
                 "test": json.loads(res.stdout.strip().splitlines()[-1]),
             },
         )
+
+
+def oracle(out: Path) -> None:
+    """OUT/oracle: the noisy corpus's clean pairs alone, what a perfect filter would keep (the clean
+    corpus less the pairs the noise took the place of), in order."""
+    keep = [label == "clean" for label in labels(out)]
+    (out / "oracle").mkdir(exist_ok=True)
+    for side in ("de", "en"):
+        lines = (out / f"noisy.{side}").read_text(encoding="utf-8").split("\n")[:-1]
+        kept = [line for line, k in zip(lines, keep, strict=True) if k]
+        (out / "oracle" / f"noisy.{side}").write_text("".join(x + "\n" for x in kept), encoding="utf-8")
 
 
 def record(out: Path, r: dict) -> None:

@@ -186,12 +186,14 @@ def test_document_commands_cut_run_on_sentences_at_the_runs_sentence_starts(run_
     assert seg.sentences == ["Ein Hund rennt über die Wiese", "Zwei Männer spielen Fußball im Park."]
     t = Translator.load(run, "cpu")
     want = seg.join([t.translate([s], max_len_b=4)[0] for s in seg.sentences])
+    whole = t.translate([text.strip()], max_len_b=4)[0] + "\n"
+    assert want != whole  # else the assertions below could not tell the cut from the whole text
     r = aiayn("translate", "-c", str(run), "--document", *SEARCH, stdin=text.encode())
     assert r.returncode == 0 and r.stdout.decode() == want
     r = aiayn("translate", "-c", str(run), "--document", "--source-lang", "en", *SEARCH, stdin=text.encode())
-    assert r.stdout.decode() == t.translate([text.strip()], max_len_b=4)[0] + "\n"  # not the run's language
+    assert r.stdout.decode() == whole  # not the run's language
     r = aiayn("translate", "-c", str(run), "--document", "--no-run-on-cuts", *SEARCH, stdin=text.encode())
-    assert r.stdout.decode() == t.translate([text.strip()], max_len_b=4)[0] + "\n"  # punctuation only
+    assert r.stdout.decode() == whole  # punctuation only
     # HTML and Word documents too
     r = aiayn("translate", "-c", str(run), "--format", "html", *SEARCH, stdin=f"<p>{text.strip()}</p>".encode())
     assert r.stdout.decode() == f"<p>{want.strip()}</p>"

@@ -9,11 +9,11 @@ combine them (`method`, lower is better):
 
 `gain` asks how much reading the other side helps each model predict a sentence: for an aligned pair a
 lot, for a misaligned one almost nothing, whatever the sentence's own difficulty (rare words make a good
-pair's H_F high too, which `dcce` counts against it). On the noisy Multi30k benchmark with scorers trained
-on the noisy data itself, keeping the best 85 %: `gain` removed 85 % of the misaligned pairs for 2.4 % of
-the clean ones, `dcce` 52 % for 8.1 % (docs/data.md). The runs can be trained on the data being cleaned
-(`train_scorers`, minutes on a CPU): most of a noisy corpus is still aligned, and what a model trained on
-it cannot predict from the source is what is not.
+pair's H_F high too, which `dcce` counts against it). On the noisy Multi30k benchmark, with scorers trained
+on the noisy data itself, `gain` removes more of the misaligned pairs for fewer of the clean ones
+(docs/data.md). The runs can be trained on the data being cleaned (`train_scorers`, minutes on a CPU):
+most of a noisy corpus is still aligned, and what a model trained on it cannot predict from the source
+is what is not.
 
 The kept pairs are the best `keep_best` share, or those scoring `max_score` or less; every score is
 written (`<name>.scores`, one a pair of the rule-cleaned input, in its order), so a user can choose
