@@ -67,7 +67,9 @@ def test_the_default_rules_keep_real_captions():
     fs = F.parse_filters(["default"], "de", "en")
     chain = F.Chain(tuple(fs), F.reasons_of([fs]))
     codes = F.Deduplicator(chain.reasons)(chain.verdicts(de, en))
-    assert (codes != 0).sum() < 0.001 * len(de)  # Multi30k's own few: "&amp;" left in 15 captions, 3 copies
+    # Multi30k's own few: "&amp;" left in 16 captions, 5 copies, and 15 whose one side is over twice the
+    # other's length in characters ("Man cutting cake on a pink mat.", a German "@@", two captions glued)
+    assert (codes != 0).sum() < 0.0015 * len(de)
 
 
 def test_langid_drops_a_wrong_language_only_past_its_margin():
