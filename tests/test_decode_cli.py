@@ -336,27 +336,17 @@ def test_list_markers_are_kept_through_the_cli(run_dir):
 def test_documents_nested_past_the_parsers_depth_are_refused_through_the_cli(run_dir, tmp_path):
     """Issue #66: HTML or a .docx nested past libxml2's depth (256) is one line and exit status 2, nothing
     written, never a document translated without the text past that depth."""
-    docx = pytest.importorskip("docx")
-    from docx.oxml import OxmlElement
+    pytest.importorskip("docx")
+    from nested_docs import DEEP_HTML, deep_docx
 
-    deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
-    r = aiayn("translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=deep.encode())
+    r = aiayn("translate", "-c", str(run_dir), "--format", "html", *SEARCH, stdin=DEEP_HTML.encode())
     assert r.returncode == 2 and r.stdout == b""
     assert r.stderr.decode().strip().splitlines()[-1] == (
         "error: standard input: cannot read the HTML past line 1, column 519 (Excessive depth in document: 256): "
         "the text from there on would be lost"
     )
-    d = docx.Document()
-    d.add_paragraph("Ein Hund rennt.")
-    inside = d.element.body
-    for _ in range(130):  # content controls in content controls: 260 levels
-        sdt, content = OxmlElement("w:sdt"), OxmlElement("w:sdtContent")
-        sdt.append(content)
-        inside.append(sdt)
-        inside = content
-    inside.append(d.add_paragraph("Zwei Männer spielen Fußball im Park.")._p)
     src, out = tmp_path / "tief.docx", tmp_path / "deep.docx"
-    d.save(str(src))
+    src.write_bytes(deep_docx("Zwei Männer spielen Fußball im Park.", first="Ein Hund rennt."))
     r = aiayn("translate", "-c", str(run_dir), "--input", str(src), "--output", str(out), *SEARCH)
     assert r.returncode == 2 and not out.exists()
     error = r.stderr.decode().strip().splitlines()[-1]

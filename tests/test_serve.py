@@ -558,20 +558,11 @@ def test_list_markers_are_kept(server: ThreadServer, translator) -> None:
 def test_documents_nested_past_the_parsers_depth_are_a_400(torch_engine) -> None:
     """Issue #66: HTML (/translate, /translate_file) or a .docx nested past libxml2's depth (256) is a 400
     that says why, never a 200 without the text past that depth."""
-    docx = pytest.importorskip("docx")
-    from docx.oxml import OxmlElement
+    pytest.importorskip("docx")
+    from nested_docs import DEEP_HTML as deep
+    from nested_docs import deep_docx
 
-    deep = "<p>Ein " + "<span>" * 254 + "Hund" + "</span>" * 254 + " rennt.</p>"
-    d = docx.Document()
-    inside = d.element.body
-    for _ in range(130):  # content controls in content controls: 260 levels
-        sdt, content = OxmlElement("w:sdt"), OxmlElement("w:sdtContent")
-        sdt.append(content)
-        inside.append(sdt)
-        inside = content
-    inside.append(d.add_paragraph("Ein Hund rennt.")._p)
-    word = io.BytesIO()
-    d.save(word)
+    word = deep_docx("Ein Hund rennt.")
     srv = _serve(torch_engine)  # the default char limit (5,000): the page has 3,310 characters
     try:
         r = httpx.post(srv.url + "/translate", json={"q": deep, "source": "de", "target": "en", "format": "html"})
@@ -582,7 +573,7 @@ def test_documents_nested_past_the_parsers_depth_are_a_400(torch_engine) -> None
         assert r.status_code == 400 and r.json() == {"error": error}
         r = _upload(srv.url, "tief.html", deep.encode())
         assert r.status_code == 400 and r.json() == {"error": error}
-        r = _upload(srv.url, "tief.docx", word.getvalue())
+        r = _upload(srv.url, "tief.docx", word)
         assert r.status_code == 400 and r.json()["error"].startswith(
             "Invalid request: cannot read the .docx (word/document.xml cannot be read past line 2, column "
         )
