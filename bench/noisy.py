@@ -213,7 +213,7 @@ def score(out: Path, keep_best: float, steps: int, method: str) -> None:
                  "by_label": rows})  # fmt: skip
 
 
-def train(out: Path, steps: int, which: list[str]) -> None:
+def train(out: Path, steps: int, which: list[str], train_seed: int | None = None) -> None:
     d = multi30k.locate_langs(["de", "en"])
     corpora = {
         "clean": (d / "train.de.gz", d / "train.en.gz"),
@@ -223,7 +223,8 @@ def train(out: Path, steps: int, which: list[str]) -> None:
         if name == "oracle":
             oracle(out)
         src, tgt = corpora.get(name, (out / name / "noisy.de", out / name / "noisy.en"))
-        run = out / "runs" / name
+        run = out / "runs" / (name if train_seed is None else f"{name}-seed{train_seed}")
+        seeded = [] if train_seed is None else ["--train.seed", str(train_seed)]
         t = time.perf_counter()
         aiayn(
             "train",
@@ -251,6 +252,7 @@ def train(out: Path, steps: int, which: list[str]) -> None:
             "null",  # the same updates for every corpus, however busy the machine
             "--train.progress",
             "false",
+            *seeded,
         )
         minutes = round((time.perf_counter() - t) / 60, 1)
         res = subprocess.run(
@@ -264,6 +266,7 @@ def train(out: Path, steps: int, which: list[str]) -> None:
             {
                 "stage": "train",
                 "corpus": name,
+                "train_seed": train_seed,
                 "steps": steps,
                 "minutes": minutes,
                 "test": json.loads(res.stdout.strip().splitlines()[-1]),
@@ -298,6 +301,7 @@ def main() -> None:
     p.add_argument("--scorer-steps", type=int, default=4000)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--corpora", default="clean,noisy,rules,cleaned-gain")
+    p.add_argument("--train-seed", type=int, help="train.seed of the runs (OUT/runs/NAME-seedN); default: the recipe's")
     a = p.parse_args()
     if a.stage == "make":
         make(a.out, a.seed)
@@ -306,7 +310,7 @@ def main() -> None:
     elif a.stage == "score":
         score(a.out, a.keep_best, a.scorer_steps, a.score_method)
     else:
-        train(a.out, a.steps, a.corpora.split(","))
+        train(a.out, a.steps, a.corpora.split(","), a.train_seed)
 
 
 if __name__ == "__main__":
