@@ -298,7 +298,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep-best", type=float, default=0.85)
     p.add_argument("--score-method", choices=["gain", "dcce"], default="gain")
-    p.add_argument("--scorer-steps", type=int, default=4000)
+    p.add_argument("--scorer-steps", type=int, default=3000)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--corpora", default="clean,noisy,rules,cleaned-gain")
     p.add_argument("--train-seed", type=int, help="train.seed of the runs (OUT/runs/NAME-seedN); default: the recipe's")

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inprocess import run_aiayn
 from synthetic_text import captions
@@ -206,18 +207,22 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
     assert {int(n) for n, reason, *_ in rows if reason == "empty"} == set(range(1, 101))
     removed = {int(n) for n, reason, *_ in rows if reason == "dual_xent"}
     assert 440 <= len(removed) <= 450  # the worst 15 % (ties at the threshold stay)
-    assert len(removed & misaligned) >= 0.8 * len(misaligned)  # 85 % when written
+    assert len(removed & misaligned) >= 0.85 * len(misaligned)  # 93 % when written
     report = json.loads((out / "report.json").read_text())
     assert report["sources"][0]["removed"]["dual_xent"] == len(removed) == 3000 - report["sources"][0]["kept"]
     scores = (out / "c.scores").read_text().split()
     assert len(scores) == 3000
+    # the scorers learn every pair they score, the first 500 validating too, on the recipe's schedule
+    data = [(out / "scorers" / "data" / f"{part}.en").read_text().split("\n")[:-1] for part in ("train", "valid")]
+    assert data[0] == target and data[1] == target[:500]
+    assert yaml.safe_load((out / "scorers" / "forward" / "config.yaml").read_text())["optim"]["warmup"] == 30
     runs = [out / "scorers" / "forward", out / "scorers" / "backward"]
     again = run_aiayn(*args, "-o", tmp_path / "again", "--score-with", *runs, text=True)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "c.scores").read_text().split() == scores
     assert (tmp_path / "again" / "c.en").read_text() == (out / "c.en").read_text()
     # the paper's combination from the same runs: other scores, recorded as such. On these short synthetic
-    # captions with 300-update scorers it finds 95 % (gain 85 %); on real text with trained scorers gain
+    # captions with 300-update scorers it finds 97 % (gain 93 %); on real text with trained scorers gain
     # leads by far (docs/data.md), hence the default
     dcce = run_aiayn(*args, "-o", tmp_path / "dcce", "--score-with", *runs, "--score-method", "dcce", text=True)
     assert dcce.returncode == 0, dcce.stderr
@@ -225,3 +230,18 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
     assert json.loads((tmp_path / "dcce" / "report.json").read_text())["model"]["method"] == "dcce"
     rows = [x.split("\t") for x in (tmp_path / "dcce" / "c.removed.tsv").read_text().split("\n")[:-1]]
     assert len({int(n) for n, reason, *_ in rows if reason == "dual_xent"} & misaligned) >= 0.8 * len(misaligned)
+
+
+def test_scorers_shorter_than_their_warmup_warm_up_in_a_quarter_to_the_same_peak(tmp_path, home):
+    """A recipe's warmup longer than the scorers' updates would never reach its peak learning rate: it
+    becomes their first quarter, and the rate's scale grows so that the peak stays where it was (§5.3)."""
+    en, de = captions(1000, seed=2)
+    (tmp_path / "scorer.yaml").write_text(SCORER)
+    r = run_aiayn("data", "clean", write_lines(tmp_path / "c.de", de), write_lines(tmp_path / "c.en", en),
+                  "--src-lang", "de", "--tgt-lang", "en", "--filters", "[length]", "--keep-best", "0.9",
+                  "--no-progress", "-o", tmp_path / "out", "--score-with", "auto",
+                  "--scorer-config", tmp_path / "scorer.yaml", "--scorer-steps", "20", text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    optim = yaml.safe_load((tmp_path / "out" / "scorers" / "backward" / "config.yaml").read_text())["optim"]
+    assert optim["warmup"] == 5
+    assert optim["lr_scale"] == pytest.approx(0.3 * (5 / 30) ** 0.5)

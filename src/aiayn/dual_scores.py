@@ -153,10 +153,14 @@ def train_scorers(
     progress: bool = False,
 ) -> tuple[Path, Path]:
     """A forward and a backward run (`recipe`, a config file or a packaged recipe; `steps` updates each,
-    one shared BPE; the warmup at most a quarter of them, to the recipe's peak learning rate) trained on
-    the pairs of `files`: the first VALID_PAIRS validate, the rest train. Each run resumes when
-    interrupted; a finished one is reused. The scores are only as good as the scorers: a run that has
-    not learnt to read its source yet scores like a language model (check with aiayn translate)."""
+    one shared BPE) trained on every pair of `files`, the first VALID_PAIRS of which also validate. The
+    recipe's schedule is kept: only a warmup longer than the run, which would never reach the peak
+    learning rate, becomes its first quarter, to the same peak. The runs score the pairs they learnt
+    from, and that is what separates them: a run learns the aligned pairs far better than the misaligned
+    ones it cannot predict from the other side. Runs trained on half of the pairs, each scoring the half
+    it never saw, did worse on the noisy benchmark (docs/data.md). Each run resumes when interrupted; a
+    finished one is reused. The scores are only as good as the scorers: a run that has not learnt to
+    read its source yet scores like a language model (check with aiayn translate)."""
     from aiayn.train import train
 
     data = out_dir / "scorers" / "data"
@@ -172,10 +176,10 @@ def train_scorers(
             while lines := (a.take(CHUNK), b.take(CHUNK)):
                 if not lines[0]:
                     break
-                for k, (s_line, t_line) in enumerate(zip(*lines)):  # the first VALID_PAIRS validate
-                    part = "valid" if n + k < VALID_PAIRS else "train"
-                    handles[(part, "src")].write(s_line + b"\n")
-                    handles[(part, "tgt")].write(t_line + b"\n")
+                for k, (s_line, t_line) in enumerate(zip(*lines)):  # all train, the first VALID_PAIRS validate
+                    for part in ("valid", "train") if n + k < VALID_PAIRS else ("train",):
+                        handles[(part, "src")].write(s_line + b"\n")
+                        handles[(part, "tgt")].write(t_line + b"\n")
                 n += len(lines[0])
         finally:
             for h in handles.values():
@@ -203,7 +207,7 @@ def train_scorers(
         if runs:  # one BPE for both directions: their scores are per piece of the same pieces
             overrides["data.spm_model"] = str(runs[0] / "spm.model")
         cfg = Config.load(recipe, overrides)
-        if cfg.optim.warmup > steps // 4:  # a short run warms up in its first quarter, to the same peak rate
+        if cfg.optim.warmup >= steps:  # a run shorter than its warmup warms up in its first quarter instead
             warmup = max(1, steps // 4)
             scale = cfg.optim.lr_scale * (warmup / cfg.optim.warmup) ** 0.5  # §5.3: the peak is warmup^-0.5
             cfg = Config.load(recipe, {**overrides, "optim.warmup": warmup, "optim.lr_scale": scale})

@@ -94,7 +94,7 @@ def _register_clean(dsub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--max-score", type=float, default=None, help="with --score-with: keep pairs scoring this or less")
     c.add_argument(
-        "--scorer-steps", type=int, default=4000, help="with --score-with auto: updates of each scorer (default 4,000)"
+        "--scorer-steps", type=int, default=3000, help="with --score-with auto: updates of each scorer (default 3,000)"
     )
     c.add_argument(
         "--scorer-config",
