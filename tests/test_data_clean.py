@@ -234,7 +234,7 @@ def test_the_model_based_filter_finds_the_misaligned_pairs_no_rule_sees(tmp_path
 
 def test_scorers_shorter_than_their_warmup_warm_up_in_a_quarter_to_the_same_peak(tmp_path, home):
     """A recipe's warmup longer than the scorers' updates would never reach its peak learning rate: it
-    becomes their first quarter, and the rate's scale grows so that the peak stays where it was (§5.3)."""
+    becomes their first quarter, and the rate's scale shrinks so that the peak stays where it was (§5.3)."""
     en, de = captions(1000, seed=2)
     (tmp_path / "scorer.yaml").write_text(SCORER)
     r = run_aiayn("data", "clean", write_lines(tmp_path / "c.de", de), write_lines(tmp_path / "c.en", en),
