@@ -157,8 +157,8 @@ def _clean(a: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiayn.data.clean import clean_source, summary, write_report
+    from aiayn.data.dedup import HashSet
     from aiayn.data.errors import DataError
-    from aiayn.data.filters import HashSet
     from aiayn.data.pipeline import Options
     from aiayn.dual_scores import check_cut
 

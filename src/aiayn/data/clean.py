@@ -25,8 +25,9 @@ from typing import IO, Any
 import numpy as np
 
 from aiayn.data.cache import map_ordered, worker_pool
+from aiayn.data.dedup import Deduplicator, HashSet
 from aiayn.data.errors import DataError
-from aiayn.data.filters import Chain, Deduplicator, Filter, HashSet, Verdicts, reasons_of
+from aiayn.data.filters import Chain, Filter, Verdicts, reasons_of
 from aiayn.data.io import decode_blob
 from aiayn.data.pipeline import Chunk, Options, Source
 from aiayn.data.tokenizer import collapse_whitespace

@@ -18,6 +18,7 @@ The built-in rules (a pair is dropped by the first that fails it, and counted th
   length_ratio    the longer side over max_chars times the shorter in characters, or max_words in words
   langid          a side whose most likely language (py3langid) is not the corpus's, by more than margin
   untranslated    the same text both sides, or at least max_overlap of their words shared (min_words up)
+  sentences       the two sides hold numbers of sentences (sentencex) over max_diff apart: a glued pair
   digits          the numbers of the two sides differ (as multisets of digit runs)
   urls            the URLs and e-mail addresses of the two sides differ
   markup          a side holds HTML or XML elements or character references (lxml, html.unescape)
@@ -41,17 +42,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sentencex
 
+from aiayn.data.dedup import DUPLICATE, EMPTY, NEAR_DUPLICATE, letters, pair_hashes
 from aiayn.data.errors import DataError
 from aiayn.data.formats import primary
 from aiayn.data.language import known_languages, language_probabilities
 
 KeepFn = Callable[..., Any]  # (src lines, tgt lines, **settings) -> one bool a pair, True = keep
 
-DUPLICATE, NEAR_DUPLICATE, EMPTY = "duplicates", "near_duplicates", "empty"
-DEFAULT = ("duplicates", "length", "length_ratio", "langid", "untranslated", "urls", "markup", "punctuation")
+DEFAULT = (
+    "duplicates",
+    "length",
+    "length_ratio",
+    "langid",
+    "untranslated",
+    "urls",
+    "markup",
+    "punctuation",
+    "sentences",  # last: a URL or a tag's remains cut a line too, and their own filters name them better
+)
 _DIGITS = frozenset("0123456789")
-_ASCII_NON_LETTERS = {c: None for c in range(128) if not chr(c).isalpha()}  # str.translate: deleted
 _ASCII_WORDS = {c: None for c in range(128) if chr(c).isalnum() or chr(c) == " "}
 
 
@@ -125,6 +136,16 @@ def untranslated(src: Sequence[str], tgt: Sequence[str], max_overlap: float = 0.
     return [keep(s, t) for s, t in zip(src, tgt)]
 
 
+def sentences(
+    src: Sequence[str], tgt: Sequence[str], src_lang: str = "", tgt_lang: str = "", max_diff: int = 0
+) -> list[bool]:
+    """As many sentences each side, give or take `max_diff`. A crawl glues a line to the next on one side
+    only ("Ein Hund rennt. Eine Frau liest." / "A dog runs."), and a model trained on such pairs learns
+    to leave sentences out; a translation rarely splits or joins one. OpusFilter's terminal-punctuation
+    filter counts the marks; sentencex knows abbreviations and ordinals ("z. B.", "am 3. Mai")."""
+    return [abs(sentence_count(s, src_lang) - sentence_count(t, tgt_lang)) <= max_diff for s, t in zip(src, tgt)]
+
+
 def digits(src: Sequence[str], tgt: Sequence[str]) -> list[bool]:
     return [numbers(s) == numbers(t) for s, t in zip(src, tgt)]
 
@@ -160,17 +181,17 @@ def contains(src: Sequence[str], tgt: Sequence[str], words: Sequence[str] = ()) 
 
 BUILTIN: dict[str, KeepFn] = {
     f.__name__: f
-    for f in (length, length_ratio, langid, untranslated, digits, urls, markup, punctuation, case, contains)
+    for f in (length, length_ratio, langid, untranslated, sentences, digits, urls, markup, punctuation, case, contains)
 }
 
 
 # -- what the rules look at -------------------------------------------------------------------------
 
 
-def letters(s: str) -> str:
-    """The letters of `s`, case-folded: what stays of a line after case, digits, punctuation and spacing."""
-    rest = s.casefold().translate(_ASCII_NON_LETTERS)  # most of what goes, at C speed
-    return rest if rest.isalpha() or not rest else "".join(filter(str.isalpha, rest))
+def sentence_count(s: str, lang: str) -> int:
+    """How many sentences sentencex finds in `s` (a language it has no rules for gets its defaults); a
+    piece without a letter or digit (a closing tag, a lone "--") is none."""
+    return sum(1 for piece in sentencex.segment(lang or "en", s) if any(c.isalnum() for c in piece))
 
 
 def numbers(s: str) -> list[str]:
@@ -239,9 +260,12 @@ class Filter:
         if self.ref not in BUILTIN and self.ref != DUPLICATE:
             out["ref"] = self.ref
             out["code"] = code_hash(self.ref)
-        elif self.ref in ("langid", "markup"):
-            out["library"] = library_version("py3langid" if self.ref == "langid" else "lxml")
+        elif self.ref in _JUDGES:
+            out["library"] = library_version(_JUDGES[self.ref])
         return out
+
+
+_JUDGES = {"langid": "py3langid", "markup": "lxml", "sentences": "sentencex"}  # a new release may judge anew
 
 
 def code_hash(ref: str) -> str:
@@ -413,64 +437,3 @@ def reasons_of(filter_lists: Sequence[Sequence[Filter]], after: Sequence[str] = 
     for filters in filter_lists:
         names += [f.name for f in filters if f.name not in names]
     return (*names, *(a for a in after if a not in names))
-
-
-def pair_hashes(src: Sequence[str], tgt: Sequence[str], exact: bool) -> np.ndarray:
-    """An 8-byte BLAKE2b hash of each pair as it is (exact), or of its two sides' letters (near)."""
-
-    def key(s: str, t: str) -> bytes:
-        return (f"{s}\t{t}" if exact else f"{letters(s)}\t{letters(t)}").encode()
-
-    return np.fromiter(
-        (int.from_bytes(hashlib.blake2b(key(s, t), digest_size=8).digest(), "little") for s, t in zip(src, tgt)),
-        dtype=np.uint64,
-        count=len(src),
-    )
-
-
-class HashSet:
-    """A set of 64-bit hashes in sorted arrays merged as they grow (8 bytes a member, flat in memory):
-    `add` returns which of a batch were members already, or repeat an earlier one of the batch."""
-
-    def __init__(self) -> None:
-        self.levels: list[np.ndarray] = []
-
-    def __len__(self) -> int:
-        return sum(map(len, self.levels))
-
-    def add(self, h: np.ndarray) -> np.ndarray:
-        seen = np.zeros(len(h), dtype=bool)
-        for level in self.levels:
-            at = np.searchsorted(level, h)
-            seen |= level[np.minimum(at, len(level) - 1)] == h
-        uniq, first = np.unique(h, return_index=True)
-        again = np.ones(len(h), dtype=bool)
-        again[first] = False
-        new = uniq[~np.isin(uniq, h[seen])]
-        if len(new):
-            self.levels.append(new)
-            while len(self.levels) > 1 and len(self.levels[-2]) <= 2 * len(self.levels[-1]):
-                b = self.levels.pop()
-                a = self.levels.pop()
-                self.levels.append(np.union1d(a, b))
-        return seen | again
-
-
-class Deduplicator:
-    """The main process's pass over each batch's verdicts in corpus order: a pair whose exact hash came
-    before is a duplicate, one whose near hash came before a near duplicate, whatever else its verdict;
-    the first copy keeps its own."""
-
-    def __init__(self, reasons: Sequence[str], seen: tuple[HashSet, HashSet] | None = None) -> None:
-        self.exact, self.near = seen or (HashSet(), HashSet())  # shared: copies across sources count too
-        self.dup, self.near_dup = 1 + reasons.index(DUPLICATE), 1 + reasons.index(NEAR_DUPLICATE)
-        self.empty = 1 + reasons.index(EMPTY)
-
-    def __call__(self, v: Verdicts) -> np.ndarray:
-        assert v.exact is not None and v.near is not None
-        codes = v.codes.copy()
-        exact, near = self.exact.add(v.exact), self.near.add(v.near)
-        full = codes != self.empty  # an empty pair is counted as empty, however often it comes
-        codes[near & full] = self.near_dup
-        codes[exact & full] = self.dup
-        return codes

@@ -12,8 +12,9 @@ import numpy as np
 import sentencepiece
 
 from aiayn.config import EOS_ID
+from aiayn.data.dedup import Deduplicator
 from aiayn.data.encoded import id_dtype
-from aiayn.data.filters import Chain, Deduplicator, Verdicts
+from aiayn.data.filters import Chain, Verdicts
 from aiayn.data.io import decode_blob
 from aiayn.data.pipeline import Job
 from aiayn.data.tokenizer import WordCacheEncoder, collapse_whitespace
