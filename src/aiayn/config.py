@@ -107,9 +107,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, dropout=0.1),
     # students for sequence-level distillation (aiayn distill), fast to decode: a deep encoder and a
     # one-layer decoder (Kasai et al. 2021: the decoder's layers are what each output step pays for),
-    # at the width of the quickstart's model; and a narrow model of half that width
-    "deep-shallow": dict(d_model=128, n_heads=4, d_ff=512, n_encoder_layers=6, n_decoder_layers=1, dropout=0.1),
-    "narrow": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, n_decoder_layers=2, dropout=0.1),
+    # at the width of the quickstart's model; and a narrow model of half that width. Learned positions,
+    # as the d_model-128 recipes: ahead of sinusoids early in training at these widths (docs/synthetic.md)
+    "deep-shallow": dict(
+        d_model=128, n_heads=4, d_ff=512, n_encoder_layers=6, n_decoder_layers=1, dropout=0.1, positional="learned"
+    ),
+    "narrow": dict(
+        d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, n_decoder_layers=2, dropout=0.1, positional="learned"
+    ),
 }
 
 
