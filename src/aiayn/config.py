@@ -97,6 +97,7 @@ class ModelConfig:
 
 MODEL_KINDS = ("encoder-decoder", "encoder-only", "decoder-only")
 
+_STUDENT = dict(dropout=0.1, positional="learned")
 PRESETS: dict[str, dict[str, Any]] = {
     # Table 3, "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (65M parameters with 37k BPE)
     "base": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6, dropout=0.1),
@@ -105,16 +106,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CPU-scale sizes for Multi30k-like data (about 30k sentence pairs)
     "small": dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, dropout=0.1),
     "tiny": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, dropout=0.1),
-    # students for sequence-level distillation (aiayn distill), fast to decode: a deep encoder and a
-    # one-layer decoder (Kasai et al. 2021: the decoder's layers are what each output step pays for),
-    # at the width of the quickstart's model; and a narrow model of half that width. Learned positions,
-    # as the d_model-128 recipes: ahead of sinusoids early in training at these widths (docs/synthetic.md)
-    "deep-shallow": dict(
-        d_model=128, n_heads=4, d_ff=512, n_encoder_layers=6, n_decoder_layers=1, dropout=0.1, positional="learned"
-    ),
-    "narrow": dict(
-        d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, n_decoder_layers=2, dropout=0.1, positional="learned"
-    ),
+    # distillation students (aiayn distill): a deep encoder, one decoder layer (each output step pays for the
+    # decoder's layers: Kasai et al. 2021), and a narrow model; learned positions as the d_model-128 recipes
+    "deep-shallow": dict(d_model=128, n_heads=4, d_ff=512, n_encoder_layers=6, n_decoder_layers=1, **_STUDENT),
+    "narrow": dict(d_model=64, n_heads=4, d_ff=256, n_encoder_layers=4, n_decoder_layers=2, **_STUDENT),
 }
 
 
