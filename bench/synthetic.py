@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from aiayn.config import PRESETS  # noqa: E402
 from aiayn.data import multi30k  # noqa: E402
 
 PARALLEL = 5000
@@ -143,8 +144,8 @@ def distill(out: Path) -> None:
     minutes = round((time.perf_counter() - t0) / 60, 1)
     record(out, {"system": "student deep-shallow, distilled", "pipeline_minutes": minutes, **train(student, [])})
     original = out / "runs" / "student_original"
-    same = ["--model.d_model", "128", "--model.d_ff", "512", "--model.n_heads", "4", "--model.n_encoder_layers", "6",
-            "--model.n_decoder_layers", "1", "--model.dropout", "0.1", "--model.positional", "learned"]  # fmt: skip
+    # the preset's every field, spelled out: the quickstart recipe's model overrides would win over the name
+    same = [x for k, v in PRESETS["deep-shallow"].items() for x in (f"--model.{k}", str(v))]
     record(out, {"system": "student deep-shallow, original pairs",
                  **train(original, config + ["--model.preset", "deep-shallow", *same])})  # fmt: skip
     speed(out, teachers, ["--engine", "torch"], d)  # CTranslate2 decodes one model, so the ensemble is torch's
